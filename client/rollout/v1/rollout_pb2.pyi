@@ -1,0 +1,600 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ResultView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESULT_VIEW_UNSPECIFIED: _ClassVar[ResultView]
+    RESULT_VIEW_FULL: _ClassVar[ResultView]
+    RESULT_VIEW_SLIM: _ClassVar[ResultView]
+
+class NetworkPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NETWORK_POLICY_UNSPECIFIED: _ClassVar[NetworkPolicy]
+    NETWORK_POLICY_NONE: _ClassVar[NetworkPolicy]
+    NETWORK_POLICY_FULL: _ClassVar[NetworkPolicy]
+
+class CaptureMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CAPTURE_MODE_UNSPECIFIED: _ClassVar[CaptureMode]
+    CAPTURE_MODE_TRANSPARENT_PROXY: _ClassVar[CaptureMode]
+    CAPTURE_MODE_BLACK_BOX: _ClassVar[CaptureMode]
+
+class RolloutStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ROLLOUT_STATUS_UNSPECIFIED: _ClassVar[RolloutStatus]
+    ROLLOUT_STATUS_QUEUED: _ClassVar[RolloutStatus]
+    ROLLOUT_STATUS_RUNNING: _ClassVar[RolloutStatus]
+    ROLLOUT_STATUS_SUCCEEDED: _ClassVar[RolloutStatus]
+    ROLLOUT_STATUS_FAILED: _ClassVar[RolloutStatus]
+    ROLLOUT_STATUS_CANCELLED: _ClassVar[RolloutStatus]
+    ROLLOUT_STATUS_TIMED_OUT: _ClassVar[RolloutStatus]
+
+class Phase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PHASE_UNSPECIFIED: _ClassVar[Phase]
+    PHASE_QUEUED: _ClassVar[Phase]
+    PHASE_CREATING_SANDBOX: _ClassVar[Phase]
+    PHASE_PREPARING_AGENT: _ClassVar[Phase]
+    PHASE_SETUP: _ClassVar[Phase]
+    PHASE_AGENT: _ClassVar[Phase]
+    PHASE_VERIFYING: _ClassVar[Phase]
+    PHASE_COLLECTING: _ClassVar[Phase]
+    PHASE_TEARDOWN: _ClassVar[Phase]
+    PHASE_DONE: _ClassVar[Phase]
+
+class ErrorKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_KIND_UNSPECIFIED: _ClassVar[ErrorKind]
+    ERROR_KIND_INVALID_SPEC: _ClassVar[ErrorKind]
+    ERROR_KIND_SANDBOX: _ClassVar[ErrorKind]
+    ERROR_KIND_SETUP: _ClassVar[ErrorKind]
+    ERROR_KIND_AGENT: _ClassVar[ErrorKind]
+    ERROR_KIND_AGENT_TIMEOUT: _ClassVar[ErrorKind]
+    ERROR_KIND_UPSTREAM_LLM: _ClassVar[ErrorKind]
+    ERROR_KIND_VERIFIER: _ClassVar[ErrorKind]
+    ERROR_KIND_CANCELLED: _ClassVar[ErrorKind]
+    ERROR_KIND_INTERNAL: _ClassVar[ErrorKind]
+
+class CommandStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COMMAND_STAGE_UNSPECIFIED: _ClassVar[CommandStage]
+    COMMAND_STAGE_SETUP: _ClassVar[CommandStage]
+    COMMAND_STAGE_VERIFY: _ClassVar[CommandStage]
+
+class AgentOutputKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    AGENT_OUTPUT_KIND_UNSPECIFIED: _ClassVar[AgentOutputKind]
+    AGENT_OUTPUT_KIND_STDOUT: _ClassVar[AgentOutputKind]
+    AGENT_OUTPUT_KIND_STDERR: _ClassVar[AgentOutputKind]
+    AGENT_OUTPUT_KIND_TEXT: _ClassVar[AgentOutputKind]
+    AGENT_OUTPUT_KIND_TOOL_CALL: _ClassVar[AgentOutputKind]
+    AGENT_OUTPUT_KIND_ERROR: _ClassVar[AgentOutputKind]
+    AGENT_OUTPUT_KIND_TRUNCATED: _ClassVar[AgentOutputKind]
+RESULT_VIEW_UNSPECIFIED: ResultView
+RESULT_VIEW_FULL: ResultView
+RESULT_VIEW_SLIM: ResultView
+NETWORK_POLICY_UNSPECIFIED: NetworkPolicy
+NETWORK_POLICY_NONE: NetworkPolicy
+NETWORK_POLICY_FULL: NetworkPolicy
+CAPTURE_MODE_UNSPECIFIED: CaptureMode
+CAPTURE_MODE_TRANSPARENT_PROXY: CaptureMode
+CAPTURE_MODE_BLACK_BOX: CaptureMode
+ROLLOUT_STATUS_UNSPECIFIED: RolloutStatus
+ROLLOUT_STATUS_QUEUED: RolloutStatus
+ROLLOUT_STATUS_RUNNING: RolloutStatus
+ROLLOUT_STATUS_SUCCEEDED: RolloutStatus
+ROLLOUT_STATUS_FAILED: RolloutStatus
+ROLLOUT_STATUS_CANCELLED: RolloutStatus
+ROLLOUT_STATUS_TIMED_OUT: RolloutStatus
+PHASE_UNSPECIFIED: Phase
+PHASE_QUEUED: Phase
+PHASE_CREATING_SANDBOX: Phase
+PHASE_PREPARING_AGENT: Phase
+PHASE_SETUP: Phase
+PHASE_AGENT: Phase
+PHASE_VERIFYING: Phase
+PHASE_COLLECTING: Phase
+PHASE_TEARDOWN: Phase
+PHASE_DONE: Phase
+ERROR_KIND_UNSPECIFIED: ErrorKind
+ERROR_KIND_INVALID_SPEC: ErrorKind
+ERROR_KIND_SANDBOX: ErrorKind
+ERROR_KIND_SETUP: ErrorKind
+ERROR_KIND_AGENT: ErrorKind
+ERROR_KIND_AGENT_TIMEOUT: ErrorKind
+ERROR_KIND_UPSTREAM_LLM: ErrorKind
+ERROR_KIND_VERIFIER: ErrorKind
+ERROR_KIND_CANCELLED: ErrorKind
+ERROR_KIND_INTERNAL: ErrorKind
+COMMAND_STAGE_UNSPECIFIED: CommandStage
+COMMAND_STAGE_SETUP: CommandStage
+COMMAND_STAGE_VERIFY: CommandStage
+AGENT_OUTPUT_KIND_UNSPECIFIED: AgentOutputKind
+AGENT_OUTPUT_KIND_STDOUT: AgentOutputKind
+AGENT_OUTPUT_KIND_STDERR: AgentOutputKind
+AGENT_OUTPUT_KIND_TEXT: AgentOutputKind
+AGENT_OUTPUT_KIND_TOOL_CALL: AgentOutputKind
+AGENT_OUTPUT_KIND_ERROR: AgentOutputKind
+AGENT_OUTPUT_KIND_TRUNCATED: AgentOutputKind
+
+class RunRolloutRequest(_message.Message):
+    __slots__ = ("spec", "view")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    spec: RolloutSpec
+    view: ResultView
+    def __init__(self, spec: _Optional[_Union[RolloutSpec, _Mapping]] = ..., view: _Optional[_Union[ResultView, str]] = ...) -> None: ...
+
+class RunRolloutResponse(_message.Message):
+    __slots__ = ("rollout",)
+    ROLLOUT_FIELD_NUMBER: _ClassVar[int]
+    rollout: Rollout
+    def __init__(self, rollout: _Optional[_Union[Rollout, _Mapping]] = ...) -> None: ...
+
+class StartRolloutRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: RolloutSpec
+    def __init__(self, spec: _Optional[_Union[RolloutSpec, _Mapping]] = ...) -> None: ...
+
+class StartRolloutResponse(_message.Message):
+    __slots__ = ("rollout",)
+    ROLLOUT_FIELD_NUMBER: _ClassVar[int]
+    rollout: Rollout
+    def __init__(self, rollout: _Optional[_Union[Rollout, _Mapping]] = ...) -> None: ...
+
+class WatchRolloutRequest(_message.Message):
+    __slots__ = ("rollout_id", "after_seq", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    rollout_id: str
+    after_seq: int
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, rollout_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class WatchRolloutResponse(_message.Message):
+    __slots__ = ("event",)
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: RolloutEvent
+    def __init__(self, event: _Optional[_Union[RolloutEvent, _Mapping]] = ...) -> None: ...
+
+class GetRolloutRequest(_message.Message):
+    __slots__ = ("rollout_id", "view")
+    ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    rollout_id: str
+    view: ResultView
+    def __init__(self, rollout_id: _Optional[str] = ..., view: _Optional[_Union[ResultView, str]] = ...) -> None: ...
+
+class GetRolloutResponse(_message.Message):
+    __slots__ = ("rollout",)
+    ROLLOUT_FIELD_NUMBER: _ClassVar[int]
+    rollout: Rollout
+    def __init__(self, rollout: _Optional[_Union[Rollout, _Mapping]] = ...) -> None: ...
+
+class ListRolloutsRequest(_message.Message):
+    __slots__ = ("labels", "statuses", "page_size", "page_token", "view")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    labels: _containers.ScalarMap[str, str]
+    statuses: _containers.RepeatedScalarFieldContainer[RolloutStatus]
+    page_size: int
+    page_token: str
+    view: ResultView
+    def __init__(self, labels: _Optional[_Mapping[str, str]] = ..., statuses: _Optional[_Iterable[_Union[RolloutStatus, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., view: _Optional[_Union[ResultView, str]] = ...) -> None: ...
+
+class ListRolloutsResponse(_message.Message):
+    __slots__ = ("rollouts", "next_page_token")
+    ROLLOUTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    rollouts: _containers.RepeatedCompositeFieldContainer[Rollout]
+    next_page_token: str
+    def __init__(self, rollouts: _Optional[_Iterable[_Union[Rollout, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class CancelRolloutRequest(_message.Message):
+    __slots__ = ("rollout_id", "reason")
+    ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    rollout_id: str
+    reason: str
+    def __init__(self, rollout_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelRolloutResponse(_message.Message):
+    __slots__ = ("rollout",)
+    ROLLOUT_FIELD_NUMBER: _ClassVar[int]
+    rollout: Rollout
+    def __init__(self, rollout: _Optional[_Union[Rollout, _Mapping]] = ...) -> None: ...
+
+class RolloutSpec(_message.Message):
+    __slots__ = ("task_id", "task", "agent", "endpoint", "sandbox", "capture", "agent_timeout", "labels", "request_id", "command_timeout")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    CAPTURE_FIELD_NUMBER: _ClassVar[int]
+    AGENT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    task: Task
+    agent: Agent
+    endpoint: Endpoint
+    sandbox: SandboxSpec
+    capture: Capture
+    agent_timeout: _duration_pb2.Duration
+    labels: _containers.ScalarMap[str, str]
+    request_id: str
+    command_timeout: _duration_pb2.Duration
+    def __init__(self, task_id: _Optional[str] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., agent: _Optional[_Union[Agent, _Mapping]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ..., sandbox: _Optional[_Union[SandboxSpec, _Mapping]] = ..., capture: _Optional[_Union[Capture, _Mapping]] = ..., agent_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., command_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class Task(_message.Message):
+    __slots__ = ("instruction", "setup", "verify", "files", "verifier_files")
+    class FilesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    class VerifierFilesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
+    SETUP_FIELD_NUMBER: _ClassVar[int]
+    VERIFY_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    VERIFIER_FILES_FIELD_NUMBER: _ClassVar[int]
+    instruction: str
+    setup: _containers.RepeatedScalarFieldContainer[str]
+    verify: _containers.RepeatedScalarFieldContainer[str]
+    files: _containers.ScalarMap[str, bytes]
+    verifier_files: _containers.ScalarMap[str, bytes]
+    def __init__(self, instruction: _Optional[str] = ..., setup: _Optional[_Iterable[str]] = ..., verify: _Optional[_Iterable[str]] = ..., files: _Optional[_Mapping[str, bytes]] = ..., verifier_files: _Optional[_Mapping[str, bytes]] = ...) -> None: ...
+
+class Agent(_message.Message):
+    __slots__ = ("name", "command", "options")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    command: str
+    options: _struct_pb2.Struct
+    def __init__(self, name: _Optional[str] = ..., command: _Optional[str] = ..., options: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class Endpoint(_message.Message):
+    __slots__ = ("kind", "base_url", "api_key", "model")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    BASE_URL_FIELD_NUMBER: _ClassVar[int]
+    API_KEY_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    base_url: str
+    api_key: str
+    model: str
+    def __init__(self, kind: _Optional[str] = ..., base_url: _Optional[str] = ..., api_key: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+
+class SandboxSpec(_message.Message):
+    __slots__ = ("backend", "template", "network", "resources")
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    backend: str
+    template: str
+    network: NetworkPolicy
+    resources: Resources
+    def __init__(self, backend: _Optional[str] = ..., template: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
+
+class Resources(_message.Message):
+    __slots__ = ("memory_mb", "cpu_seconds", "max_processes", "max_file_size_mb", "cpu_count")
+    MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
+    CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    MAX_FILE_SIZE_MB_FIELD_NUMBER: _ClassVar[int]
+    CPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    memory_mb: int
+    cpu_seconds: int
+    max_processes: int
+    max_file_size_mb: int
+    cpu_count: int
+    def __init__(self, memory_mb: _Optional[int] = ..., cpu_seconds: _Optional[int] = ..., max_processes: _Optional[int] = ..., max_file_size_mb: _Optional[int] = ..., cpu_count: _Optional[int] = ...) -> None: ...
+
+class Capture(_message.Message):
+    __slots__ = ("mode", "max_tokens_cap", "top_logprobs", "disable_thinking")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_CAP_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_THINKING_FIELD_NUMBER: _ClassVar[int]
+    mode: CaptureMode
+    max_tokens_cap: int
+    top_logprobs: int
+    disable_thinking: bool
+    def __init__(self, mode: _Optional[_Union[CaptureMode, str]] = ..., max_tokens_cap: _Optional[int] = ..., top_logprobs: _Optional[int] = ..., disable_thinking: _Optional[bool] = ...) -> None: ...
+
+class Rollout(_message.Message):
+    __slots__ = ("id", "spec", "status", "phase", "result", "create_time", "start_time", "finish_time")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    spec: RolloutSpec
+    status: RolloutStatus
+    phase: Phase
+    result: RolloutResult
+    create_time: _timestamp_pb2.Timestamp
+    start_time: _timestamp_pb2.Timestamp
+    finish_time: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[RolloutSpec, _Mapping]] = ..., status: _Optional[_Union[RolloutStatus, str]] = ..., phase: _Optional[_Union[Phase, str]] = ..., result: _Optional[_Union[RolloutResult, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class RolloutResult(_message.Message):
+    __slots__ = ("reward", "metrics", "agent_exit_code", "setup_results", "verify_results", "turns", "files", "agent_log_tail", "error", "timings", "sandbox_id", "turn_count", "files_omitted")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class FilesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    AGENT_EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    SETUP_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    VERIFY_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    AGENT_LOG_TAIL_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FILES_OMITTED_FIELD_NUMBER: _ClassVar[int]
+    reward: float
+    metrics: _containers.ScalarMap[str, float]
+    agent_exit_code: int
+    setup_results: _containers.RepeatedCompositeFieldContainer[CommandResult]
+    verify_results: _containers.RepeatedCompositeFieldContainer[CommandResult]
+    turns: _containers.RepeatedCompositeFieldContainer[Turn]
+    files: _containers.ScalarMap[str, bytes]
+    agent_log_tail: str
+    error: Error
+    timings: PhaseTimings
+    sandbox_id: str
+    turn_count: int
+    files_omitted: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, reward: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ..., agent_exit_code: _Optional[int] = ..., setup_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., verify_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., turns: _Optional[_Iterable[_Union[Turn, _Mapping]]] = ..., files: _Optional[_Mapping[str, bytes]] = ..., agent_log_tail: _Optional[str] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., timings: _Optional[_Union[PhaseTimings, _Mapping]] = ..., sandbox_id: _Optional[str] = ..., turn_count: _Optional[int] = ..., files_omitted: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Error(_message.Message):
+    __slots__ = ("kind", "message")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    kind: ErrorKind
+    message: str
+    def __init__(self, kind: _Optional[_Union[ErrorKind, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class PhaseTimings(_message.Message):
+    __slots__ = ("queued", "creating_sandbox", "preparing_agent", "setup", "agent", "verifying", "collecting", "teardown", "total")
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    CREATING_SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    PREPARING_AGENT_FIELD_NUMBER: _ClassVar[int]
+    SETUP_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    VERIFYING_FIELD_NUMBER: _ClassVar[int]
+    COLLECTING_FIELD_NUMBER: _ClassVar[int]
+    TEARDOWN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    queued: _duration_pb2.Duration
+    creating_sandbox: _duration_pb2.Duration
+    preparing_agent: _duration_pb2.Duration
+    setup: _duration_pb2.Duration
+    agent: _duration_pb2.Duration
+    verifying: _duration_pb2.Duration
+    collecting: _duration_pb2.Duration
+    teardown: _duration_pb2.Duration
+    total: _duration_pb2.Duration
+    def __init__(self, queued: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., creating_sandbox: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., preparing_agent: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., setup: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., agent: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., verifying: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., collecting: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., teardown: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., total: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class CommandResult(_message.Message):
+    __slots__ = ("stage", "index", "command", "exit_code", "stdout", "stderr", "stdout_bytes", "stderr_bytes", "duration", "timed_out")
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
+    stage: CommandStage
+    index: int
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+    stdout_bytes: int
+    stderr_bytes: int
+    duration: _duration_pb2.Duration
+    timed_out: bool
+    def __init__(self, stage: _Optional[_Union[CommandStage, str]] = ..., index: _Optional[int] = ..., command: _Optional[str] = ..., exit_code: _Optional[int] = ..., stdout: _Optional[str] = ..., stderr: _Optional[str] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., timed_out: _Optional[bool] = ...) -> None: ...
+
+class Turn(_message.Message):
+    __slots__ = ("index", "trainable", "requested_model", "request_messages", "request_message_offset", "tools", "tools_hash", "completion_text", "reasoning_text", "tool_calls", "finish_reason", "prompt_token_ids", "completion_token_ids", "logprobs", "completion_tokens", "top_logprobs", "token_ids_present", "usage", "latency", "time_to_first_token", "upstream_status", "upstream_error", "stream", "start_time")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TRAINABLE_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_MODEL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_MESSAGE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_HASH_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TEXT_FIELD_NUMBER: _ClassVar[int]
+    REASONING_TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_PRESENT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_FIELD_NUMBER: _ClassVar[int]
+    TIME_TO_FIRST_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_STATUS_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_ERROR_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    trainable: bool
+    requested_model: str
+    request_messages: _containers.RepeatedCompositeFieldContainer[_struct_pb2.Struct]
+    request_message_offset: int
+    tools: _containers.RepeatedCompositeFieldContainer[_struct_pb2.Struct]
+    tools_hash: str
+    completion_text: str
+    reasoning_text: str
+    tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
+    finish_reason: str
+    prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    completion_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    logprobs: _containers.RepeatedScalarFieldContainer[float]
+    completion_tokens: _containers.RepeatedScalarFieldContainer[str]
+    top_logprobs: _containers.RepeatedCompositeFieldContainer[TopLogprobs]
+    token_ids_present: bool
+    usage: Usage
+    latency: _duration_pb2.Duration
+    time_to_first_token: _duration_pb2.Duration
+    upstream_status: int
+    upstream_error: str
+    stream: bool
+    start_time: _timestamp_pb2.Timestamp
+    def __init__(self, index: _Optional[int] = ..., trainable: _Optional[bool] = ..., requested_model: _Optional[str] = ..., request_messages: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., request_message_offset: _Optional[int] = ..., tools: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., tools_hash: _Optional[str] = ..., completion_text: _Optional[str] = ..., reasoning_text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., finish_reason: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completion_token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., completion_tokens: _Optional[_Iterable[str]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., token_ids_present: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., upstream_status: _Optional[int] = ..., upstream_error: _Optional[str] = ..., stream: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ToolCall(_message.Message):
+    __slots__ = ("id", "name", "arguments")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    arguments: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
+
+class TopLogprobs(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
+    def __init__(self, entries: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
+
+class TokenLogprob(_message.Message):
+    __slots__ = ("token", "token_id", "logprob")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    token_id: int
+    logprob: float
+    def __init__(self, token: _Optional[str] = ..., token_id: _Optional[int] = ..., logprob: _Optional[float] = ...) -> None: ...
+
+class Usage(_message.Message):
+    __slots__ = ("prompt_tokens", "completion_tokens", "total_tokens")
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., total_tokens: _Optional[int] = ...) -> None: ...
+
+class RolloutEvent(_message.Message):
+    __slots__ = ("rollout_id", "seq", "time", "phase", "command", "turn", "output", "finished")
+    ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    TURN_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    rollout_id: str
+    seq: int
+    time: _timestamp_pb2.Timestamp
+    phase: PhaseChanged
+    command: CommandResult
+    turn: Turn
+    output: AgentOutput
+    finished: Rollout
+    def __init__(self, rollout_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., phase: _Optional[_Union[PhaseChanged, _Mapping]] = ..., command: _Optional[_Union[CommandResult, _Mapping]] = ..., turn: _Optional[_Union[Turn, _Mapping]] = ..., output: _Optional[_Union[AgentOutput, _Mapping]] = ..., finished: _Optional[_Union[Rollout, _Mapping]] = ...) -> None: ...
+
+class PhaseChanged(_message.Message):
+    __slots__ = ("phase", "status", "message")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    phase: Phase
+    status: RolloutStatus
+    message: str
+    def __init__(self, phase: _Optional[_Union[Phase, str]] = ..., status: _Optional[_Union[RolloutStatus, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class AgentOutput(_message.Message):
+    __slots__ = ("kind", "text", "tool_name")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    kind: AgentOutputKind
+    text: str
+    tool_name: str
+    def __init__(self, kind: _Optional[_Union[AgentOutputKind, str]] = ..., text: _Optional[str] = ..., tool_name: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,1 @@
+"""rollout-service: runs coding-agent rollouts in sandboxes for RL trainers."""

@@ -1,0 +1,74 @@
+"""The `Agent` protocol: a coding-agent harness that works on a task in a sandbox."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from service.models import AgentOutput
+from service.sandboxes.base import Sandbox
+
+__all__ = ["Agent", "AgentContext", "AgentOutcome", "EmitOutput", "ModelAccess"]
+
+EmitOutput = Callable[[AgentOutput], None]
+"""Publishes one piece of live agent output; must not block."""
+
+
+@dataclass(frozen=True)
+class ModelAccess:
+    """How the agent reaches a model from inside the sandbox."""
+
+    base_url: str
+    """OpenAI-compatible base URL as seen from inside the sandbox (ends in /v1)."""
+    api_key: str
+    """What the agent sends as its key: a per-rollout token when proxied, never the real key."""
+    model: str
+    """Model name the agent asks for (the proxy overrides it upstream)."""
+    small_model: str
+    """Alias for auxiliary calls (titles); the proxy marks those turns not trainable."""
+    command_prefix: str = ""
+    """Shell to run before the agent command in the same sandbox process (e.g. a forwarder)."""
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    """Everything a harness needs for one run."""
+
+    rollout_id: str
+    instruction: str
+    command: str
+    """The shell command, for the "command" harness."""
+    options: Mapping[str, Any]
+    timeout_s: float
+    model: ModelAccess | None = None
+    """None when the rollout has no endpoint."""
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AgentOutcome:
+    """How the agent's run ended."""
+
+    exit_code: int | None
+    """None when it was killed (timeout) before exiting."""
+    timed_out: bool
+    log_tail: str
+
+
+class Agent(Protocol):
+    """A harness. `run` is cancellable: cancelling it kills the agent and its children."""
+
+    name: str
+
+    def needs_model(self, context: AgentContext) -> bool:
+        """Whether this run calls an LLM (then an endpoint is required)."""
+        ...
+
+    async def prepare(self, sandbox: Sandbox, context: AgentContext) -> None:
+        """Install and configure the agent; raises AgentError."""
+        ...
+
+    async def run(self, sandbox: Sandbox, context: AgentContext, emit: EmitOutput) -> AgentOutcome:
+        """Run until exit or `context.timeout_s`, streaming output through `emit`."""
+        ...

@@ -1,0 +1,104 @@
+"""The service's exception hierarchy.
+
+    RolloutServiceError
+    ├── SpecError            bad input; INVALID_ARGUMENT with one violation per field
+    ├── NotFoundError        NOT_FOUND
+    ├── CapacityError        RESOURCE_EXHAUSTED: running and queue slots are full
+    ├── ShuttingDownError    UNAVAILABLE: the server is draining
+    └── RolloutFailure       raised inside a rollout; recorded on the result, never an RPC error
+        ├── SandboxError     infrastructure: the sandbox could not be created, or died (SANDBOX)
+        ├── AgentError       the agent could not be prepared or run (AGENT)
+        ├── UpstreamError    every model call failed upstream (UPSTREAM_LLM)
+        └── VerifierError    no reward could be computed (VERIFIER)
+
+Lower-layer errors (bwrap, e2b, httpx, sqlite) are translated into these once, at the
+module that calls the lower layer, with `raise ... from exc`. The gRPC status mapping
+lives in one place: `service.api.errors`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.models import ErrorKind
+
+__all__ = [
+    "AgentError",
+    "CapacityError",
+    "FieldViolation",
+    "NotFoundError",
+    "RolloutFailure",
+    "RolloutServiceError",
+    "SandboxError",
+    "ShuttingDownError",
+    "SpecError",
+    "UpstreamError",
+    "VerifierError",
+]
+
+
+class RolloutServiceError(Exception):
+    """Base of every error this service raises on purpose."""
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One offending field, named by its proto path (e.g. "spec.task.instruction")."""
+
+    field: str
+    description: str
+
+
+class SpecError(RolloutServiceError):
+    """The request is invalid; carries every offending field."""
+
+    def __init__(self, violations: list[FieldViolation]) -> None:
+        self.violations = violations
+        super().__init__("; ".join(f"{v.field}: {v.description}" for v in violations))
+
+
+class NotFoundError(RolloutServiceError):
+    """No rollout with that id."""
+
+
+class CapacityError(RolloutServiceError):
+    """Every running and queued slot is taken."""
+
+
+class ShuttingDownError(RolloutServiceError):
+    """The server is shutting down and admits no new rollouts."""
+
+
+class RolloutFailure(RolloutServiceError):
+    """A failure inside a rollout, carrying the kind that lands on its result."""
+
+    kind: ErrorKind = ErrorKind.INTERNAL
+
+    def __init__(self, message: str, *, kind: ErrorKind | None = None) -> None:
+        super().__init__(message)
+        if kind is not None:
+            self.kind = kind
+
+
+class SandboxError(RolloutFailure):
+    """The sandbox could not be created, or stopped working. Retryable."""
+
+    kind = ErrorKind.SANDBOX
+
+
+class AgentError(RolloutFailure):
+    """The agent could not be prepared or run."""
+
+    kind = ErrorKind.AGENT
+
+
+class UpstreamError(RolloutFailure):
+    """The caller's LLM endpoint failed every call. Retryable."""
+
+    kind = ErrorKind.UPSTREAM_LLM
+
+
+class VerifierError(RolloutFailure):
+    """The verifier ran but no reward could be computed from what it wrote."""
+
+    kind = ErrorKind.VERIFIER

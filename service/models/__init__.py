@@ -1,0 +1,62 @@
+"""The domain model: pure pydantic data, no behaviour, no protobuf.
+
+Protobuf classes stay at the gRPC edge (`service.api.convert`); everything
+inside the service speaks these types.
+"""
+
+from service.models.events import AgentOutput, AgentOutputKind, EventPayload, PhaseChanged, RolloutEvent
+from service.models.rollout import (
+    TERMINAL_STATUSES,
+    CommandResult,
+    CommandStage,
+    ErrorKind,
+    Phase,
+    PhaseTimings,
+    Rollout,
+    RolloutError,
+    RolloutResult,
+    RolloutStatus,
+)
+from service.models.spec import (
+    AgentSpec,
+    CaptureMode,
+    CaptureSpec,
+    EndpointSpec,
+    NetworkPolicy,
+    Resources,
+    RolloutSpec,
+    SandboxSpec,
+    TaskSpec,
+)
+from service.models.turn import TokenLogprob, ToolCall, Turn, Usage
+
+__all__ = [
+    "TERMINAL_STATUSES",
+    "AgentOutput",
+    "AgentOutputKind",
+    "AgentSpec",
+    "CaptureMode",
+    "CaptureSpec",
+    "CommandResult",
+    "CommandStage",
+    "EndpointSpec",
+    "ErrorKind",
+    "EventPayload",
+    "NetworkPolicy",
+    "Phase",
+    "PhaseChanged",
+    "PhaseTimings",
+    "Resources",
+    "Rollout",
+    "RolloutError",
+    "RolloutEvent",
+    "RolloutResult",
+    "RolloutSpec",
+    "RolloutStatus",
+    "SandboxSpec",
+    "TaskSpec",
+    "TokenLogprob",
+    "ToolCall",
+    "Turn",
+    "Usage",
+]

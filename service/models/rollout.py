@@ -1,0 +1,140 @@
+"""A rollout and what it produced."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from service.models.spec import RolloutSpec
+from service.models.turn import Turn
+
+
+class RolloutStatus(StrEnum):
+    """Overall status; the last four are terminal."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+
+TERMINAL_STATUSES = frozenset(
+    {RolloutStatus.SUCCEEDED, RolloutStatus.FAILED, RolloutStatus.CANCELLED, RolloutStatus.TIMED_OUT}
+)
+
+
+class Phase(StrEnum):
+    """Lifecycle phases, in order."""
+
+    QUEUED = "queued"
+    CREATING_SANDBOX = "creating_sandbox"
+    PREPARING_AGENT = "preparing_agent"
+    SETUP = "setup"
+    AGENT = "agent"
+    VERIFYING = "verifying"
+    COLLECTING = "collecting"
+    TEARDOWN = "teardown"
+    DONE = "done"
+
+
+class ErrorKind(StrEnum):
+    """Failure classes: infrastructure (retry) versus task (score)."""
+
+    INVALID_SPEC = "invalid_spec"
+    SANDBOX = "sandbox"
+    SETUP = "setup"
+    AGENT = "agent"
+    AGENT_TIMEOUT = "agent_timeout"
+    UPSTREAM_LLM = "upstream_llm"
+    VERIFIER = "verifier"
+    CANCELLED = "cancelled"
+    INTERNAL = "internal"
+
+
+class RolloutError(BaseModel):
+    """What went wrong, classified."""
+
+    kind: ErrorKind
+    message: str = ""
+
+
+class CommandStage(StrEnum):
+    """Which list a command came from."""
+
+    SETUP = "setup"
+    VERIFY = "verify"
+
+
+class CommandResult(BaseModel):
+    """Outcome of one setup or verify command."""
+
+    stage: CommandStage
+    index: int
+    command: str
+    exit_code: int
+    """Exit code; -1 when killed or never run."""
+    stdout: str = ""
+    """Head and tail of stdout, middle elided when long."""
+    stderr: str = ""
+    stdout_bytes: int = 0
+    """Total bytes written, including elided ones."""
+    stderr_bytes: int = 0
+    duration_s: float = 0.0
+    timed_out: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class PhaseTimings(BaseModel):
+    """Wall seconds per phase (Harbor-style per-phase timing)."""
+
+    queued_s: float = 0.0
+    creating_sandbox_s: float = 0.0
+    preparing_agent_s: float = 0.0
+    setup_s: float = 0.0
+    agent_s: float = 0.0
+    verifying_s: float = 0.0
+    collecting_s: float = 0.0
+    teardown_s: float = 0.0
+    total_s: float = 0.0
+
+
+class RolloutResult(BaseModel):
+    """Everything a rollout produced."""
+
+    reward: float | None = None
+    """None means no reward could be computed (distinct from 0.0)."""
+    metrics: dict[str, float] = Field(default_factory=dict)
+    agent_exit_code: int | None = None
+    setup_results: list[CommandResult] = Field(default_factory=list)
+    verify_results: list[CommandResult] = Field(default_factory=list)
+    turns: list[Turn] = Field(default_factory=list)
+    files: dict[str, bytes] = Field(default_factory=dict)
+    files_omitted: list[str] = Field(default_factory=list)
+    agent_log_tail: str = ""
+    error: RolloutError | None = None
+    timings: PhaseTimings = Field(default_factory=PhaseTimings)
+    sandbox_id: str = ""
+
+
+class Rollout(BaseModel):
+    """One run of one task. `spec` is always the redacted spec."""
+
+    id: str
+    spec: RolloutSpec
+    status: RolloutStatus = RolloutStatus.QUEUED
+    phase: Phase = Phase.QUEUED
+    result: RolloutResult = Field(default_factory=RolloutResult)
+    create_time: datetime
+    start_time: datetime | None = None
+    finish_time: datetime | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES

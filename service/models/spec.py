@@ -1,0 +1,139 @@
+"""What a caller asks for: the rollout spec and its parts.
+
+Validation of values that need server settings (known agents, backends, size
+bounds) lives in `service.engine.validation`; these models only hold data.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NetworkPolicy(StrEnum):
+    """What the sandbox may reach."""
+
+    NONE = "none"
+    FULL = "full"
+
+
+class CaptureMode(StrEnum):
+    """Whether model calls go through the capture proxy."""
+
+    TRANSPARENT_PROXY = "transparent_proxy"
+    BLACK_BOX = "black_box"
+
+
+class TaskSpec(_Model):
+    """The task: prompt, commands around the agent, and files."""
+
+    instruction: str
+    """Prompt given to the agent."""
+    setup: tuple[str, ...] = ()
+    """Shell commands run before the agent; the first failure stops the rollout."""
+    verify: tuple[str, ...] = ()
+    """Shell commands run after the agent; each exit 0 counts as passed."""
+    files: dict[str, bytes] = Field(default_factory=dict)
+    """Workdir-relative files staged before setup."""
+    verifier_files: dict[str, bytes] = Field(default_factory=dict)
+    """Workdir-relative files staged only after the agent has finished."""
+
+
+class AgentSpec(_Model):
+    """Which harness runs and how."""
+
+    name: str = "command"
+    """Harness name: "command" or "opencode"."""
+    command: str = ""
+    """Shell command for the "command" harness."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Harness-specific options."""
+
+
+class EndpointSpec(_Model):
+    """The caller's OpenAI-compatible endpoint (possibly a shorthand to resolve)."""
+
+    kind: str = ""
+    """Shorthand: "", "vllm", "openai" or "hf_router"."""
+    base_url: str = ""
+    """Base URL of the OpenAI-compatible API."""
+    api_key: str = Field(default="", repr=False)
+    """Secret: reaches the proxy's upstream requests and nothing else."""
+    model: str = ""
+    """Model name sent upstream."""
+
+
+class Resources(_Model):
+    """Sandbox limits; 0 means the server default."""
+
+    memory_mb: int = 0
+    """Memory limit in MiB."""
+    cpu_seconds: int = 0
+    """CPU time per process in seconds."""
+    max_processes: int = 0
+    """Maximum number of processes."""
+    max_file_size_mb: int = 0
+    """Largest file a process may write, in MiB."""
+    cpu_count: int = 0
+    """CPUs (E2B)."""
+
+
+class SandboxSpec(_Model):
+    """Where the rollout runs."""
+
+    backend: str = ""
+    """Backend name ("local" or "e2b"); empty means the server default."""
+    template: str = ""
+    """Backend template (E2B); empty means the backend default."""
+    network: NetworkPolicy = NetworkPolicy.NONE
+    """Network policy."""
+    resources: Resources = Field(default_factory=Resources)
+    """Resource limits."""
+
+
+class CaptureSpec(_Model):
+    """How the capture proxy treats model calls."""
+
+    mode: CaptureMode = CaptureMode.TRANSPARENT_PROXY
+    """Proxy (record turns) or black box (direct, nothing recorded)."""
+    max_tokens_cap: int = 0
+    """Cap on max_tokens / max_completion_tokens; 0 means no cap."""
+    top_logprobs: int = 1
+    """Top-k logprobs asked per token (at least 1 so llama.cpp-style servers return logprobs)."""
+    disable_thinking: bool = False
+    """Set chat_template_kwargs.enable_thinking=false."""
+
+
+class RolloutSpec(_Model):
+    """Everything needed to run one rollout."""
+
+    task_id: str = ""
+    """Caller's name for the task."""
+    task: TaskSpec
+    """The task."""
+    agent: AgentSpec = Field(default_factory=AgentSpec)
+    """The agent."""
+    endpoint: EndpointSpec = Field(default_factory=EndpointSpec)
+    """The LLM endpoint."""
+    sandbox: SandboxSpec = Field(default_factory=SandboxSpec)
+    """The sandbox."""
+    capture: CaptureSpec = Field(default_factory=CaptureSpec)
+    """Capture settings."""
+    agent_timeout_s: float | None = None
+    """Agent budget in seconds; None means the server default."""
+    command_timeout_s: float | None = None
+    """Budget of each setup/verify command in seconds; None means the server default."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Free-form labels for List and Watch filters."""
+    request_id: str = ""
+    """Idempotency key."""
+
+    def redacted(self) -> RolloutSpec:
+        """This spec with every secret cleared: the only form that is stored or returned."""
+        return self.model_copy(update={"endpoint": self.endpoint.model_copy(update={"api_key": ""})})

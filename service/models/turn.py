@@ -1,0 +1,80 @@
+"""One model call as the capture proxy saw it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ToolCall(BaseModel):
+    """A function call requested by the model."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+    """Arguments as the JSON text the model produced."""
+
+
+class TokenLogprob(BaseModel):
+    """One candidate token with its log-probability."""
+
+    model_config = ConfigDict(frozen=True)
+
+    token: str = ""
+    token_id: int | None = None
+    logprob: float = 0.0
+
+
+class Usage(BaseModel):
+    """Token accounting reported upstream."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class Turn(BaseModel):
+    """One model turn. Field names are read by outside tools: keep them."""
+
+    index: int
+    trainable: bool = True
+    """False for auxiliary calls (title generation) a trainer should skip."""
+    requested_model: str = ""
+    request_messages: list[dict[str, Any]] = Field(default_factory=list)
+    """Messages new since the previous turn."""
+    request_message_offset: int = 0
+    """Index in the full history where request_messages begin."""
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    """Tool schemas, only when they differ from the previous turn's."""
+    tools_hash: str = ""
+    completion_text: str = ""
+    reasoning_text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    finish_reason: str = ""
+    prompt_token_ids: list[int] = Field(default_factory=list)
+    completion_token_ids: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    """One log-probability per completion token."""
+    completion_tokens: list[str] = Field(default_factory=list)
+    top_logprobs: list[list[TokenLogprob]] = Field(default_factory=list)
+    token_ids_present: bool = False
+    """True only when the upstream returned ids; they are never invented."""
+    usage: Usage = Field(default_factory=Usage)
+    latency_s: float = 0.0
+    time_to_first_token_s: float | None = None
+    upstream_status: int = 0
+    """HTTP status of the upstream response; 0 when there was none."""
+    upstream_error: str = ""
+    stream: bool = False
+    start_time: datetime | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether the upstream call failed."""
+        return bool(self.upstream_error) or not 200 <= self.upstream_status < 300

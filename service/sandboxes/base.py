@@ -1,0 +1,148 @@
+"""The `Sandbox` protocol: an isolated machine for one rollout, and its backends.
+
+Backends match these shapes without inheriting from them (mini-swe-agent style).
+Every path a backend is given is an absolute path inside the sandbox.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from service.models import SandboxSpec
+
+__all__ = [
+    "HOME",
+    "PROXY_SOCKET",
+    "REWARD_JSON",
+    "REWARD_TXT",
+    "WORKDIR",
+    "BackgroundProcess",
+    "ExecResult",
+    "OutputCallback",
+    "OutputStream",
+    "Sandbox",
+    "SandboxBackend",
+    "SandboxRequest",
+]
+
+HOME = "/home/user"
+"""The sandbox user's home; private to the rollout."""
+WORKDIR = f"{HOME}/workdir"
+"""Where task files are staged and every command runs."""
+REWARD_TXT = f"{HOME}/logs/verifier/reward.txt"
+"""A float written here by a verify command is the reward."""
+REWARD_JSON = f"{HOME}/logs/verifier/reward.json"
+"""Else `reward` here is the reward and other numeric keys are metrics."""
+PROXY_SOCKET = "/run/rollout/proxy.sock"
+"""Where the local backend binds the capture proxy's Unix socket inside the sandbox."""
+
+
+class OutputStream(StrEnum):
+    STDOUT = "stdout"
+    STDERR = "stderr"
+
+
+OutputCallback = Callable[[OutputStream, bytes], None]
+"""Receives output chunks as they arrive; must not block."""
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """How a command ended. Output is bounded: head and tail kept, middle elided."""
+
+    exit_code: int
+    """Exit code; -1 when the command was killed (timeout, cancel) or never ran."""
+    stdout: str
+    stderr: str
+    stdout_bytes: int
+    """Total bytes written to stdout, elided ones included."""
+    stderr_bytes: int
+    duration_s: float
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class SandboxRequest:
+    """What the engine asks a backend for."""
+
+    rollout_id: str
+    spec: SandboxSpec
+    lifetime_s: float
+    """Upper bound on the sandbox's life (a remote provider kills it after this)."""
+    readonly_mounts: Mapping[str, str] = field(default_factory=dict)
+    """Host path -> sandbox path, mounted read-only (local backend: the opencode install)."""
+    proxy_socket: str | None = None
+    """Host Unix socket of the capture proxy, bound at PROXY_SOCKET (local backend)."""
+
+
+class BackgroundProcess(Protocol):
+    """A command started with `Sandbox.spawn`."""
+
+    async def wait(self) -> ExecResult:
+        """Wait for the process to exit. Cancelling the wait does not kill it."""
+        ...
+
+    async def kill(self) -> None:
+        """Kill the process and everything it started. Idempotent."""
+        ...
+
+
+class Sandbox(Protocol):
+    """A running sandbox. Cancelling any call kills what that call started."""
+
+    @property
+    def id(self) -> str: ...
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult:
+        """Run `bash -c command` in WORKDIR; kill it (timed_out=True) at the deadline."""
+        ...
+
+    async def spawn(
+        self,
+        command: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> BackgroundProcess:
+        """Start `bash -c command` in WORKDIR in the background, streaming its output."""
+        ...
+
+    async def write_files(self, files: Mapping[str, bytes]) -> None:
+        """Write files at absolute sandbox paths, creating parent directories."""
+        ...
+
+    async def read_file(self, path: str, *, max_bytes: int) -> bytes | None:
+        """Read up to max_bytes of a file; None when it does not exist."""
+        ...
+
+    async def kill(self) -> None:
+        """Destroy the sandbox and every process in it. Idempotent; never raises."""
+        ...
+
+
+class SandboxBackend(Protocol):
+    """Creates sandboxes of one kind."""
+
+    name: str
+
+    async def create(self, request: SandboxRequest) -> Sandbox:
+        """Create a sandbox; raises SandboxError on infrastructure failure."""
+        ...
+
+    async def sweep_orphans(self, live_rollout_ids: set[str]) -> int:
+        """Kill sandboxes left by an earlier run of this service; returns how many."""
+        ...
+
+    async def close(self) -> None:
+        """Kill every sandbox this backend still holds (shutdown)."""
+        ...
