@@ -7,7 +7,7 @@ Every path a backend is given is an absolute path inside the sandbox.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
@@ -72,8 +72,6 @@ class SandboxRequest:
     spec: SandboxSpec
     lifetime_s: float
     """Upper bound on the sandbox's life (a remote provider kills it after this)."""
-    readonly_mounts: Mapping[str, str] = field(default_factory=dict)
-    """Host path -> sandbox path, mounted read-only (local backend: the opencode install)."""
     proxy_socket: str | None = None
     """Host Unix socket of the capture proxy, bound at PROXY_SOCKET (local backend)."""
 

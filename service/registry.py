@@ -1,0 +1,57 @@
+"""Name -> implementation maps for sandbox backends and agent harnesses.
+
+Implementations are imported only when first asked for, so a missing optional
+dependency (the e2b SDK, say) breaks only the rollouts that need it, with a
+message that says what to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from service.agents.base import Agent
+from service.config import Settings
+from service.sandboxes.base import SandboxBackend
+
+__all__ = ["AGENTS", "BACKENDS", "MissingDependencyError", "load_agent", "load_backend"]
+
+BACKENDS: dict[str, tuple[str, str]] = {
+    "local": ("service.sandboxes.local:LocalBackend", "the Debian package bubblewrap"),
+    "e2b": ("service.sandboxes.e2b:E2BBackend", "the Python package e2b"),
+}
+"""Backend name -> (import path, what to install when the import fails)."""
+
+AGENTS: dict[str, tuple[str, str]] = {
+    "command": ("service.agents.command:CommandAgent", ""),
+    "opencode": ("service.agents.opencode:OpencodeAgent", "npm (Node.js) for opencode-ai"),
+}
+"""Agent name -> (import path, what to install when the import fails)."""
+
+
+class MissingDependencyError(RuntimeError):
+    """An implementation's optional dependency is not installed."""
+
+
+def _load(table: dict[str, tuple[str, str]], name: str, settings: Settings) -> Any:
+    target, requirement = table[name]
+    module_name, _, attribute = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"{name!r} needs {requirement or exc.name}: install it ({exc})"
+        ) from exc
+    return getattr(module, attribute)(settings)
+
+
+def load_backend(name: str, settings: Settings) -> SandboxBackend:
+    """Build the backend called `name` (a key of BACKENDS)."""
+    backend: SandboxBackend = _load(BACKENDS, name, settings)
+    return backend
+
+
+def load_agent(name: str, settings: Settings) -> Agent:
+    """Build the harness called `name` (a key of AGENTS)."""
+    agent: Agent = _load(AGENTS, name, settings)
+    return agent

@@ -1,0 +1,54 @@
+"""The `RolloutStore` protocol: durable rollouts and their event logs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from service.models import Rollout, RolloutEvent, RolloutStatus
+
+__all__ = ["RolloutPage", "RolloutStore"]
+
+RolloutPage = tuple[list[Rollout], str]
+"""A page of rollouts and the token of the next page ("" on the last)."""
+
+
+class RolloutStore(Protocol):
+    """Persistence of rollouts (spec already redacted) and their ordered events."""
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def insert(self, rollout: Rollout) -> Rollout:
+        """Insert a new rollout; if its spec's request_id is taken, return that rollout instead."""
+        ...
+
+    async def save(self, rollout: Rollout) -> None:
+        """Overwrite an existing rollout's status, phase, result and times."""
+        ...
+
+    async def get(self, rollout_id: str) -> Rollout | None: ...
+
+    async def list(
+        self,
+        *,
+        labels: Mapping[str, str],
+        statuses: Sequence[RolloutStatus],
+        page_size: int,
+        page_token: str,
+    ) -> RolloutPage:
+        """Rollouts newest first; raises SpecError(field "page_token") on a bad token."""
+        ...
+
+    async def non_terminal(self) -> list[Rollout]:
+        """Rollouts not in a terminal status (used at startup to fail interrupted ones)."""
+        ...
+
+    async def append_events(self, events: Sequence[RolloutEvent]) -> None:
+        """Append events (seq already assigned, increasing per rollout)."""
+        ...
+
+    async def events(self, rollout_id: str, *, after_seq: int, limit: int) -> list[RolloutEvent]:
+        """Up to `limit` events of one rollout with seq > after_seq, in order."""
+        ...
