@@ -21,7 +21,9 @@ def _default_cache_dir() -> Path:
 class Settings(BaseSettings):
     """Every knob of the server. Units are in the field names."""
 
-    model_config = SettingsConfigDict(env_prefix="ROLLOUT_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="ROLLOUT_", extra="ignore", cli_kebab_case=True, cli_prog_name="rollout serve"
+    )
 
     listen: str = "127.0.0.1:50051"
     """gRPC listen address (host:port; port 0 picks a free one)."""
@@ -55,7 +57,7 @@ class Settings(BaseSettings):
     output_tail_bytes: int = 16 * 1024
     """Per command stream: bytes kept from the end of the output."""
     agent_output_event_bytes: int = 1024 * 1024
-    """Raw agent output published as events per rollout; the rest is dropped (one TRUNCATED event)."""
+    """Raw agent output published as events per rollout; the rest is dropped."""
     agent_log_tail_bytes: int = 8 * 1024
     """Bytes of agent output kept as the result's agent_log_tail."""
 

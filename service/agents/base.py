@@ -60,10 +60,8 @@ class Agent(Protocol):
     """A harness. `run` is cancellable: cancelling it kills the agent and its children."""
 
     name: str
-
-    def needs_model(self, context: AgentContext) -> bool:
-        """Whether this run calls an LLM (then an endpoint is required)."""
-        ...
+    requires_model: bool
+    """True when the harness cannot work without an LLM endpoint."""
 
     async def prepare(self, sandbox: Sandbox, context: AgentContext) -> None:
         """Install and configure the agent; raises AgentError."""

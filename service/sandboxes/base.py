@@ -133,6 +133,10 @@ class SandboxBackend(Protocol):
 
     name: str
 
+    def check_ready(self) -> None:
+        """Raise SpecError (field spec.sandbox.backend) if this backend cannot take rollouts now."""
+        ...
+
     async def create(self, request: SandboxRequest) -> Sandbox:
         """Create a sandbox; raises SandboxError on infrastructure failure."""
         ...

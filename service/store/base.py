@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -30,6 +31,10 @@ class RolloutStore(Protocol):
 
     async def get(self, rollout_id: str) -> Rollout | None: ...
 
+    async def find_by_request_id(self, request_id: str) -> Rollout | None:
+        """The rollout whose spec carries this (non-empty) request_id, if any."""
+        ...
+
     async def list(
         self,
         *,
@@ -41,7 +46,7 @@ class RolloutStore(Protocol):
         """Rollouts newest first; raises SpecError(field "page_token") on a bad token."""
         ...
 
-    async def non_terminal(self) -> list[Rollout]:
+    async def non_terminal(self) -> builtins.list[Rollout]:
         """Rollouts not in a terminal status (used at startup to fail interrupted ones)."""
         ...
 
@@ -49,6 +54,8 @@ class RolloutStore(Protocol):
         """Append events (seq already assigned, increasing per rollout)."""
         ...
 
-    async def events(self, rollout_id: str, *, after_seq: int, limit: int) -> list[RolloutEvent]:
+    async def events(
+        self, rollout_id: str, *, after_seq: int, limit: int
+    ) -> builtins.list[RolloutEvent]:
         """Up to `limit` events of one rollout with seq > after_seq, in order."""
         ...

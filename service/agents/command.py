@@ -1,0 +1,44 @@
+"""The `command` harness: runs a given shell command as the agent (oracles, scripted agents)."""
+
+from __future__ import annotations
+
+from service.agents.base import AgentContext, AgentOutcome, EmitOutput
+from service.agents.process import wait_with_deadline
+from service.config import Settings
+from service.models import AgentOutput, AgentOutputKind
+from service.sandboxes.base import OutputStream, Sandbox
+
+__all__ = ["CommandAgent"]
+
+_KINDS = {OutputStream.STDOUT: AgentOutputKind.STDOUT, OutputStream.STDERR: AgentOutputKind.STDERR}
+
+
+class CommandAgent:
+    """Runs `agent.command` in the workdir; a model endpoint, if given, is exported as OPENAI_*."""
+
+    name = "command"
+    requires_model = False
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+
+    async def prepare(self, sandbox: Sandbox, context: AgentContext) -> None:
+        return None
+
+    async def run(self, sandbox: Sandbox, context: AgentContext, emit: EmitOutput) -> AgentOutcome:
+        env = dict(context.env)
+        command = context.command
+        if context.model is not None:
+            env |= {
+                "OPENAI_BASE_URL": context.model.base_url,
+                "OPENAI_API_KEY": context.model.api_key,
+                "OPENAI_MODEL": context.model.model,
+            }
+            if context.model.command_prefix:
+                command = f"{context.model.command_prefix}\n{command}"
+
+        def on_output(stream: OutputStream, chunk: bytes) -> None:
+            emit(AgentOutput(kind=_KINDS[stream], text=chunk.decode("utf-8", errors="replace")))
+
+        process = await sandbox.spawn(command, env=env, on_output=on_output)
+        return await wait_with_deadline(process, context.timeout_s)

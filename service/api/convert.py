@@ -1,0 +1,305 @@
+"""Translation between protobuf messages and the domain model: the only place that does it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any, TypeVar
+
+from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
+
+from rollout.v1 import rollout_pb2 as pb
+from service.models import (
+    AgentOutput,
+    AgentSpec,
+    CaptureMode,
+    CaptureSpec,
+    CommandResult,
+    EndpointSpec,
+    NetworkPolicy,
+    PhaseChanged,
+    Resources,
+    Rollout,
+    RolloutEvent,
+    RolloutResult,
+    RolloutSpec,
+    RolloutStatus,
+    SandboxSpec,
+    TaskSpec,
+    Turn,
+)
+
+__all__ = ["event_to_proto", "rollout_to_proto", "spec_from_proto", "statuses_from_proto"]
+
+E = TypeVar("E", bound=Enum)
+
+
+def _enum_to_proto(value: Enum, prefix: str) -> int:
+    return int(pb.DESCRIPTOR.enum_types_by_name[prefix].values_by_name[
+        f"{_snake_upper(prefix)}_{value.name}"
+    ].number)
+
+
+def _enum_from_proto(number: int, prefix: str, domain: type[E], default: E) -> E:
+    descriptor = pb.DESCRIPTOR.enum_types_by_name[prefix].values_by_number.get(number)
+    if descriptor is None or number == 0:
+        return default
+    return domain[descriptor.name.removeprefix(f"{_snake_upper(prefix)}_")]
+
+
+def _snake_upper(name: str) -> str:
+    return "".join(f"_{c}" if c.isupper() and i else c for i, c in enumerate(name)).upper()
+
+
+def _seconds(message: duration_pb2.Duration) -> float:
+    return message.seconds + message.nanos / 1e9
+
+
+def _duration(seconds: float) -> duration_pb2.Duration:
+    message = duration_pb2.Duration()
+    message.FromNanoseconds(int(seconds * 1e9))
+    return message
+
+
+def _timestamp(moment: datetime | None) -> timestamp_pb2.Timestamp | None:
+    if moment is None:
+        return None
+    message = timestamp_pb2.Timestamp()
+    message.FromDatetime(moment.astimezone(UTC))
+    return message
+
+
+def _struct(value: dict[str, Any]) -> struct_pb2.Struct:
+    message = struct_pb2.Struct()
+    message.update(value)
+    return message
+
+
+def spec_from_proto(message: pb.RolloutSpec) -> RolloutSpec:
+    """A request's spec as the domain model (still unvalidated)."""
+    task, agent = message.task, message.agent
+    return RolloutSpec(
+        task_id=message.task_id,
+        task=TaskSpec(
+            instruction=task.instruction,
+            setup=tuple(task.setup),
+            verify=tuple(task.verify),
+            files=dict(task.files),
+            verifier_files=dict(task.verifier_files),
+        ),
+        agent=AgentSpec(
+            name=agent.name or "command",
+            command=agent.command,
+            options=json_format.MessageToDict(agent.options),
+        ),
+        endpoint=EndpointSpec(
+            kind=message.endpoint.kind,
+            base_url=message.endpoint.base_url,
+            api_key=message.endpoint.api_key,
+            model=message.endpoint.model,
+        ),
+        sandbox=_sandbox_from_proto(message.sandbox),
+        capture=_capture_from_proto(message.capture),
+        agent_timeout_s=_seconds(message.agent_timeout) if message.HasField("agent_timeout") else None,
+        command_timeout_s=(
+            _seconds(message.command_timeout) if message.HasField("command_timeout") else None
+        ),
+        labels=dict(message.labels),
+        request_id=message.request_id,
+    )
+
+
+def _sandbox_from_proto(message: pb.SandboxSpec) -> SandboxSpec:
+    r = message.resources
+    return SandboxSpec(
+        backend=message.backend,
+        template=message.template,
+        network=_enum_from_proto(message.network, "NetworkPolicy", NetworkPolicy, NetworkPolicy.NONE),
+        resources=Resources(
+            memory_mb=r.memory_mb,
+            cpu_seconds=r.cpu_seconds,
+            max_processes=r.max_processes,
+            max_file_size_mb=r.max_file_size_mb,
+            cpu_count=r.cpu_count,
+        ),
+    )
+
+
+def _capture_from_proto(message: pb.Capture) -> CaptureSpec:
+    return CaptureSpec(
+        mode=_enum_from_proto(
+            message.mode, "CaptureMode", CaptureMode, CaptureMode.TRANSPARENT_PROXY
+        ),
+        max_tokens_cap=message.max_tokens_cap,
+        top_logprobs=message.top_logprobs if message.HasField("top_logprobs") else 1,
+        disable_thinking=message.disable_thinking,
+    )
+
+
+def statuses_from_proto(values: Any) -> list[RolloutStatus]:
+    return [
+        _enum_from_proto(v, "RolloutStatus", RolloutStatus, RolloutStatus.QUEUED) for v in values
+    ]
+
+
+def _spec_to_proto(spec: RolloutSpec) -> pb.RolloutSpec:
+    message = pb.RolloutSpec(
+        task_id=spec.task_id,
+        task=pb.Task(
+            instruction=spec.task.instruction,
+            setup=spec.task.setup,
+            verify=spec.task.verify,
+            files=spec.task.files,
+            verifier_files=spec.task.verifier_files,
+        ),
+        agent=pb.Agent(
+            name=spec.agent.name, command=spec.agent.command, options=_struct(spec.agent.options)
+        ),
+        endpoint=pb.Endpoint(
+            kind=spec.endpoint.kind, base_url=spec.endpoint.base_url, model=spec.endpoint.model
+        ),
+        sandbox=pb.SandboxSpec(
+            backend=spec.sandbox.backend,
+            template=spec.sandbox.template,
+            network=_enum_to_proto(spec.sandbox.network, "NetworkPolicy"),  # type: ignore[arg-type]
+            resources=pb.Resources(**spec.sandbox.resources.model_dump()),
+        ),
+        capture=pb.Capture(
+            mode=_enum_to_proto(spec.capture.mode, "CaptureMode"),  # type: ignore[arg-type]
+            max_tokens_cap=spec.capture.max_tokens_cap,
+            top_logprobs=spec.capture.top_logprobs,
+            disable_thinking=spec.capture.disable_thinking,
+        ),
+        labels=spec.labels,
+        request_id=spec.request_id,
+    )
+    if spec.agent_timeout_s is not None:
+        message.agent_timeout.CopyFrom(_duration(spec.agent_timeout_s))
+    if spec.command_timeout_s is not None:
+        message.command_timeout.CopyFrom(_duration(spec.command_timeout_s))
+    return message
+
+
+def rollout_to_proto(rollout: Rollout, *, slim: bool = False) -> pb.Rollout:
+    """A rollout for the wire; `slim` leaves out turns, files and the log tail."""
+    message = pb.Rollout(
+        id=rollout.id,
+        spec=_spec_to_proto(rollout.spec.redacted()),
+        status=_enum_to_proto(rollout.status, "RolloutStatus"),  # type: ignore[arg-type]
+        phase=_enum_to_proto(rollout.phase, "Phase"),  # type: ignore[arg-type]
+        result=_result_to_proto(rollout.result, slim=slim),
+        create_time=_timestamp(rollout.create_time),
+        start_time=_timestamp(rollout.start_time),
+        finish_time=_timestamp(rollout.finish_time),
+    )
+    return message
+
+
+def _result_to_proto(result: RolloutResult, *, slim: bool) -> pb.RolloutResult:
+    timings = result.timings
+    message = pb.RolloutResult(
+        reward=result.reward,
+        metrics=result.metrics,
+        agent_exit_code=result.agent_exit_code,
+        setup_results=[_command_to_proto(r) for r in result.setup_results],
+        verify_results=[_command_to_proto(r) for r in result.verify_results],
+        timings=pb.PhaseTimings(
+            **{
+                name.removesuffix("_s"): _duration(value)
+                for name, value in timings.model_dump().items()
+            }
+        ),
+        sandbox_id=result.sandbox_id,
+        turn_count=len(result.turns),
+        files_omitted=result.files_omitted,
+    )
+    if result.error is not None:
+        message.error.CopyFrom(
+            pb.Error(
+                kind=_enum_to_proto(result.error.kind, "ErrorKind"),  # type: ignore[arg-type]
+                message=result.error.message,
+            )
+        )
+    if not slim:
+        message.turns.extend(_turn_to_proto(turn) for turn in result.turns)
+        message.files.update(result.files)
+        message.agent_log_tail = result.agent_log_tail
+    return message
+
+
+def _command_to_proto(result: CommandResult) -> pb.CommandResult:
+    return pb.CommandResult(
+        stage=_enum_to_proto(result.stage, "CommandStage"),  # type: ignore[arg-type]
+        index=result.index,
+        command=result.command,
+        exit_code=result.exit_code,
+        stdout=result.stdout,
+        stderr=result.stderr,
+        stdout_bytes=result.stdout_bytes,
+        stderr_bytes=result.stderr_bytes,
+        duration=_duration(result.duration_s),
+        timed_out=result.timed_out,
+    )
+
+
+def _turn_to_proto(turn: Turn) -> pb.Turn:
+    message = pb.Turn(
+        index=turn.index,
+        trainable=turn.trainable,
+        requested_model=turn.requested_model,
+        request_messages=[_struct(m) for m in turn.request_messages],
+        request_message_offset=turn.request_message_offset,
+        tools=[_struct(t) for t in turn.tools],
+        tools_hash=turn.tools_hash,
+        completion_text=turn.completion_text,
+        reasoning_text=turn.reasoning_text,
+        tool_calls=[pb.ToolCall(**call.model_dump()) for call in turn.tool_calls],
+        finish_reason=turn.finish_reason,
+        prompt_token_ids=turn.prompt_token_ids,
+        completion_token_ids=turn.completion_token_ids,
+        logprobs=turn.logprobs,
+        completion_tokens=turn.completion_tokens,
+        top_logprobs=[
+            pb.TopLogprobs(entries=[pb.TokenLogprob(**e.model_dump()) for e in entries])
+            for entries in turn.top_logprobs
+        ],
+        token_ids_present=turn.token_ids_present,
+        usage=pb.Usage(**turn.usage.model_dump()),
+        latency=_duration(turn.latency_s),
+        upstream_status=turn.upstream_status,
+        upstream_error=turn.upstream_error,
+        stream=turn.stream,
+        start_time=_timestamp(turn.start_time),
+    )
+    if turn.time_to_first_token_s is not None:
+        message.time_to_first_token.CopyFrom(_duration(turn.time_to_first_token_s))
+    return message
+
+
+def event_to_proto(event: RolloutEvent) -> pb.RolloutEvent:
+    """An event for the wire; the final event carries the slim rollout (turns were events)."""
+    message = pb.RolloutEvent(rollout_id=event.rollout_id, seq=event.seq, time=_timestamp(event.time))
+    payload = event.payload
+    if isinstance(payload, PhaseChanged):
+        message.phase.CopyFrom(
+            pb.PhaseChanged(
+                phase=_enum_to_proto(payload.phase, "Phase"),  # type: ignore[arg-type]
+                status=_enum_to_proto(payload.status, "RolloutStatus"),  # type: ignore[arg-type]
+                message=payload.message,
+            )
+        )
+    elif isinstance(payload, CommandResult):
+        message.command.CopyFrom(_command_to_proto(payload))
+    elif isinstance(payload, Turn):
+        message.turn.CopyFrom(_turn_to_proto(payload))
+    elif isinstance(payload, AgentOutput):
+        message.output.CopyFrom(
+            pb.AgentOutput(
+                kind=_enum_to_proto(payload.kind, "AgentOutputKind"),  # type: ignore[arg-type]
+                text=payload.text,
+                tool_name=payload.tool_name,
+            )
+        )
+    else:
+        message.finished.CopyFrom(rollout_to_proto(payload, slim=True))
+    return message

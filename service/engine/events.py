@@ -1,0 +1,219 @@
+"""The event hub: ordered per-rollout logs, persisted in batches, fanned out to watchers.
+
+Each live rollout's events are kept in memory (`RolloutLog`) until they are persisted
+and the rollout is terminal. A watcher is only a cursor into a log, so a slow watcher
+costs nothing to the rollout or to other watchers: nobody waits for anybody. Watchers
+of finished rollouts read from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, ItemsView, Mapping
+from datetime import UTC, datetime
+
+from service.models import EventPayload, Rollout, RolloutEvent
+from service.store.base import RolloutStore
+
+__all__ = ["EventHub", "RolloutLog"]
+
+log = logging.getLogger(__name__)
+
+_REPLAY_PAGE = 500
+_FEED_SIZE = 10_000
+
+
+class RolloutLog:
+    """One rollout's events, in order, with a wake-up for its watchers."""
+
+    def __init__(self, rollout_id: str, labels: Mapping[str, str], next_seq: int = 1) -> None:
+        self.rollout_id = rollout_id
+        self.labels = dict(labels)
+        self.first_seq = next_seq
+        self.events: list[RolloutEvent] = []
+        self.closed = False
+        self._changed = asyncio.Event()
+
+    def append(self, payload: EventPayload) -> RolloutEvent:
+        seq = self.first_seq + len(self.events)
+        event = RolloutEvent(
+            rollout_id=self.rollout_id,
+            seq=seq,
+            time=datetime.now(UTC),
+            payload=payload,
+            labels=self.labels,
+        )
+        self.events.append(event)
+        self.closed = event.is_final
+        self._wake()
+        return event
+
+    def _wake(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def follow(self, after_seq: int) -> AsyncIterator[RolloutEvent]:
+        """Events with seq > after_seq, live, until the final event."""
+        index = max(0, after_seq + 1 - self.first_seq)
+        while True:
+            changed = self._changed
+            while index < len(self.events):
+                event = self.events[index]
+                index += 1
+                yield event
+                if event.is_final:
+                    return
+            if self.closed:
+                return
+            await changed.wait()
+
+
+class EventHub:
+    """Assigns seqs, persists events in batches, and serves watchers."""
+
+    def __init__(self, store: RolloutStore) -> None:
+        self._store = store
+        self._logs: dict[str, RolloutLog] = {}
+        self._pending: list[RolloutEvent] = []
+        self._flush_needed = asyncio.Event()
+        self._published = 0
+        self._persisted = 0
+        self._persisted_changed = asyncio.Condition()
+        self._writer: asyncio.Task[None] | None = None
+        self._feed: deque[RolloutEvent] = deque(maxlen=_FEED_SIZE)
+        self._feed_end = 0
+        self._feed_changed = asyncio.Event()
+
+    async def start(self) -> None:
+        self._writer = asyncio.create_task(self._write_loop(), name="event-writer")
+
+    async def stop(self) -> None:
+        """Persist everything pending, then stop the writer."""
+        await self.flush()
+        if self._writer is not None:
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+
+    def open(self, rollout_id: str, labels: Mapping[str, str], next_seq: int = 1) -> RolloutLog:
+        """Start the in-memory log of a live rollout."""
+        rollout_log = RolloutLog(rollout_id, labels, next_seq)
+        self._logs[rollout_id] = rollout_log
+        return rollout_log
+
+    async def close_interrupted(self, rollout: Rollout) -> None:
+        """Append the final event of a rollout a previous server run left unfinished."""
+        last_seq = 0
+        async for event in self._replay(rollout.id, 0):
+            last_seq = event.seq
+        self.open(rollout.id, rollout.spec.labels, next_seq=last_seq + 1)
+        self.publish(rollout.id, rollout)
+        await self.flush()
+
+    def publish(self, rollout_id: str, payload: EventPayload) -> RolloutEvent:
+        """Append an event to a live rollout's log; never blocks."""
+        event = self._logs[rollout_id].append(payload)
+        self._pending.append(event)
+        self._published += 1
+        self._flush_needed.set()
+        self._feed.append(event)
+        self._feed_end += 1
+        changed, self._feed_changed = self._feed_changed, asyncio.Event()
+        changed.set()
+        return event
+
+    async def flush(self) -> None:
+        """Wait until every event published so far is in the store."""
+        target = self._published
+        async with self._persisted_changed:
+            await self._persisted_changed.wait_for(lambda: self._persisted >= target)
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._flush_needed.wait()
+            self._flush_needed.clear()
+            batch, self._pending = self._pending, []
+            if batch:
+                try:
+                    await self._store.append_events(batch)
+                except Exception:
+                    log.exception("persisting %d events failed; they stay in memory", len(batch))
+                    self._pending[:0] = batch
+                    await asyncio.sleep(0.5)
+                    self._flush_needed.set()
+                    continue
+                self._evict_finished(batch)
+            async with self._persisted_changed:
+                self._persisted += len(batch)
+                self._persisted_changed.notify_all()
+
+    def _evict_finished(self, batch: list[RolloutEvent]) -> None:
+        for event in batch:
+            if event.is_final:
+                self._logs.pop(event.rollout_id, None)
+
+    def live_log(self, rollout_id: str) -> RolloutLog | None:
+        return self._logs.get(rollout_id)
+
+    async def watch(self, rollout_id: str, after_seq: int) -> AsyncIterator[RolloutEvent]:
+        """One rollout's events after `after_seq`: from memory while live, else the store."""
+        rollout_log = self._logs.get(rollout_id)
+        if rollout_log is not None and rollout_log.first_seq <= after_seq + 1:
+            async for event in rollout_log.follow(after_seq):
+                yield event
+            return
+        async for event in self._replay(rollout_id, after_seq):
+            after_seq = event.seq
+            yield event
+            if event.is_final:
+                return
+        rollout_log = self._logs.get(rollout_id)
+        if rollout_log is not None:
+            async for event in rollout_log.follow(after_seq):
+                yield event
+
+    async def _replay(self, rollout_id: str, after_seq: int) -> AsyncIterator[RolloutEvent]:
+        while True:
+            page = await self._store.events(rollout_id, after_seq=after_seq, limit=_REPLAY_PAGE)
+            for event in page:
+                yield event
+            if len(page) < _REPLAY_PAGE:
+                return
+            after_seq = page[-1].seq
+
+    async def watch_all(self, labels: Mapping[str, str]) -> AsyncIterator[RolloutEvent]:
+        """Every rollout's live events whose labels include `labels`. Runs until cancelled.
+
+        A watcher that falls further behind than the shared feed holds catches up per
+        rollout from the store, so it loses nothing and delays nobody.
+        """
+        wanted = dict(labels).items()
+        cursor = self._feed_end
+        last_seq: dict[str, int] = {}
+        while True:
+            changed = self._feed_changed
+            start = self._feed_end - len(self._feed)
+            if cursor < start:
+                async for event in self._catch_up(last_seq, wanted):
+                    yield event
+                cursor = start
+            for event in list(self._feed)[cursor - start :]:
+                cursor += 1
+                if wanted <= event.labels.items() and event.seq > last_seq.get(event.rollout_id, 0):
+                    last_seq[event.rollout_id] = event.seq
+                    yield event
+            await changed.wait()
+
+    async def _catch_up(
+        self, last_seq: dict[str, int], wanted: ItemsView[str, str]
+    ) -> AsyncIterator[RolloutEvent]:
+        await self.flush()
+        live = [log_ for log_ in self._logs.values() if wanted <= log_.labels.items()]
+        ids = set(last_seq) | {log_.rollout_id for log_ in live}
+        for rollout_id in ids:
+            async for event in self._replay(rollout_id, last_seq.get(rollout_id, 0)):
+                last_seq[rollout_id] = event.seq
+                yield event

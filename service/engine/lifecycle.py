@@ -1,0 +1,302 @@
+"""One rollout's life as an explicit phase machine.
+
+CREATING_SANDBOX -> PREPARING_AGENT -> SETUP -> AGENT -> VERIFYING -> COLLECTING -> TEARDOWN.
+Each phase is timed and traced; a failure is recorded on the result with its kind (never
+raised to the caller); only cancellation propagates, and teardown runs on every path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from opentelemetry import trace
+
+from service.agents.base import Agent, AgentContext, ModelAccess
+from service.config import Settings
+from service.engine.collect import collect_workdir
+from service.engine.output_cap import OutputCap
+from service.engine.validation import resolved_timeouts
+from service.errors import RolloutFailure, SandboxError, UpstreamError
+from service.models import (
+    CommandResult,
+    CommandStage,
+    ErrorKind,
+    EventPayload,
+    Phase,
+    PhaseChanged,
+    Rollout,
+    RolloutError,
+    RolloutSpec,
+    RolloutStatus,
+    Turn,
+)
+from service.sandboxes.base import WORKDIR, Sandbox, SandboxBackend, SandboxRequest
+from service.verifier.commands import run_commands
+from service.verifier.reward import compute_reward
+
+__all__ = ["ModelAttachment", "RolloutRun"]
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer("rollout-service")
+
+_SANDBOX_CREATE_TIMEOUT_S = 600.0
+_TEARDOWN_TIMEOUT_S = 60.0
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ModelAttachment:
+    """How the agent reaches the model, and whether every captured call failed."""
+
+    access: ModelAccess
+    all_failed: Callable[[], bool]
+
+
+AttachModel = Callable[
+    [Sandbox, Callable[[Turn], None]], contextlib.AbstractAsyncContextManager[ModelAttachment]
+]
+"""Opens model access for one sandbox (a proxy route, or direct access) for the agent's life."""
+
+
+class RolloutRun:
+    """Drives one rollout through its phases, publishing every step as an event."""
+
+    def __init__(
+        self,
+        rollout: Rollout,
+        spec: RolloutSpec,
+        *,
+        settings: Settings,
+        backend: SandboxBackend,
+        agent: Agent,
+        attach_model: AttachModel | None,
+        proxy_socket: str | None,
+        publish: Callable[[EventPayload], None],
+    ) -> None:
+        self.rollout = rollout
+        self._spec = spec
+        self._settings = settings
+        self._backend = backend
+        self._agent = agent
+        self._attach_model = attach_model
+        self._proxy_socket = proxy_socket
+        self._publish = publish
+        self._sandbox: Sandbox | None = None
+        self._attachment: ModelAttachment | None = None
+        self._agent_timeout_s, self._command_timeout_s = resolved_timeouts(spec, settings)
+
+    async def execute(self) -> Rollout:
+        """Run every phase; always ends with the sandbox killed and a terminal status."""
+        started = time.monotonic()
+        self.rollout.status = RolloutStatus.RUNNING
+        self.rollout.start_time = datetime.now(UTC)
+        with tracer.start_as_current_span("rollout", attributes=self._span_attributes()):
+            try:
+                await self._phases()
+            except RolloutFailure as failure:
+                self._fail(failure.kind, str(failure))
+            except asyncio.CancelledError:
+                self._fail(ErrorKind.CANCELLED, "cancelled")
+                # The rollout owns this task: having recorded the cancel, it finishes normally.
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+            except Exception as exc:
+                log.exception("rollout %s crashed", self.rollout.id)
+                self._fail(ErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}")
+            finally:
+                await self._teardown()
+            self.rollout.result.timings.total_s = time.monotonic() - started
+            self._finish()
+        return self.rollout
+
+    async def _phases(self) -> None:
+        self._sandbox = await self._phase(Phase.CREATING_SANDBOX, self._create_sandbox())
+        sandbox = self._sandbox
+        async with contextlib.AsyncExitStack() as stack:
+            context = await self._phase(Phase.PREPARING_AGENT, self._prepare_agent(sandbox, stack))
+            if not await self._phase(Phase.SETUP, self._setup(sandbox)):
+                return
+            await self._phase(Phase.AGENT, self._run_agent(sandbox, context))
+            await self._phase(Phase.VERIFYING, self._verify(sandbox))
+            await self._phase(Phase.COLLECTING, self._collect(sandbox))
+
+    async def _phase(self, phase: Phase, work: Awaitable[T]) -> T:
+        self._enter(phase)
+        began = time.monotonic()
+        try:
+            with tracer.start_as_current_span(f"phase.{phase.value}"):
+                return await work
+        finally:
+            setattr(self.rollout.result.timings, f"{phase.value}_s", time.monotonic() - began)
+
+    def _enter(self, phase: Phase, message: str = "") -> None:
+        self.rollout.phase = phase
+        self._publish(PhaseChanged(phase=phase, status=self.rollout.status, message=message))
+
+    async def _create_sandbox(self) -> Sandbox:
+        request = SandboxRequest(
+            rollout_id=self.rollout.id,
+            spec=self._spec.sandbox,
+            lifetime_s=self._lifetime_s(),
+            proxy_socket=self._proxy_socket,
+        )
+        try:
+            sandbox = await asyncio.wait_for(
+                self._backend.create(request), _SANDBOX_CREATE_TIMEOUT_S
+            )
+        except TimeoutError as exc:
+            raise SandboxError(
+                f"sandbox not created within {_SANDBOX_CREATE_TIMEOUT_S:g}s"
+            ) from exc
+        self.rollout.result.sandbox_id = sandbox.id
+        return sandbox
+
+    def _lifetime_s(self) -> float:
+        commands = len(self._spec.task.setup) + len(self._spec.task.verify)
+        return self._agent_timeout_s + commands * self._command_timeout_s
+
+    async def _prepare_agent(
+        self, sandbox: Sandbox, stack: contextlib.AsyncExitStack
+    ) -> AgentContext:
+        model: ModelAccess | None = None
+        if self._attach_model is not None:
+            self._attachment = await stack.enter_async_context(
+                self._attach_model(sandbox, self._on_turn)
+            )
+            model = self._attachment.access
+        context = AgentContext(
+            rollout_id=self.rollout.id,
+            instruction=self._spec.task.instruction,
+            command=self._spec.agent.command,
+            options=self._spec.agent.options,
+            timeout_s=self._agent_timeout_s,
+            model=model,
+        )
+        await self._agent.prepare(sandbox, context)
+        return context
+
+    def _on_turn(self, turn: Turn) -> None:
+        self.rollout.result.turns.append(turn)
+        self._publish(turn)
+
+    async def _setup(self, sandbox: Sandbox) -> bool:
+        files = {f"{WORKDIR}/{path}": data for path, data in self._spec.task.files.items()}
+        if files:
+            await sandbox.write_files(files)
+        results = await self._commands(sandbox, self._spec.task.setup, CommandStage.SETUP)
+        self.rollout.result.setup_results = results
+        failed = next((r for r in results if not r.passed), None)
+        if failed is not None:
+            detail = "timed out" if failed.timed_out else f"exit {failed.exit_code}"
+            self._fail(ErrorKind.SETUP, f"setup[{failed.index}] failed ({detail})")
+            return False
+        return True
+
+    async def _commands(
+        self, sandbox: Sandbox, commands: tuple[str, ...], stage: CommandStage
+    ) -> list[CommandResult]:
+        def on_result(result: CommandResult) -> None:
+            span = trace.get_current_span()
+            span.add_event(
+                f"{stage.value}.command",
+                {
+                    "index": result.index,
+                    "exit_code": result.exit_code,
+                    "timed_out": result.timed_out,
+                },
+            )
+            self._publish(result)
+
+        return await run_commands(
+            sandbox,
+            commands,
+            stage=stage,
+            timeout_s=self._command_timeout_s,
+            on_result=on_result,
+            stop_on_failure=stage is CommandStage.SETUP,
+        )
+
+    async def _run_agent(self, sandbox: Sandbox, context: AgentContext) -> None:
+        cap = OutputCap(
+            self._publish,
+            limit_bytes=self._settings.agent_output_event_bytes,
+            tail_bytes=self._settings.agent_log_tail_bytes,
+        )
+        outcome = await self._agent.run(sandbox, context, cap)
+        result = self.rollout.result
+        result.agent_exit_code = outcome.exit_code
+        result.agent_log_tail = (outcome.log_tail or cap.tail())[
+            -self._settings.agent_log_tail_bytes :
+        ]
+        if self._attachment is not None and self._attachment.all_failed():
+            raise UpstreamError("every model call failed upstream; see the turns' upstream_error")
+        if outcome.timed_out:
+            self.rollout.status = RolloutStatus.TIMED_OUT
+            self._record(ErrorKind.AGENT_TIMEOUT, f"agent killed at {self._agent_timeout_s:g}s")
+
+    async def _verify(self, sandbox: Sandbox) -> None:
+        files = {f"{WORKDIR}/{path}": data for path, data in self._spec.task.verifier_files.items()}
+        if files:
+            await sandbox.write_files(files)
+        results = await self._commands(sandbox, self._spec.task.verify, CommandStage.VERIFY)
+        self.rollout.result.verify_results = results
+        reward = await compute_reward(sandbox, results)
+        self.rollout.result.reward = reward.value
+        self.rollout.result.metrics = reward.metrics
+
+    async def _collect(self, sandbox: Sandbox) -> None:
+        collected = await collect_workdir(
+            sandbox, self._settings, exclude=set(self._spec.task.verifier_files)
+        )
+        self.rollout.result.files = collected.files
+        self.rollout.result.files_omitted = collected.omitted
+
+    async def _teardown(self) -> None:
+        self._enter(Phase.TEARDOWN)
+        began = time.monotonic()
+        if self._sandbox is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(asyncio.wait_for(self._sandbox.kill(), _TEARDOWN_TIMEOUT_S))
+        self.rollout.result.timings.teardown_s = time.monotonic() - began
+
+    def _record(self, kind: ErrorKind, message: str) -> None:
+        if self.rollout.result.error is None:
+            self.rollout.result.error = RolloutError(kind=kind, message=message)
+
+    def _fail(self, kind: ErrorKind, message: str) -> None:
+        if kind is ErrorKind.CANCELLED:
+            self.rollout.result.error = RolloutError(kind=kind, message=message)
+            self.rollout.status = RolloutStatus.CANCELLED
+            return
+        self._record(kind, message)
+        # A timed-out agent stays TIMED_OUT even if its partial work cannot be scored.
+        if self.rollout.status is not RolloutStatus.TIMED_OUT or kind is not ErrorKind.VERIFIER:
+            self.rollout.status = RolloutStatus.FAILED
+
+    def _finish(self) -> None:
+        if self.rollout.status is RolloutStatus.RUNNING:
+            self.rollout.status = RolloutStatus.SUCCEEDED
+        self.rollout.phase = Phase.DONE
+        self.rollout.finish_time = datetime.now(UTC)
+        span = trace.get_current_span()
+        span.set_attribute("rollout.status", self.rollout.status.value)
+        if self.rollout.result.reward is not None:
+            span.set_attribute("rollout.reward", self.rollout.result.reward)
+
+    def _span_attributes(self) -> dict[str, str]:
+        return {
+            "rollout.id": self.rollout.id,
+            "rollout.task_id": self._spec.task_id,
+            "rollout.agent": self._spec.agent.name,
+            "rollout.backend": self._spec.sandbox.backend or self._settings.default_backend,
+        }

@@ -1,0 +1,244 @@
+"""The rollout manager: admission, capacity, idempotency, cancellation, restart and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from service.config import Settings
+from service.engine.events import EventHub
+from service.engine.lifecycle import RolloutRun
+from service.engine.model_access import ModelRouter
+from service.engine.validation import validate_spec
+from service.errors import (
+    CapacityError,
+    FieldViolation,
+    NotFoundError,
+    ShuttingDownError,
+    SpecError,
+)
+from service.models import (
+    ErrorKind,
+    Phase,
+    PhaseChanged,
+    Rollout,
+    RolloutError,
+    RolloutSpec,
+    RolloutStatus,
+)
+from service.registry import MissingDependencyError, load_agent, load_backend
+from service.sandboxes.base import SandboxBackend
+from service.agents.base import Agent
+from service.store.base import RolloutPage, RolloutStore
+
+__all__ = ["RolloutManager"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Live:
+    rollout: Rollout
+    task: asyncio.Task[None] | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel_reason: str = ""
+
+
+class RolloutManager:
+    """Owns every live rollout of this server."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: RolloutStore,
+        hub: EventHub,
+        models: ModelRouter,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._hub = hub
+        self._models = models
+        self._live: dict[str, _Live] = {}
+        self._slots = asyncio.Semaphore(settings.max_running)
+        self._admission = asyncio.Lock()
+        self._backends: dict[str, SandboxBackend] = {}
+        self._agents: dict[str, Agent] = {}
+        self._accepting = True
+
+    def backend(self, name: str) -> SandboxBackend:
+        """The backend called `name`, built once."""
+        if name not in self._backends:
+            try:
+                self._backends[name] = load_backend(name, self._settings)
+            except MissingDependencyError as exc:
+                raise SpecError([FieldViolation("spec.sandbox.backend", str(exc))]) from exc
+        return self._backends[name]
+
+    def _agent(self, name: str) -> Agent:
+        if name not in self._agents:
+            try:
+                self._agents[name] = load_agent(name, self._settings)
+            except MissingDependencyError as exc:
+                raise SpecError([FieldViolation("spec.agent.name", str(exc))]) from exc
+        return self._agents[name]
+
+    async def recover(self) -> int:
+        """Fail rollouts a previous run left in flight, and kill sandboxes nobody owns."""
+        interrupted = await self._store.non_terminal()
+        for rollout in interrupted:
+            rollout.status = RolloutStatus.FAILED
+            rollout.phase = Phase.DONE
+            rollout.finish_time = datetime.now(UTC)
+            rollout.result.error = RolloutError(
+                kind=ErrorKind.INTERNAL, message="interrupted by restart"
+            )
+            await self._store.save(rollout)
+            await self._hub.close_interrupted(rollout)
+        for backend in self._backends.values():
+            swept = await backend.sweep_orphans(set(self._live))
+            if swept:
+                log.info("killed %d orphaned %s sandboxes", swept, backend.name)
+        return len(interrupted)
+
+    async def submit(self, spec: RolloutSpec) -> Rollout:
+        """Admit a rollout and start it in the background; idempotent on request_id."""
+        if not self._accepting:
+            raise ShuttingDownError("the server is shutting down")
+        validate_spec(spec, self._settings)
+        backend = self.backend(spec.sandbox.backend or self._settings.default_backend)
+        backend.check_ready()
+        agent = self._agent(spec.agent.name)
+        upstream = self._models.resolve(spec, required=agent.requires_model)
+        async with self._admission:
+            existing = await self._existing(spec.request_id)
+            if existing is not None:
+                return existing
+            if len(self._live) >= self._settings.max_running + self._settings.max_queued:
+                raise CapacityError(
+                    f"{len(self._live)} rollouts running or queued; the limit is "
+                    f"{self._settings.max_running} running + {self._settings.max_queued} queued"
+                )
+            rollout = Rollout(
+                id=uuid.uuid4().hex, spec=spec.redacted(), create_time=datetime.now(UTC)
+            )
+            stored = await self._store.insert(rollout)
+            if stored.id != rollout.id:
+                return stored
+            live = _Live(rollout)
+            self._live[rollout.id] = live
+            self._hub.open(rollout.id, spec.labels)
+            self._hub.publish(rollout.id, PhaseChanged(phase=Phase.QUEUED, status=rollout.status))
+            run = RolloutRun(
+                rollout,
+                spec,
+                settings=self._settings,
+                backend=backend,
+                agent=agent,
+                attach_model=self._models.attacher(rollout.id, spec, upstream),
+                proxy_socket=self._models.proxy_socket(spec, upstream, backend),
+                publish=lambda payload: self._hub.publish(rollout.id, payload),
+            )
+            live.task = asyncio.create_task(self._drive(live, run), name=f"rollout-{rollout.id}")
+        return rollout
+
+    async def _existing(self, request_id: str) -> Rollout | None:
+        if not request_id:
+            return None
+        for live in self._live.values():
+            if live.rollout.spec.request_id == request_id:
+                return live.rollout
+        return await self._store.find_by_request_id(request_id)
+
+    async def _drive(self, live: _Live, run: RolloutRun) -> None:
+        rollout = live.rollout
+        queued_at = time.monotonic()
+        try:
+            async with self._slots:
+                rollout.result.timings.queued_s = time.monotonic() - queued_at
+                await run.execute()
+        except asyncio.CancelledError:
+            rollout.status = RolloutStatus.CANCELLED
+            rollout.phase = Phase.DONE
+            rollout.finish_time = datetime.now(UTC)
+            rollout.result.error = RolloutError(kind=ErrorKind.CANCELLED, message="cancelled")
+        finally:
+            if live.cancel_reason and rollout.status is RolloutStatus.CANCELLED:
+                rollout.result.error = RolloutError(
+                    kind=ErrorKind.CANCELLED, message=f"cancelled: {live.cancel_reason}"
+                )
+            self._hub.publish(rollout.id, rollout.model_copy(deep=True))
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._store.save(rollout))
+            self._live.pop(rollout.id, None)
+            live.done.set()
+
+    async def run(self, spec: RolloutSpec) -> Rollout:
+        """Submit and wait for the terminal status; cancelling the wait cancels the rollout."""
+        rollout = await self.submit(spec)
+        live = self._live.get(rollout.id)
+        if live is None:
+            return await self.get(rollout.id)
+        try:
+            await live.done.wait()
+        except asyncio.CancelledError:
+            await asyncio.shield(self.cancel(rollout.id, "the RunRollout call was cancelled"))
+            raise
+        return live.rollout
+
+    async def cancel(self, rollout_id: str, reason: str = "") -> Rollout:
+        """Cancel a live rollout and wait for its teardown; a terminal one is returned as is."""
+        live = self._live.get(rollout_id)
+        if live is None:
+            return await self.get(rollout_id)
+        if live.task is not None and not live.task.done():
+            live.cancel_reason = reason or "cancelled by request"
+            live.task.cancel()
+        await live.done.wait()
+        return live.rollout
+
+    async def get(self, rollout_id: str) -> Rollout:
+        live = self._live.get(rollout_id)
+        if live is not None:
+            return live.rollout
+        rollout = await self._store.get(rollout_id)
+        if rollout is None:
+            raise NotFoundError(f"no rollout {rollout_id!r}")
+        return rollout
+
+    async def list(
+        self,
+        *,
+        labels: Mapping[str, str],
+        statuses: Sequence[RolloutStatus],
+        page_size: int,
+        page_token: str,
+    ) -> RolloutPage:
+        rollouts, token = await self._store.list(
+            labels=labels, statuses=statuses, page_size=page_size, page_token=page_token
+        )
+        return [self._fresh(rollout) for rollout in rollouts], token
+
+    def _fresh(self, rollout: Rollout) -> Rollout:
+        live = self._live.get(rollout.id)
+        return live.rollout if live is not None else rollout
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Stop admitting, let rollouts finish for `grace_s`, cancel the rest, kill all sandboxes."""
+        self._accepting = False
+        tasks = [live.task for live in self._live.values() if live.task is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace_s)
+            for live in list(self._live.values()):
+                live.cancel_reason = "server shutting down"
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        for backend in self._backends.values():
+            with contextlib.suppress(Exception):
+                await backend.close()
