@@ -1,0 +1,120 @@
+"""Bad input is INVALID_ARGUMENT naming the offending field (google.rpc BadRequest details)."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from rollout.v1 import rollout_pb2 as pb
+from rollout.v1 import rollout_pb2_grpc as pb_grpc
+from tests.e2e.specs import command_spec
+
+pytestmark = pytest.mark.e2e
+
+
+def _violations(error: grpc.aio.AioRpcError) -> list[str]:
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    assert status is not None, "no rich status details"
+    fields = []
+    for detail in status.details:
+        bad_request = error_details_pb2.BadRequest()
+        if detail.Unpack(bad_request):
+            fields += [v.field for v in bad_request.field_violations]
+    return fields
+
+
+def _no_instruction() -> pb.RolloutSpec:
+    spec = command_spec()
+    spec.task.instruction = ""
+    return spec
+
+
+def _negative_timeout() -> pb.RolloutSpec:
+    spec = command_spec()
+    spec.agent_timeout.seconds = -5
+    return spec
+
+
+def _absurd_timeout() -> pb.RolloutSpec:
+    spec = command_spec()
+    spec.agent_timeout.seconds = 10**9
+    return spec
+
+
+def _oversized_instruction() -> pb.RolloutSpec:
+    spec = command_spec()
+    spec.task.instruction = "x" * (2 * 1024 * 1024)
+    return spec
+
+
+def _escaping_file() -> pb.RolloutSpec:
+    spec = command_spec()
+    spec.task.files["../../etc/passwd"] = b"x"
+    return spec
+
+
+CASES = {
+    "no instruction": (_no_instruction, "spec.task.instruction"),
+    "negative timeout": (_negative_timeout, "spec.agent_timeout"),
+    "absurd timeout": (_absurd_timeout, "spec.agent_timeout"),
+    "unknown agent": (lambda: command_spec(agent={"name": "nope"}), "spec.agent.name"),
+    "no command": (lambda: command_spec(agent={"command": ""}), "spec.agent.command"),
+    "unknown backend": (lambda: command_spec(sandbox={"backend": "vm"}), "spec.sandbox.backend"),
+    "oversized instruction": (_oversized_instruction, "spec.task.instruction"),
+    "escaping file path": (_escaping_file, "spec.task.files['../../etc/passwd']"),
+    "opencode without endpoint": (
+        lambda: command_spec(agent={"name": "opencode", "command": ""}),
+        "spec.endpoint",
+    ),
+    "unknown endpoint kind": (
+        lambda: command_spec(endpoint={"kind": "moon"}),
+        "spec.endpoint.kind",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+async def test_bad_spec_is_invalid_argument(stub: pb_grpc.RolloutServiceStub, case: str) -> None:
+    build, field = CASES[case]
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.StartRollout(pb.StartRolloutRequest(spec=build()))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field in _violations(caught.value), caught.value.details()
+
+
+async def test_every_violation_is_reported_at_once(stub: pb_grpc.RolloutServiceStub) -> None:
+    spec = _no_instruction()
+    spec.agent.name = "nope"
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.RunRollout(pb.RunRolloutRequest(spec=spec))
+    assert {"spec.task.instruction", "spec.agent.name"} <= set(_violations(caught.value))
+
+
+async def test_unknown_rollout_is_not_found(stub: pb_grpc.RolloutServiceStub) -> None:
+    for call in (
+        stub.GetRollout(pb.GetRolloutRequest(rollout_id="nope")),
+        stub.CancelRollout(pb.CancelRolloutRequest(rollout_id="nope")),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await call
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for _ in stub.WatchRollout(pb.WatchRolloutRequest(rollout_id="nope")):
+            pass
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_missing_rollout_id_is_invalid_argument(stub: pb_grpc.RolloutServiceStub) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.GetRollout(pb.GetRolloutRequest())
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert _violations(caught.value) == ["rollout_id"]
+
+
+async def test_bad_page_token_is_invalid_argument(stub: pb_grpc.RolloutServiceStub) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.ListRollouts(pb.ListRolloutsRequest(page_token="!!garbage!!"))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "page_token" in _violations(caught.value)

@@ -1,0 +1,83 @@
+"""A real rollout-service server in a subprocess, on a loopback port, for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+__all__ = ["ServerProcess"]
+
+_LISTENING = re.compile(r"listening on (\S+)")
+_START_TIMEOUT_S = 30.0
+
+
+class ServerProcess:
+    """Starts `python -m service.server`, learns its port, and keeps its output for assertions."""
+
+    def __init__(self, state_dir: Path, env: Mapping[str, str] | None = None) -> None:
+        self.state_dir = state_dir
+        self.env = {**os.environ, "ROLLOUT_STATE_DIR": str(state_dir), **(env or {})}
+        self.target = ""
+        self.output: list[str] = []
+        self._process: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+
+    def start(self) -> str:
+        self.env.setdefault("ROLLOUT_LISTEN", "127.0.0.1:0")
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "service.server"],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        started = threading.Event()
+        self._reader = threading.Thread(target=self._read, args=(started,), daemon=True)
+        self._reader.start()
+        if not started.wait(_START_TIMEOUT_S) or not self.target:
+            self.stop()
+            raise RuntimeError("server did not start:\n" + "".join(self.output))
+        return self.target
+
+    def _read(self, started: threading.Event) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        for line in self._process.stdout:
+            self.output.append(line)
+            match = _LISTENING.search(line)
+            if match and not self.target:
+                self.target = match.group(1)
+                started.set()
+        started.set()
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None
+        return self._process.pid
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 60.0) -> int:
+        """Signal the server and wait for it; returns its exit code."""
+        if self._process is None:
+            return 0
+        if self._process.poll() is None:
+            self._process.send_signal(sig)
+        try:
+            code = self._process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            code = self._process.wait()
+        if self._reader is not None:
+            self._reader.join(5)
+        self._process = None
+        return code
+
+    def text(self) -> str:
+        """Everything the server printed so far (logs and, if enabled, spans)."""
+        time.sleep(0)
+        return "".join(self.output)
