@@ -1,0 +1,73 @@
+"""The SQLite schema, versioned with `PRAGMA user_version` and migrated forward on open.
+
+Each entry of MIGRATIONS takes the database from version i to i + 1; a database newer than
+this code is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        # Times are ISO text (exact round trip, offset kept); create_us orders and pages.
+        # request_id is NULL when unset: NULLs never collide in a UNIQUE index.
+        """CREATE TABLE rollouts (
+            id TEXT PRIMARY KEY,
+            request_id TEXT UNIQUE,
+            status TEXT NOT NULL,
+            phase TEXT NOT NULL,
+            create_us INTEGER NOT NULL,
+            create_time TEXT NOT NULL,
+            start_time TEXT,
+            finish_time TEXT,
+            spec TEXT NOT NULL,
+            result TEXT NOT NULL
+        )""",
+        "CREATE INDEX rollouts_by_time ON rollouts (create_us DESC, id DESC)",
+        "CREATE INDEX rollouts_by_status ON rollouts (status, create_us DESC, id DESC)",
+        # One row per label, keyed in list order (create_us copied in): a label filter reads
+        # one index range newest first and stops at the page's end.
+        """CREATE TABLE rollout_labels (
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            create_us INTEGER NOT NULL,
+            rollout_id TEXT NOT NULL REFERENCES rollouts (id) ON DELETE CASCADE,
+            PRIMARY KEY (key, value, create_us, rollout_id)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX rollout_labels_by_rollout ON rollout_labels (rollout_id)",
+        # kind is the payload's type name: JSON alone cannot tell the payload types apart.
+        """CREATE TABLE events (
+            rollout_id TEXT NOT NULL REFERENCES rollouts (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            time TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            PRIMARY KEY (rollout_id, seq)
+        )""",
+    ),
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring the database at `conn` (in autocommit mode) to SCHEMA_VERSION, atomically."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"database schema version {version} is newer than this server's "
+                f"({SCHEMA_VERSION}); upgrade the server or use another database file"
+            )
+        for statements in MIGRATIONS[version:]:
+            for statement in statements:
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

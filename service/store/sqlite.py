@@ -1,0 +1,292 @@
+"""`SqliteStore`: the embedded `RolloutStore`, one SQLite file in WAL mode.
+
+sqlite3 blocks, so every statement runs on one dedicated worker thread that owns the only
+connection: the event loop never waits on the disk, and access is serialized without locks.
+Uniqueness (rollout id, request_id, event seq) is enforced by the schema, so it also holds
+for several processes sharing the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import functools
+import sqlite3
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from service.errors import FieldViolation, NotFoundError, SpecError
+from service.models import TERMINAL_STATUSES, Rollout, RolloutEvent, RolloutStatus
+from service.store.base import RolloutPage
+from service.store.codec import decode_page_token, encode_page_token
+from service.store.listing import page_query
+from service.store.rows import (
+    ROLLOUT_COLUMNS,
+    decode_event,
+    decode_rollout,
+    encode_event,
+    encode_insert,
+    encode_labels,
+    encode_save,
+    redacted,
+)
+from service.store.schema import migrate
+
+__all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "SqliteStore"]
+
+DEFAULT_PAGE_SIZE = 50
+"""Rollouts per page when the caller asks for 0."""
+MAX_PAGE_SIZE = 1000
+"""Larger page sizes are lowered to this."""
+
+_BUSY_TIMEOUT_S = 10.0
+"""How long a write waits for another process holding the file's write lock."""
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class SqliteStore:
+    """Rollouts and their events in the SQLite file at `path` (created, with its folder)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None
+
+    async def open(self) -> None:
+        """Open (or create) the database and migrate its schema to this code's version."""
+        if self._executor is not None:
+            raise RuntimeError(f"store {self.path} is already open")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
+        try:
+            self._conn = await self._submit(_connect, self.path)
+        except BaseException:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+            raise
+
+    async def close(self) -> None:
+        """Close the database after every statement already submitted has run."""
+        executor, conn = self._executor, self._conn
+        if executor is None:
+            return
+        self._executor = None
+        self._conn = None
+        try:
+            if conn is not None:
+                await asyncio.get_running_loop().run_in_executor(executor, conn.close)
+        finally:
+            executor.shutdown(wait=False)
+
+    async def __aenter__(self) -> SqliteStore:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def insert(self, rollout: Rollout) -> Rollout:
+        """Insert a new rollout; if its request_id (or id) is taken, return that rollout instead."""
+        stored = redacted(rollout)
+        existing = await self._run(_insert, encode_insert(stored), encode_labels(stored))
+        return stored if existing is None else existing
+
+    async def save(self, rollout: Rollout) -> None:
+        """Overwrite an existing rollout's status, phase, result and times (never its spec)."""
+        if not await self._run(_save, encode_save(rollout)):
+            raise NotFoundError(f"no rollout {rollout.id!r} to save")
+
+    async def get(self, rollout_id: str) -> Rollout | None:
+        return await self._run(_get, "id", rollout_id)
+
+    async def find_by_request_id(self, request_id: str) -> Rollout | None:
+        """The rollout inserted with this (non-empty) request_id, if any."""
+        return await self._run(_get, "request_id", request_id) if request_id else None
+
+    async def list(
+        self,
+        *,
+        labels: Mapping[str, str],
+        statuses: Sequence[RolloutStatus],
+        page_size: int,
+        page_token: str,
+    ) -> RolloutPage:
+        """Rollouts newest first; raises SpecError naming "page_size" or "page_token"."""
+        if page_size < 0:
+            raise SpecError([FieldViolation("page_size", "must not be negative")])
+        size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        after = decode_page_token(page_token) if page_token else None
+        status_values = [RolloutStatus(status).value for status in statuses]
+        return await self._run(_list, dict(labels), status_values, size, after)
+
+    async def non_terminal(self) -> builtins.list[Rollout]:
+        """Rollouts not in a terminal status, oldest first."""
+        return await self._run(_non_terminal)
+
+    async def append_events(self, events: Sequence[RolloutEvent]) -> None:
+        """Append events (seq already assigned) in one transaction: all of them or none."""
+        if events:
+            await self._run(_append_events, [encode_event(event) for event in events])
+
+    async def events(
+        self, rollout_id: str, *, after_seq: int, limit: int
+    ) -> builtins.list[RolloutEvent]:
+        """Up to `limit` events of one rollout with seq > after_seq, in order."""
+        return await self._run(_events, rollout_id, after_seq, max(limit, 0))
+
+    async def _run(
+        self, fn: Callable[Concatenate[sqlite3.Connection, P], T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        if self._conn is None:
+            raise RuntimeError(f"store {self.path} is not open")
+        return await self._submit(fn, self._conn, *args, **kwargs)
+
+    async def _submit(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        assert self._executor is not None
+        call = functools.partial(fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Autocommit mode: transactions are explicit (`_write`), reads are single statements.
+    conn = sqlite3.connect(path, isolation_level=None, timeout=_BUSY_TIMEOUT_S)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        # In WAL mode NORMAL survives a crash of this process; only power loss may drop the
+        # last commits, a fair price for not syncing on every event.
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+@contextmanager
+def _write(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction, taking the file's write lock up front (no upgrade deadlocks)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _insert(
+    conn: sqlite3.Connection, values: tuple[Any, ...], labels: list[tuple[Any, ...]]
+) -> Rollout | None:
+    """Insert the row; None when it was new, else the rollout already holding its keys."""
+    rollout_id, request_id = values[0], values[1]
+    with _write(conn):
+        inserted = conn.execute(
+            "INSERT INTO rollouts (id, request_id, status, phase, create_us, create_time,"
+            " start_time, finish_time, spec, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
+            values,
+        ).rowcount
+        if inserted:
+            conn.executemany(
+                "INSERT INTO rollout_labels (key, value, create_us, rollout_id)"
+                " VALUES (?, ?, ?, ?)",
+                labels,
+            )
+            return None
+        # The conflict was on request_id, or else on the id itself.
+        row = request_id and _select_one(conn, "request_id", request_id)
+        row = row or _select_one(conn, "id", rollout_id)
+    return decode_rollout(row)
+
+
+def _select_one(conn: sqlite3.Connection, column: str, value: str) -> Any:
+    query = f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE {column} = ?"
+    return conn.execute(query, (value,)).fetchone()
+
+
+def _save(conn: sqlite3.Connection, values: tuple[Any, ...]) -> bool:
+    cursor = conn.execute(
+        "UPDATE rollouts SET status = ?, phase = ?, start_time = ?, finish_time = ?, result = ?"
+        " WHERE id = ?",
+        values,
+    )
+    return cursor.rowcount == 1
+
+
+def _get(conn: sqlite3.Connection, column: str, value: str) -> Rollout | None:
+    row = _select_one(conn, column, value)
+    return None if row is None else decode_rollout(row)
+
+
+def _list(
+    conn: sqlite3.Connection,
+    labels: dict[str, str],
+    statuses: list[str],
+    size: int,
+    after: tuple[int, str] | None,
+) -> RolloutPage:
+    query, params = page_query(labels, statuses, after, size + 1)
+    keys = conn.execute(query, params).fetchall()
+    ids = [rollout_id for _, rollout_id in keys[:size]]
+    rows = conn.execute(
+        f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE id IN ({', '.join('?' * len(ids))})", ids
+    ).fetchall()
+    by_id = {row[0]: row for row in rows}
+    page = [decode_rollout(by_id[rollout_id]) for rollout_id in ids]
+    token = encode_page_token(*keys[size - 1]) if len(keys) > size else ""
+    return page, token
+
+
+def _non_terminal(conn: sqlite3.Connection) -> list[Rollout]:
+    # Named (not NOT IN terminal) so the status index finds the few among many.
+    live = [status.value for status in RolloutStatus if status not in TERMINAL_STATUSES]
+    rows = conn.execute(
+        f"SELECT {ROLLOUT_COLUMNS} FROM rollouts"
+        f" WHERE status IN ({', '.join('?' * len(live))}) ORDER BY create_us, id",
+        live,
+    ).fetchall()
+    return [decode_rollout(row) for row in rows]
+
+
+def _append_events(conn: sqlite3.Connection, rows: list[tuple[str, int, str, str, str]]) -> None:
+    try:
+        with _write(conn):
+            conn.executemany(
+                "INSERT INTO events (rollout_id, seq, time, kind, payload) VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+    except sqlite3.IntegrityError as exc:
+        if exc.sqlite_errorname == "SQLITE_CONSTRAINT_FOREIGNKEY":
+            ids = sorted({row[0] for row in rows})
+            raise NotFoundError(f"events for unknown rollouts among {ids}") from exc
+        raise ValueError(f"an event's (rollout_id, seq) is already stored: {exc}") from exc
+
+
+def _events(
+    conn: sqlite3.Connection, rollout_id: str, after_seq: int, limit: int
+) -> list[RolloutEvent]:
+    rows = conn.execute(
+        "SELECT seq, time, kind, payload FROM events WHERE rollout_id = ? AND seq > ?"
+        " ORDER BY seq LIMIT ?",
+        (rollout_id, after_seq, limit),
+    ).fetchall()
+    if not rows:
+        return []
+    labels = dict(
+        conn.execute(
+            "SELECT key, value FROM rollout_labels WHERE rollout_id = ?", (rollout_id,)
+        ).fetchall()
+    )
+    return [decode_event(rollout_id, row, labels) for row in rows]
