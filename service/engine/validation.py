@@ -30,6 +30,7 @@ def validate_spec(spec: RolloutSpec, settings: Settings) -> None:
         *_sandbox(spec),
         *_timeouts(spec, settings),
         *_bookkeeping(spec),
+        *_size(spec, settings),
     ]
     if violations:
         raise SpecError(violations)
@@ -104,6 +105,14 @@ def _timeouts(spec: RolloutSpec, settings: Settings) -> Iterator[FieldViolation]
             yield FieldViolation(field, "must be positive")
         elif value > maximum:
             yield FieldViolation(field, f"must be at most {maximum:g} seconds")
+
+
+def _size(spec: RolloutSpec, settings: Settings) -> Iterator[FieldViolation]:
+    task = spec.task
+    total = sum(len(data) for data in (*task.files.values(), *task.verifier_files.values()))
+    total += sum(len(command) for command in (*task.setup, *task.verify)) + len(task.instruction)
+    if total > settings.max_spec_bytes:
+        yield FieldViolation("spec.task", f"{total} bytes exceeds {settings.max_spec_bytes}")
 
 
 def _bookkeeping(spec: RolloutSpec) -> Iterator[FieldViolation]:

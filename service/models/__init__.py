@@ -4,7 +4,13 @@ Protobuf classes stay at the gRPC edge (`service.api.convert`); everything
 inside the service speaks these types.
 """
 
-from service.models.events import AgentOutput, AgentOutputKind, EventPayload, PhaseChanged, RolloutEvent
+from service.models.events import (
+    AgentOutput,
+    AgentOutputKind,
+    EventPayload,
+    PhaseChanged,
+    RolloutEvent,
+)
 from service.models.rollout import (
     TERMINAL_STATUSES,
     CommandResult,

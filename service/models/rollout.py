@@ -23,7 +23,12 @@ class RolloutStatus(StrEnum):
 
 
 TERMINAL_STATUSES = frozenset(
-    {RolloutStatus.SUCCEEDED, RolloutStatus.FAILED, RolloutStatus.CANCELLED, RolloutStatus.TIMED_OUT}
+    {
+        RolloutStatus.SUCCEEDED,
+        RolloutStatus.FAILED,
+        RolloutStatus.CANCELLED,
+        RolloutStatus.TIMED_OUT,
+    }
 )
 
 

@@ -136,4 +136,6 @@ class RolloutSpec(_Model):
 
     def redacted(self) -> RolloutSpec:
         """This spec with every secret cleared: the only form that is stored or returned."""
-        return self.model_copy(update={"endpoint": self.endpoint.model_copy(update={"api_key": ""})})
+        return self.model_copy(
+            update={"endpoint": self.endpoint.model_copy(update={"api_key": ""})}
+        )
