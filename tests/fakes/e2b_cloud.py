@@ -1,0 +1,215 @@
+"""A fake of the E2B cloud on one loopback port, for the real `e2b` SDK.
+
+The control-plane REST API (`POST/GET /v2/sandboxes`, `DELETE /sandboxes/{id}`, JSON as the
+SDK's generated client reads it) and, behind the same port, every sandbox's envd
+(`tests.fakes.envd`), routed by the `E2b-Sandbox-Id` header as E2B's sandbox proxy does.
+A request for a sandbox that is gone gets the proxy's 502 "... was not found".
+
+Point the SDK at it with `environment()` (`E2B_API_URL` and `E2B_SANDBOX_URL`; not debug
+mode, which skips create/kill and would test nothing). Faults: `fail_creates` (statuses or
+"reset"), `hold_creates`, `vanish` (a sandbox dies mid-command).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+from tests.fakes.envd import ENVD_VERSION, FakeSandbox, serve_envd
+from tests.fakes.http1 import Http1Server, HttpRequest, HttpResponse
+
+__all__ = ["FakeE2B", "SandboxRecord"]
+
+_DEFAULT_TIMEOUT_S = 300
+
+
+@dataclass
+class SandboxRecord:
+    """What the control plane knows of one sandbox."""
+
+    sandbox: FakeSandbox
+    template: str
+    metadata: dict[str, str]
+    timeout_s: int
+    allow_internet_access: bool | None
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    expiry: asyncio.TimerHandle | None = None
+
+    def listed(self) -> dict[str, Any]:
+        return {
+            "templateID": self.template,
+            "sandboxID": self.sandbox.id,
+            "clientID": "fake",
+            "startedAt": self.started_at.isoformat(),
+            "endAt": (self.started_at + timedelta(seconds=self.timeout_s)).isoformat(),
+            "cpuCount": 2,
+            "memoryMB": 512,
+            "diskSizeMB": 1024,
+            "state": "running",
+            "envdVersion": ENVD_VERSION,
+            "metadata": self.metadata,
+        }
+
+
+class FakeE2B:
+    """The E2B API and sandboxes; sandboxes' files live under `root`."""
+
+    def __init__(self, root: Path, api_key: str = "e2b_fake_key") -> None:
+        self.root = root
+        self.api_key = api_key
+        self.records: dict[str, SandboxRecord] = {}
+        self.create_bodies: list[dict[str, Any]] = []
+        """Every create request received (failed ones too), with `_idempotency_key`, `_at`."""
+        self.create_arrived = asyncio.Event()
+        self._create_gate = asyncio.Event()
+        self._create_gate.set()
+        self._failures: list[int | str] = []
+        self._by_idempotency_key: dict[str, str] = {}
+        self._server = Http1Server(self._handle)
+
+    async def start(self) -> FakeE2B:
+        await self._server.start()
+        return self
+
+    async def close(self) -> None:
+        for record in self.records.values():
+            if record.sandbox.alive:
+                record.sandbox.destroy()
+        await self._server.close()
+
+    @property
+    def url(self) -> str:
+        return self._server.url
+
+    def environment(self) -> dict[str, str]:
+        """Environment variables that point the e2b SDK here."""
+        return {
+            "E2B_API_KEY": self.api_key,
+            "E2B_API_URL": self.url,
+            "E2B_SANDBOX_URL": self.url,
+            "E2B_DEBUG": "false",
+        }
+
+    def live_ids(self) -> set[str]:
+        return {sid for sid, record in self.records.items() if record.sandbox.alive}
+
+    def fail_creates(self, *outcomes: int | str) -> None:
+        """Answer the next creates with these HTTP statuses ("reset" drops the connection)."""
+        self._failures.extend(outcomes)
+
+    def hold_creates(self) -> None:
+        """Make creates wait (after `create_arrived` is set) until `release_creates`."""
+        self.create_arrived.clear()
+        self._create_gate.clear()
+
+    def release_creates(self) -> None:
+        self._create_gate.set()
+
+    def vanish(self, sandbox_id: str, *, drop_connections: bool = True) -> None:
+        """The sandbox dies: its processes are killed; open streams drop (or hang forever)."""
+        self.records[sandbox_id].sandbox.destroy(drop_connections=drop_connections)
+
+    async def _handle(self, request: HttpRequest, response: HttpResponse) -> None:
+        sandbox_id = request.headers.get("e2b-sandbox-id")
+        if sandbox_id is not None:
+            return await self._envd(sandbox_id, request, response)
+        if request.headers.get("x-api-key") != self.api_key:
+            return await response.reply_json(401, {"code": 401, "message": "Invalid API key"})
+        route = (request.method, request.path.rstrip("/"))
+        if route == ("POST", "/v2/sandboxes"):
+            await self._create(request, response)
+        elif route == ("GET", "/v2/sandboxes"):
+            await self._list(request, response)
+        elif request.method == "DELETE" and request.path.startswith("/sandboxes/"):
+            await self._delete(request.path.removeprefix("/sandboxes/"), response)
+        else:
+            await response.reply_json(404, {"code": 404, "message": f"no route {route}"})
+
+    async def _envd(self, sandbox_id: str, request: HttpRequest, response: HttpResponse) -> None:
+        record = self.records.get(sandbox_id)
+        if record is None or not record.sandbox.alive:
+            gone = {"sandboxId": sandbox_id, "message": "The sandbox was not found", "code": 502}
+            return await response.reply_json(502, gone)
+        await serve_envd(record.sandbox, request, response)
+
+    async def _create(self, request: HttpRequest, response: HttpResponse) -> None:
+        body = json.loads(request.body)
+        key = request.headers.get("idempotency-key", "")
+        self.create_bodies.append(body | {"_idempotency_key": key, "_at": time.monotonic()})
+        self.create_arrived.set()
+        await self._create_gate.wait()
+        if self._failures:
+            outcome = self._failures.pop(0)
+            if outcome == "reset":
+                return response.abort()
+            failure = {"code": outcome, "message": "injected failure"}
+            return await response.reply_json(int(outcome), failure)
+        record = self.records.get(self._by_idempotency_key.get(key, ""))
+        if record is None or not record.sandbox.alive:
+            record = self._new_sandbox(body)
+            self._by_idempotency_key[key] = record.sandbox.id
+        await response.reply_json(201, self._created(record))
+
+    def _new_sandbox(self, body: dict[str, Any]) -> SandboxRecord:
+        internet = body.get("allow_internet_access")
+        envs = body.get("envVars", {})
+        sandbox = FakeSandbox(self.root, envs=envs, internet=internet is not False)
+        record = SandboxRecord(
+            sandbox=sandbox,
+            template=body["templateID"],
+            metadata=body.get("metadata", {}),
+            timeout_s=int(body.get("timeout", _DEFAULT_TIMEOUT_S)),
+            allow_internet_access=internet,
+        )
+        loop = asyncio.get_running_loop()
+        record.expiry = loop.call_later(record.timeout_s, self._expire, sandbox.id)
+        self.records[sandbox.id] = record
+        return record
+
+    def _expire(self, sandbox_id: str) -> None:
+        sandbox = self.records[sandbox_id].sandbox
+        if sandbox.alive:
+            sandbox.destroy()
+
+    def _created(self, record: SandboxRecord) -> dict[str, Any]:
+        return {
+            "templateID": record.template,
+            "sandboxID": record.sandbox.id,
+            "clientID": "fake",
+            "envdVersion": ENVD_VERSION,
+            "envdAccessToken": record.sandbox.access_token,
+        }
+
+    async def _list(self, request: HttpRequest, response: HttpResponse) -> None:
+        wanted = {k: v[-1] for k, v in parse_qs(request.param("metadata")).items()}
+        matching = [
+            record.listed()
+            for record in self.records.values()
+            if record.sandbox.alive and wanted.items() <= record.metadata.items()
+        ]
+        offset = int(request.param("nextToken") or 0)
+        limit = int(request.param("limit") or 100)
+        page = matching[offset : offset + limit]
+        headers = {"content-type": "application/json"}
+        if offset + limit < len(matching):
+            headers["x-next-token"] = str(offset + limit)
+        body = json.dumps(page).encode()
+        await response.start(200, headers | {"content-length": str(len(body))})
+        await response.send(body)
+        await response.end()
+
+    async def _delete(self, sandbox_id: str, response: HttpResponse) -> None:
+        record = self.records.get(sandbox_id)
+        if record is None or not record.sandbox.alive:
+            message = f"sandbox '{sandbox_id}' not found"
+            return await response.reply_json(404, {"code": 404, "message": message})
+        record.sandbox.destroy()
+        if record.expiry is not None:
+            record.expiry.cancel()
+        await response.reply_empty(204)

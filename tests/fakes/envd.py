@@ -1,0 +1,263 @@
+"""A fake of envd, the daemon inside every E2B sandbox, speaking the wire format the SDK sends.
+
+- Connect RPC over HTTP/1.1 with the JSON codec: `process.Process/Start` (a server stream of
+  start/data/end events in Connect envelopes), `process.Process/SendSignal`,
+  `process.Process/List`, `filesystem.Filesystem/MakeDir`.
+- Plain HTTP: `GET /files` (download), `POST /files` (multipart or octet-stream upload),
+  `GET /health`.
+
+Commands run for real under bubblewrap: the host's root read-only, the sandbox's own
+/home/user and /tmp, no network when internet access is off. Pids are host pids, so one
+command can signal another's process group, as inside a VM. Like envd, a dropped stream
+leaves its process running, `Connect-Timeout-Ms` kills it, and a signal reaches only the
+command's own process, not its children.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import posixpath
+import shutil
+import signal
+import uuid
+from pathlib import Path
+from typing import Any
+
+from tests.fakes.connect import END_STREAM, RpcError, envelope, http_status
+from tests.fakes.envd_files import make_dir, serve_files
+from tests.fakes.http1 import HttpRequest, HttpResponse
+
+__all__ = ["ENVD_VERSION", "FakeProcess", "FakeSandbox", "serve_envd"]
+
+ENVD_VERSION = "0.6.4"
+_HOME = "/home/user"
+_WRITABLE_ROOTS = (_HOME, "/tmp")
+_SIGNALS = {"SIGNAL_SIGKILL": signal.SIGKILL, "SIGNAL_SIGTERM": signal.SIGTERM}
+_SIGNAL_WORDS = {signal.SIGKILL: "killed", signal.SIGTERM: "terminated"}
+_DRAIN_AFTER_EXIT_S = 0.2
+"""envd stops reading a command's pipes once it exits; children holding them are cut off."""
+
+
+class FakeProcess:
+    """One command: a bwrap process whose child (the reported pid) runs the command."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, pid: int, config: dict[str, Any]) -> None:
+        self.proc = proc
+        self.pid = pid
+        self.config = config
+        self.events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self.pump = asyncio.create_task(self._pump())
+
+    def signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signum)
+
+    async def _pump(self) -> None:
+        readers = [
+            asyncio.create_task(self._read(self.proc.stdout, "stdout")),
+            asyncio.create_task(self._read(self.proc.stderr, "stderr")),
+        ]
+        code = await self.proc.wait()
+        _, pending = await asyncio.wait(readers, timeout=_DRAIN_AFTER_EXIT_S)
+        for reader in pending:
+            reader.cancel()
+        self.events.put_nowait({"end": self._end(code)})
+        self.events.put_nowait(None)
+
+    async def _read(self, stream: asyncio.StreamReader | None, name: str) -> None:
+        assert stream is not None
+        while chunk := await stream.read(32 * 1024):
+            self.events.put_nowait({"data": {name: base64.b64encode(chunk).decode()}})
+
+    def _end(self, code: int) -> dict[str, Any]:
+        # bwrap reports its child's death by signal N as exit 128 + N, which a command could
+        # also exit with by itself; the fake takes SIGKILL and SIGTERM for deaths.
+        signum = -code if code < 0 else code - 128
+        if signum in _SIGNAL_WORDS:
+            status = f"signal: {_SIGNAL_WORDS[signal.Signals(signum)]}"
+            return {"exitCode": -1, "exited": False, "status": status, "error": status}
+        status = f"exit status {code}"
+        end: dict[str, Any] = {"exitCode": code, "exited": True, "status": status}
+        return end if code == 0 else {**end, "error": status}
+
+
+class FakeSandbox:
+    """One sandbox: a directory for its writable paths, its processes, its open streams."""
+
+    def __init__(self, parent: Path, *, envs: dict[str, str], internet: bool) -> None:
+        self.id = "i" + uuid.uuid4().hex[:19]
+        self.access_token = uuid.uuid4().hex
+        self.root = parent / self.id
+        self.envs = envs
+        self.internet = internet
+        self.alive = True
+        self.processes: dict[int, FakeProcess] = {}
+        self.streams: set[HttpResponse] = set()
+        for writable in _WRITABLE_ROOTS:
+            (self.root / writable.lstrip("/")).mkdir(parents=True, exist_ok=True)
+
+    def resolve(self, path: str) -> tuple[Path, bool]:
+        """Host path of a sandbox path, and whether the sandbox may write there."""
+        full = posixpath.normpath(posixpath.join(_HOME, path))
+        for writable in _WRITABLE_ROOTS:
+            if full == writable or full.startswith(writable + "/"):
+                return self.root / full.lstrip("/"), True
+        return Path(full), False
+
+    async def start(self, config: dict[str, Any], timeout_s: float | None) -> FakeProcess:
+        cwd = config.get("cwd") or _HOME
+        if not self.resolve(cwd)[0].is_dir():
+            raise RpcError("invalid_argument", f"cwd '{cwd}' does not exist")
+        argv = [*self._bwrap(cwd), "--", config.get("cmd", "/bin/bash"), *config.get("args", [])]
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=self._environment(config.get("envs", {})),
+            start_new_session=True,
+        )
+        process = FakeProcess(proc, await _child_pid(proc), config)
+        self.processes[process.pid] = process
+        process.pump.add_done_callback(lambda _: self.processes.pop(process.pid, None))
+        if timeout_s:
+            timer = asyncio.get_running_loop().call_later(timeout_s, process.signal, signal.SIGKILL)
+            process.pump.add_done_callback(lambda _: timer.cancel())
+        return process
+
+    def destroy(self, *, drop_connections: bool = True) -> None:
+        """Kill every process the sandbox started; drop its open streams (or leave them hanging)."""
+        self.alive = False
+        marker = f"E2B_SANDBOX_ID={self.id}".encode()
+        while _kill_marked(marker):
+            pass
+        if drop_connections:
+            for stream in list(self.streams):
+                stream.abort()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _bwrap(self, cwd: str) -> list[str]:
+        argv = ["bwrap", "--ro-bind", "/", "/", "--tmpfs", "/home"]
+        for writable in _WRITABLE_ROOTS:
+            argv += ["--bind", str(self.root / writable.lstrip("/")), writable]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--die-with-parent", "--chdir", cwd]
+        return argv if self.internet else [*argv, "--unshare-net"]
+
+    def _environment(self, extra: dict[str, str]) -> dict[str, str]:
+        base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": _HOME, "USER": "user"}
+        base |= {"LOGNAME": "user", "E2B_SANDBOX": "true", "E2B_SANDBOX_ID": self.id}
+        return base | self.envs | extra
+
+
+async def _child_pid(proc: asyncio.subprocess.Process) -> int:
+    """The pid of bwrap's child, which execs the command (what envd would report)."""
+    while proc.returncode is None:
+        if children := _children(proc.pid):
+            return children[0]
+        await asyncio.sleep(0.0005)
+    return proc.pid
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [
+            int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        ]
+    except OSError:
+        return []
+
+
+def _kill_marked(marker: bytes) -> int:
+    """SIGKILL every process whose environment carries `marker`; returns how many."""
+    killed = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = Path(entry.path, "environ").read_bytes()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+    return killed
+
+
+async def serve_envd(sandbox: FakeSandbox, request: HttpRequest, response: HttpResponse) -> None:
+    """Answer one request addressed to `sandbox`'s envd."""
+    if request.headers.get("x-access-token") != sandbox.access_token:
+        await response.reply_json(401, {"code": 401, "message": "invalid access token"})
+    elif request.path == "/process.Process/Start":
+        await _start(sandbox, request, response)
+    elif request.path == "/health":
+        await response.reply_empty(204)
+    elif request.path == "/files":
+        await serve_files(sandbox, request, response)
+    else:
+        await _unary(sandbox, request, response)
+
+
+async def _start(sandbox: FakeSandbox, request: HttpRequest, response: HttpResponse) -> None:
+    message = json.loads(request.body[5:]) if len(request.body) >= 5 else {}
+    timeout_ms = request.headers.get("connect-timeout-ms")
+    await response.start(200, {"content-type": "application/connect+json"})
+    try:
+        process = await sandbox.start(message.get("process", {}), _seconds(timeout_ms))
+    except RpcError as exc:
+        await response.send(envelope({"error": exc.body()}, flags=END_STREAM))
+        return await response.end()
+    sandbox.streams.add(response)
+    try:
+        await _stream_events(sandbox, process, response)
+    finally:
+        sandbox.streams.discard(response)
+
+
+async def _stream_events(
+    sandbox: FakeSandbox, process: FakeProcess, response: HttpResponse
+) -> None:
+    event: dict[str, Any] | None = {"start": {"pid": process.pid}}
+    while event is not None:
+        if not sandbox.alive:
+            await asyncio.Event().wait()  # a vanished sandbox never answers again
+        if response.finished:
+            return
+        await response.send(envelope({"event": event}))
+        event = await process.events.get()
+    await response.send(envelope({}, flags=END_STREAM))
+    await response.end()
+
+
+async def _unary(sandbox: FakeSandbox, request: HttpRequest, response: HttpResponse) -> None:
+    body = json.loads(request.body or b"{}")
+    try:
+        if request.path == "/process.Process/SendSignal":
+            answer = _send_signal(sandbox, body)
+        elif request.path == "/process.Process/List":
+            running = sandbox.processes.values()
+            answer = {"processes": [{"config": p.config, "pid": p.pid} for p in running]}
+        elif request.path == "/filesystem.Filesystem/MakeDir":
+            answer = make_dir(sandbox, body.get("path", ""))
+        else:
+            raise RpcError("unimplemented", f"{request.path} is not implemented by the fake")
+    except RpcError as exc:
+        return await response.reply_json(http_status(exc), exc.body())
+    await response.reply_json(200, answer)
+
+
+def _send_signal(sandbox: FakeSandbox, body: dict[str, Any]) -> dict[str, Any]:
+    pid = int(body.get("process", {}).get("pid", 0))
+    process = sandbox.processes.get(pid)
+    if process is None:
+        raise RpcError("not_found", f"process with pid {pid} not found")
+    process.signal(_SIGNALS[body.get("signal", "SIGNAL_SIGKILL")])
+    return {}
+
+
+def _seconds(milliseconds: str | None) -> float | None:
+    return int(milliseconds) / 1000 if milliseconds else None
