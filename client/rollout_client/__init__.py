@@ -1,0 +1,63 @@
+"""Python client of the rollout-service gRPC API.
+
+    from rollout_client import RolloutClient
+
+    with RolloutClient("127.0.0.1:50051") as client:
+        rollout = client.run({
+            "task": {"instruction": "copy a.txt to b.txt", "setup": ["echo hi > a.txt"],
+                     "verify": ["test -f b.txt"]},
+            "agent": {"name": "command", "command": "cp a.txt b.txt"},
+        })
+        print(rollout.status, rollout.result.reward)
+
+`AsyncRolloutClient` has the same methods for asyncio. The messages are the generated
+`rollout.v1.rollout_pb2` classes; errors are drawn in `rollout_client.errors`.
+"""
+
+from rollout_client.aio import AsyncRolloutClient
+from rollout_client.client import RolloutClient
+from rollout_client.errors import (
+    CallCancelledError,
+    DeadlineExceededError,
+    FieldViolation,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+    RolloutError,
+    SpecError,
+    StatusError,
+    UnavailableError,
+)
+from rollout_client.messages import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_TARGET,
+    SpecLike,
+    StatusLike,
+    ViewLike,
+    parse_status,
+    parse_view,
+    to_spec,
+)
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_TARGET",
+    "AsyncRolloutClient",
+    "CallCancelledError",
+    "DeadlineExceededError",
+    "FieldViolation",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "ResourceExhaustedError",
+    "RolloutClient",
+    "RolloutError",
+    "SpecError",
+    "SpecLike",
+    "StatusError",
+    "StatusLike",
+    "UnavailableError",
+    "ViewLike",
+    "parse_status",
+    "parse_view",
+    "to_spec",
+]

@@ -1,0 +1,146 @@
+"""The asyncio client: the same methods as `RolloutClient`, awaitable."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Iterable, Mapping
+from types import TracebackType
+from typing import Self
+
+import grpc
+from rollout.v1 import rollout_pb2 as pb
+from rollout.v1 import rollout_pb2_grpc
+
+from rollout_client import messages
+from rollout_client.errors import translate_errors
+from rollout_client.messages import SpecLike, StatusLike, ViewLike
+
+__all__ = ["AsyncRolloutClient"]
+
+
+class AsyncRolloutClient:
+    """asyncio client of a RolloutService; create it inside the event loop that uses it.
+
+    `timeout` (seconds, None for none) bounds the quick calls: start, get, list and cancel.
+    `run` and `watch` last as long as the rollout, so they take their own `timeout`, unbounded
+    by default. Use it as an async context manager, or await `close()`.
+    """
+
+    def __init__(
+        self,
+        target: str = messages.DEFAULT_TARGET,
+        *,
+        max_message_bytes: int = messages.DEFAULT_MAX_MESSAGE_BYTES,
+        timeout: float | None = 30.0,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        options = messages.channel_options(max_message_bytes)
+        self.target = target
+        self.timeout = timeout
+        self._channel = (
+            grpc.aio.secure_channel(target, credentials, options=options)
+            if credentials is not None
+            else grpc.aio.insecure_channel(target, options=options)
+        )
+        self._stub = rollout_pb2_grpc.RolloutServiceStub(self._channel)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def run(
+        self,
+        spec: SpecLike,
+        *,
+        view: ViewLike = pb.RESULT_VIEW_UNSPECIFIED,
+        timeout: float | None = None,  # noqa: ASYNC109 (a gRPC deadline, sent to the server)
+    ) -> pb.Rollout:
+        """Run a rollout to its terminal status. Cancelling the task cancels the rollout."""
+        request = messages.run_request(spec, view)
+        with translate_errors():
+            return (await self._stub.RunRollout(request, timeout=timeout)).rollout
+
+    async def start(self, spec: SpecLike) -> pb.Rollout:
+        """Admit a rollout and return at once; follow it with `watch`."""
+        request = messages.start_request(spec)
+        with translate_errors():
+            return (await self._stub.StartRollout(request, timeout=self.timeout)).rollout
+
+    async def watch(
+        self,
+        rollout_id: str = "",
+        *,
+        after_seq: int = 0,
+        labels: Mapping[str, str] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (a gRPC deadline, sent to the server)
+    ) -> AsyncGenerator[pb.RolloutEvent, None]:
+        """Events of one rollout after `after_seq`, ending with its `finished` event; with no
+        id, the live events of every rollout carrying `labels` (never ends by itself).
+
+        Closing the iterator early (`aclose()`) cancels the stream.
+        """
+        request = messages.watch_request(rollout_id, after_seq, labels)
+        call = self._stub.WatchRollout(request, timeout=timeout)
+        try:
+            with translate_errors():
+                async for response in call:
+                    yield response.event
+        finally:
+            call.cancel()
+
+    async def get(
+        self, rollout_id: str, *, view: ViewLike = pb.RESULT_VIEW_UNSPECIFIED
+    ) -> pb.Rollout:
+        request = messages.get_request(rollout_id, view)
+        with translate_errors():
+            return (await self._stub.GetRollout(request, timeout=self.timeout)).rollout
+
+    async def list(
+        self,
+        *,
+        labels: Mapping[str, str] | None = None,
+        statuses: Iterable[StatusLike] = (),
+        page_size: int = 0,
+        page_token: str = "",
+        view: ViewLike = pb.RESULT_VIEW_UNSPECIFIED,
+    ) -> pb.ListRolloutsResponse:
+        """One page of rollouts, newest first; see `list_all` for every page."""
+        request = messages.list_request(labels, statuses, page_size, page_token, view)
+        with translate_errors():
+            return await self._stub.ListRollouts(request, timeout=self.timeout)
+
+    async def list_all(
+        self,
+        *,
+        labels: Mapping[str, str] | None = None,
+        statuses: Iterable[StatusLike] = (),
+        page_size: int = 0,
+        view: ViewLike = pb.RESULT_VIEW_UNSPECIFIED,
+    ) -> AsyncGenerator[pb.Rollout, None]:
+        """Every matching rollout, newest first, fetching pages as the iteration goes."""
+        statuses = tuple(statuses)
+        token = ""
+        while True:
+            page = await self.list(
+                labels=labels, statuses=statuses, page_size=page_size, page_token=token, view=view
+            )
+            for rollout in page.rollouts:
+                yield rollout
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def cancel(self, rollout_id: str, reason: str = "") -> pb.Rollout:
+        """Cancel a rollout; a terminal rollout is returned unchanged."""
+        request = messages.cancel_request(rollout_id, reason)
+        with translate_errors():
+            return (await self._stub.CancelRollout(request, timeout=self.timeout)).rollout

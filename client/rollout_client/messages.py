@@ -1,0 +1,135 @@
+"""Python values to request messages, shared by the sync and the asyncio client.
+
+A spec is given either as a `RolloutSpec` message or as a mapping in the proto JSON shape,
+for example::
+
+    {"task": {"instruction": "fix the bug", "setup": ["pip install -e ."], "verify": ["pytest"]},
+     "agent": {"name": "command", "command": "git apply /solution.patch"},
+     "agent_timeout": "600s", "labels": {"epoch": "3"}}
+
+Field names may be written as in the .proto (`agent_timeout`) or in lowerCamelCase
+(`agentTimeout`); bytes fields (`task.files`) are base64, durations are strings like "90s".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeAlias, cast
+
+from google.protobuf import json_format
+from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
+from rollout.v1 import rollout_pb2 as pb
+
+from rollout_client.errors import SpecError
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_TARGET",
+    "SpecLike",
+    "StatusLike",
+    "ViewLike",
+    "cancel_request",
+    "channel_options",
+    "get_request",
+    "list_request",
+    "parse_status",
+    "parse_view",
+    "run_request",
+    "start_request",
+    "to_spec",
+    "watch_request",
+]
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+# Results carry turns with token ids and workdir files: far past gRPC's 4 MiB default.
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+SpecLike: TypeAlias = pb.RolloutSpec | Mapping[str, Any]
+# An enum value, its full name ("ROLLOUT_STATUS_FAILED") or its short name ("failed").
+StatusLike: TypeAlias = pb.RolloutStatus | int | str
+ViewLike: TypeAlias = pb.ResultView | int | str
+
+
+def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    """Channel options raising gRPC's send and receive limits to `max_message_bytes`."""
+    if max_message_bytes <= 0:
+        raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+    ]
+
+
+def to_spec(spec: SpecLike) -> pb.RolloutSpec:
+    """`spec` as a RolloutSpec message; a mapping is parsed as proto JSON."""
+    if isinstance(spec, pb.RolloutSpec):
+        return spec
+    if not isinstance(spec, Mapping):
+        raise SpecError(f"a spec is a RolloutSpec or a mapping, not {type(spec).__name__}")
+    try:
+        return json_format.ParseDict(dict(spec), pb.RolloutSpec())
+    except json_format.ParseError as exc:
+        # ParseError names the offending field, over several lines.
+        raise SpecError("invalid spec: " + " ".join(str(exc).split())) from exc
+
+
+def _parse_enum(wrapper: EnumTypeWrapper, prefix: str, value: int | str) -> int:
+    if isinstance(value, str):
+        name = value.strip().upper()
+        name = name if name.startswith(prefix) else prefix + name
+        names = wrapper.keys()
+        if name not in names:
+            known = ", ".join(n.removeprefix(prefix) for n in names[1:])
+            raise ValueError(f"unknown {prefix.rstrip('_').lower()} {value!r} (one of: {known})")
+        return wrapper.Value(name)
+    if value not in wrapper.values():
+        raise ValueError(f"unknown {prefix.rstrip('_').lower()} value {value}")
+    return value
+
+
+def parse_status(value: StatusLike) -> pb.RolloutStatus:
+    """A RolloutStatus from its value or name ("FAILED", "failed", "ROLLOUT_STATUS_FAILED")."""
+    return cast(pb.RolloutStatus, _parse_enum(pb.RolloutStatus, "ROLLOUT_STATUS_", value))
+
+
+def parse_view(value: ViewLike) -> pb.ResultView:
+    """A ResultView from its value or name ("slim", "RESULT_VIEW_FULL")."""
+    return cast(pb.ResultView, _parse_enum(pb.ResultView, "RESULT_VIEW_", value))
+
+
+def run_request(spec: SpecLike, view: ViewLike) -> pb.RunRolloutRequest:
+    return pb.RunRolloutRequest(spec=to_spec(spec), view=parse_view(view))
+
+
+def start_request(spec: SpecLike) -> pb.StartRolloutRequest:
+    return pb.StartRolloutRequest(spec=to_spec(spec))
+
+
+def watch_request(
+    rollout_id: str, after_seq: int, labels: Mapping[str, str] | None
+) -> pb.WatchRolloutRequest:
+    return pb.WatchRolloutRequest(rollout_id=rollout_id, after_seq=after_seq, labels=labels)
+
+
+def get_request(rollout_id: str, view: ViewLike) -> pb.GetRolloutRequest:
+    return pb.GetRolloutRequest(rollout_id=rollout_id, view=parse_view(view))
+
+
+def list_request(
+    labels: Mapping[str, str] | None,
+    statuses: Iterable[StatusLike],
+    page_size: int,
+    page_token: str,
+    view: ViewLike,
+) -> pb.ListRolloutsRequest:
+    return pb.ListRolloutsRequest(
+        labels=labels,
+        statuses=[parse_status(s) for s in statuses],
+        page_size=page_size,
+        page_token=page_token,
+        view=parse_view(view),
+    )
+
+
+def cancel_request(rollout_id: str, reason: str) -> pb.CancelRolloutRequest:
+    return pb.CancelRolloutRequest(rollout_id=rollout_id, reason=reason)

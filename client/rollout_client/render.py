@@ -1,0 +1,143 @@
+"""How the CLI shows rollouts to a person (rich text) and to a program (proto JSON)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from google.protobuf import json_format
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import Message
+from rich import box
+from rich.table import Table
+from rich.text import Text
+from rollout.v1 import rollout_pb2 as pb
+
+__all__ = [
+    "command_line",
+    "message_json",
+    "phase_name",
+    "rollout_summary",
+    "rollouts_table",
+    "status_name",
+    "status_text",
+]
+
+_STATUS_STYLES = {
+    pb.ROLLOUT_STATUS_SUCCEEDED: "bold green",
+    pb.ROLLOUT_STATUS_FAILED: "bold red",
+    pb.ROLLOUT_STATUS_TIMED_OUT: "bold yellow",
+    pb.ROLLOUT_STATUS_CANCELLED: "yellow",
+}
+_AGENT_LOG_TAIL_LINES = 10
+
+
+def message_json(message: Message, *, compact: bool = False) -> str:
+    """`message` as proto JSON with the .proto's field names (one line when `compact`)."""
+    data = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    return json.dumps(data, separators=(",", ":")) if compact else json.dumps(data, indent=2)
+
+
+def status_name(status: pb.RolloutStatus) -> str:
+    return pb.RolloutStatus.Name(status).removeprefix("ROLLOUT_STATUS_")
+
+
+def phase_name(phase: pb.Phase) -> str:
+    return pb.Phase.Name(phase).removeprefix("PHASE_")
+
+
+def status_text(status: pb.RolloutStatus) -> Text:
+    return Text(status_name(status), style=_STATUS_STYLES.get(status, "cyan"))
+
+
+def _seconds(duration: Duration) -> str:
+    return f"{duration.ToTimedelta().total_seconds():.2f}s"
+
+
+def _reward(result: pb.RolloutResult) -> str:
+    return f"{result.reward:g}" if result.HasField("reward") else "none"
+
+
+def command_line(command: pb.CommandResult) -> Text:
+    """One line for a finished setup or verify command, with stderr's last line on failure."""
+    stage = pb.CommandStage.Name(command.stage).removeprefix("COMMAND_STAGE_").lower()
+    ok = command.exit_code == 0
+    line = Text.assemble(
+        (f"{stage}[{command.index}] ", "dim"),
+        ("ok  " if ok else "FAIL", "green" if ok else "red"),
+        f" {command.command}",
+        (f"  exit {command.exit_code} in {_seconds(command.duration)}", "dim"),
+    )
+    if command.timed_out:
+        line.append(" (timed out)", style="yellow")
+    last_stderr = command.stderr.strip().splitlines()[-1:] if not ok else []
+    if last_stderr:
+        line.append(f"  {last_stderr[0]}", style="red dim")
+    return line
+
+
+def rollout_summary(rollout: pb.Rollout) -> list[Text]:
+    """What a person wants to see of a rollout: status, reward, error, commands, files."""
+    result = rollout.result
+    lines = [
+        Text.assemble(
+            ("rollout ", "bold"),
+            (rollout.id, "bold"),
+            "  ",
+            status_text(rollout.status),
+            f"  reward {_reward(result)}",
+        )
+    ]
+    if result.HasField("error"):
+        kind = pb.ErrorKind.Name(result.error.kind).removeprefix("ERROR_KIND_")
+        lines.append(Text(f"error {kind}: {result.error.message}", style="red"))
+    if result.metrics:
+        metrics = ", ".join(f"{k}={v:g}" for k, v in sorted(result.metrics.items()))
+        lines.append(Text(f"metrics {metrics}"))
+    lines.extend(command_line(c) for c in (*result.setup_results, *result.verify_results))
+    lines.append(Text(_agent_facts(rollout), style="dim"))
+    if result.files:
+        lines.append(Text("files " + ", ".join(sorted(result.files)), style="dim"))
+    tail = result.agent_log_tail.rstrip().splitlines()[-_AGENT_LOG_TAIL_LINES:]
+    if tail:
+        lines.append(Text("agent output (last lines):", style="dim"))
+        lines.extend(Text(f"  {line}") for line in tail)
+    return lines
+
+
+def _agent_facts(rollout: pb.Rollout) -> str:
+    result = rollout.result
+    exit_code = str(result.agent_exit_code) if result.HasField("agent_exit_code") else "none"
+    facts = [f"phase {phase_name(rollout.phase)}", f"agent exit {exit_code}"]
+    facts.append(f"turns {result.turn_count}")
+    if result.timings.HasField("total"):
+        facts.append(f"total {_seconds(result.timings.total)}")
+    if rollout.spec.labels:
+        facts.append(f"labels {_labels(rollout)}")
+    return "  ".join(facts)
+
+
+def _labels(rollout: pb.Rollout) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(rollout.spec.labels.items()))
+
+
+def rollouts_table(rollouts: Iterable[pb.Rollout]) -> Table:
+    """One row per rollout, narrow enough for 80 columns; ids are never wrapped."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for name in ("id", "status", "reward", "created"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("task", overflow="fold", min_width=6)
+    table.add_column("labels", overflow="fold", min_width=12)
+    for rollout in rollouts:
+        status = status_text(rollout.status)
+        if rollout.status == pb.ROLLOUT_STATUS_RUNNING:
+            status.append(f" {phase_name(rollout.phase)}")
+        table.add_row(
+            rollout.id,
+            status,
+            _reward(rollout.result),
+            rollout.create_time.ToDatetime().strftime("%m-%d %H:%M"),
+            rollout.spec.task_id,
+            _labels(rollout),
+        )
+    return table

@@ -1,0 +1,123 @@
+"""Spec files (YAML, JSON or TOML) and the `rollout run` flags that override them.
+
+A spec file holds a RolloutSpec in the proto JSON shape (see `rollout_client.messages`),
+either bare or under a top-level "spec" key, as in a RunRolloutRequest.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rollout.v1 import rollout_pb2 as pb
+
+from rollout_client.errors import SpecError
+from rollout_client.messages import to_spec
+
+__all__ = ["SpecOverrides", "build_spec", "load_spec_file", "parse_labels"]
+
+
+def _load_toml(text: str) -> Any:
+    return tomllib.loads(text)
+
+
+_LOADERS: dict[str, Callable[[str], Any]] = {
+    ".yaml": yaml.safe_load,
+    ".yml": yaml.safe_load,
+    ".json": json.loads,
+    ".toml": _load_toml,
+}
+_PARSE_ERRORS = (yaml.YAMLError, json.JSONDecodeError, tomllib.TOMLDecodeError)
+
+
+@dataclass(frozen=True)
+class SpecOverrides:
+    """Values given as flags; each one that is set replaces the file's value."""
+
+    instruction: str | None = None
+    setup: tuple[str, ...] = ()
+    verify: tuple[str, ...] = ()
+    agent: str | None = None
+    agent_command: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    agent_timeout_s: float | None = None
+    backend: str | None = None
+    request_id: str | None = None
+
+
+def load_spec_file(path: Path) -> dict[str, Any]:
+    """The spec mapping in `path`, chosen by its extension; SpecError says what is wrong."""
+    loader = _LOADERS.get(path.suffix.lower())
+    if loader is None:
+        known = ", ".join(_LOADERS)
+        raise SpecError(f"spec file {path}: unknown extension {path.suffix!r} (use {known})")
+    try:
+        data = loader(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SpecError(f"spec file {path}: {exc.strerror or exc}") from exc
+    except (*_PARSE_ERRORS, UnicodeDecodeError) as exc:
+        reason = " ".join(str(exc).split())
+        raise SpecError(f"spec file {path}: not valid {path.suffix[1:].upper()}: {reason}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SpecError(f"spec file {path}: expected a mapping, found {type(data).__name__}")
+    if set(data) == {"spec"} and isinstance(data["spec"], dict):
+        return data["spec"]
+    return data
+
+
+def parse_labels(items: Iterable[str]) -> dict[str, str]:
+    """`key=value` strings as a mapping; ValueError names the item without a key."""
+    labels: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"label {item!r} is not key=value")
+        labels[key.strip()] = value
+    return labels
+
+
+def build_spec(path: Path | None, overrides: SpecOverrides) -> pb.RolloutSpec:
+    """The spec in `path` (if any) with `overrides` applied."""
+    if path is None and overrides.instruction is None:
+        raise SpecError("give a SPEC_FILE or --instruction")
+    spec = pb.RolloutSpec()
+    if path is not None:
+        data = load_spec_file(path)
+        try:
+            spec = to_spec(data)
+        except SpecError as exc:
+            raise SpecError(f"spec file {path}: {exc}") from exc
+    _apply(spec, overrides)
+    return spec
+
+
+def _apply(spec: pb.RolloutSpec, overrides: SpecOverrides) -> None:
+    if overrides.instruction is not None:
+        spec.task.instruction = overrides.instruction
+    if overrides.setup:
+        spec.task.ClearField("setup")
+        spec.task.setup.extend(overrides.setup)
+    if overrides.verify:
+        spec.task.ClearField("verify")
+        spec.task.verify.extend(overrides.verify)
+    if overrides.agent is not None:
+        spec.agent.name = overrides.agent
+    if overrides.agent_command is not None:
+        spec.agent.command = overrides.agent_command
+        if not spec.agent.name:
+            spec.agent.name = "command"
+    spec.labels.update(overrides.labels)
+    if overrides.agent_timeout_s is not None:
+        spec.agent_timeout.FromTimedelta(timedelta(seconds=overrides.agent_timeout_s))
+    if overrides.backend is not None:
+        spec.sandbox.backend = overrides.backend
+    if overrides.request_id is not None:
+        spec.request_id = overrides.request_id
