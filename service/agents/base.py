@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from service.errors import FieldViolation
 from service.models import AgentOutput
 from service.sandboxes.base import Sandbox
 
@@ -62,6 +63,10 @@ class Agent(Protocol):
     name: str
     requires_model: bool
     """True when the harness cannot work without an LLM endpoint."""
+
+    def option_violations(self, options: Mapping[str, Any]) -> list[FieldViolation]:
+        """Problems with `agent.options`, each naming its field; checked at admission."""
+        ...
 
     async def prepare(self, sandbox: Sandbox, context: AgentContext) -> None:
         """Install and configure the agent; raises AgentError."""

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from service.agents.base import AgentContext, AgentOutcome, EmitOutput
 from service.agents.process import wait_with_deadline
 from service.config import Settings
+from service.errors import FieldViolation
 from service.models import AgentOutput, AgentOutputKind
 from service.sandboxes.base import OutputStream, Sandbox
 
@@ -21,6 +25,12 @@ class CommandAgent:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
+
+    def option_violations(self, options: Mapping[str, Any]) -> list[FieldViolation]:
+        return [
+            FieldViolation(f"spec.agent.options.{name}", "the command agent takes no options")
+            for name in options
+        ]
 
     async def prepare(self, sandbox: Sandbox, context: AgentContext) -> None:
         return None

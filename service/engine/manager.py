@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import uuid
@@ -11,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from service.agents.base import Agent
 from service.config import Settings
 from service.engine.events import EventHub
 from service.engine.lifecycle import RolloutRun
@@ -25,6 +27,7 @@ from service.errors import (
 )
 from service.models import (
     ErrorKind,
+    EventPayload,
     Phase,
     PhaseChanged,
     Rollout,
@@ -34,7 +37,6 @@ from service.models import (
 )
 from service.registry import MissingDependencyError, load_agent, load_backend
 from service.sandboxes.base import SandboxBackend
-from service.agents.base import Agent
 from service.store.base import RolloutPage, RolloutStore
 
 __all__ = ["RolloutManager"]
@@ -80,6 +82,11 @@ class RolloutManager:
                 raise SpecError([FieldViolation("spec.sandbox.backend", str(exc))]) from exc
         return self._backends[name]
 
+    def load_default_backend(self) -> None:
+        """Build the default backend now, so a missing dependency stops the server at start."""
+        name = self._settings.default_backend
+        self._backends[name] = load_backend(name, self._settings)
+
     def _agent(self, name: str) -> Agent:
         if name not in self._agents:
             try:
@@ -114,6 +121,9 @@ class RolloutManager:
         backend = self.backend(spec.sandbox.backend or self._settings.default_backend)
         backend.check_ready()
         agent = self._agent(spec.agent.name)
+        violations = agent.option_violations(spec.agent.options)
+        if violations:
+            raise SpecError(violations)
         upstream = self._models.resolve(spec, required=agent.requires_model)
         async with self._admission:
             existing = await self._existing(spec.request_id)
@@ -142,10 +152,13 @@ class RolloutManager:
                 agent=agent,
                 attach_model=self._models.attacher(rollout.id, spec, upstream),
                 proxy_socket=self._models.proxy_socket(spec, upstream, backend),
-                publish=lambda payload: self._hub.publish(rollout.id, payload),
+                publish=functools.partial(self._publish, rollout.id),
             )
             live.task = asyncio.create_task(self._drive(live, run), name=f"rollout-{rollout.id}")
         return rollout
+
+    def _publish(self, rollout_id: str, payload: EventPayload) -> None:
+        self._hub.publish(rollout_id, payload)
 
     async def _existing(self, request_id: str) -> Rollout | None:
         if not request_id:
@@ -229,7 +242,7 @@ class RolloutManager:
         return live.rollout if live is not None else rollout
 
     async def shutdown(self, grace_s: float) -> None:
-        """Stop admitting, let rollouts finish for `grace_s`, cancel the rest, kill all sandboxes."""
+        """Stop admitting; let rollouts finish for `grace_s`, then cancel them; kill sandboxes."""
         self._accepting = False
         tasks = [live.task for live in self._live.values() if live.task is not None]
         if tasks:
