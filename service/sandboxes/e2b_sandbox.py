@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import httpx
 from e2b import (
@@ -20,6 +20,7 @@ from e2b import (
     ServiceBusyException,
 )
 from e2b.sandbox.filesystem.filesystem import WriteEntry
+from e2b.sandbox.sandbox_api import SandboxNetworkUpdate
 from e2b.sandbox_async.commands.command_handle import AsyncCommandHandle
 
 from service.config import Settings
@@ -41,6 +42,9 @@ SDK_ERRORS = (
 """What the e2b SDK raises for a failed call (its own errors, transport errors)."""
 KILL_TIMEOUT_S = 10.0
 """Budget of each call that kills a command or a sandbox."""
+CONTROL_TIMEOUT_S = 30.0
+"""Budget of other control-plane calls about a running sandbox."""
+ALL_TRAFFIC = "0.0.0.0/0"
 KILL_RETRIES = 3
 """Control-plane retries of a sandbox kill (429/5xx)."""
 ENVD_DEADLINE_GRACE_S = 5.0
@@ -145,6 +149,15 @@ class E2BSandbox:
             await asyncio.gather(*(self._sdk.files.make_dir(path) for path in paths))
         except SDK_ERRORS as exc:
             raise SandboxError(f"E2B sandbox {self.id}: could not prepare it: {exc}") from exc
+
+    async def allow_egress(self, hosts: Sequence[str]) -> None:
+        """Let the sandbox reach `hosts` (names or addresses) and nothing else: for a sandbox
+        created without internet access whose capture proxy must reach the model."""
+        network: SandboxNetworkUpdate = {"allow_out": list(hosts), "deny_out": [ALL_TRAFFIC]}
+        try:
+            await self._sdk.update_network(network, request_timeout=CONTROL_TIMEOUT_S)
+        except SDK_ERRORS as exc:
+            raise SandboxError(f"E2B sandbox {self.id}: could not open egress: {exc}") from exc
 
     async def kill(self) -> None:
         """Destroy the sandbox. Idempotent; never raises; finishes even if cancelled."""

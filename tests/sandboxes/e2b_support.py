@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from service.agents.opencode_install import OpencodeInstaller
 from service.config import Settings
 from service.models import NetworkPolicy, SandboxSpec
 from service.sandboxes.base import SandboxRequest
@@ -24,6 +25,7 @@ __all__ = [
     "make_backend",
     "make_request",
     "make_settings",
+    "opencode_template",
 ]
 
 FAST_RETRY = RetryPolicy(attempts=4, base_delay_s=0.01, max_delay_s=0.05)
@@ -76,3 +78,15 @@ async def eventually(condition: Callable[[], bool], *, timeout_s: float = 10.0) 
             if condition():
                 return
             await asyncio.sleep(0.01)
+
+
+async def opencode_template() -> dict[str, tuple[bytes, int]]:
+    """Files of a fake template with opencode pre-installed, as the harness sees one built by
+    scripts/build_e2b_template.py: an `opencode` on the login shell's PATH that reports the
+    pinned version (here, a wrapper around the host's install, made once per machine)."""
+    settings = Settings()
+    binary = await OpencodeInstaller(settings.cache_dir, settings.opencode_version).ensure()
+    return {
+        "/home/user/.profile": (b'PATH="$HOME/.local/bin:$PATH"\n', 0o644),
+        "/home/user/.local/bin/opencode": (f'#!/bin/sh\nexec {binary} "$@"\n'.encode(), 0o755),
+    }

@@ -1,0 +1,242 @@
+"""The bubblewrap command line of one sandboxed command, and what of the host it shows.
+
+Mounts inside a local sandbox, in order (a later mount covers an earlier one):
+
+    /                      the host root, read-only: the host's bash, python, git, node
+    /dev, /proc            fresh; /proc shows only the command's own pid namespace
+    /root, /home, /run     empty tmpfs: host homes (keys, tokens) and host sockets are gone
+    <install roots>        read-only again: the tool installs the server's PATH points into
+                           under a hidden home (e.g. /root/.pyenv), the server's own
+                           interpreter and code
+    <state dir>            empty tmpfs when still visible: the db and other sandboxes' dirs
+    /tmp, /home/user       the sandbox's own, writable (HOME; WORKDIR is inside it)
+    <cache dir>            the service's downloads (opencode), read-only, wherever it lives
+    /etc/passwd, /group    the host's plus a line naming the sandbox user
+    PROXY_SOCKET           the capture proxy's Unix socket, when the rollout has one
+
+When the server runs as root, every sandboxed process runs as a host uid of its own
+(`sandbox_uid`), dropped by setpriv inside the namespaces: no capability, no access to
+root-only files, and RLIMIT_NPROC (counted per real uid) then counts this sandbox alone.
+An unprivileged server gets a user namespace instead and keeps its own uid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from service.config import Settings
+from service.models import NetworkPolicy
+from service.registry import MissingDependencyError
+from service.sandboxes.base import HOME, PROXY_SOCKET, WORKDIR
+
+__all__ = [
+    "HIDDEN_TREES",
+    "SANDBOX_USER",
+    "HostView",
+    "SandboxLayout",
+    "bwrap_argv",
+    "host_view",
+    "require_bwrap",
+    "sandbox_env",
+    "sandbox_uid",
+]
+
+HIDDEN_TREES: Mapping[str, int] = {"/root": 1, "/home": 2, "/run": 1}
+"""Host trees covered by an empty tmpfs -> how deep below them an install root sits."""
+SANDBOX_USER = "user"
+_UID_BASE = 0x6000_0000
+_UID_SPAN = 1 << 24
+_PACKAGES = {"bwrap": "bubblewrap", "setpriv": "util-linux"}
+
+
+def require_bwrap() -> str:
+    """Path of `bwrap`; raises naming the Debian package when a needed tool is missing.
+
+    Cheap (a PATH lookup): the server calls it at startup and refuses to start without it.
+    """
+    missing = [tool for tool in _PACKAGES if shutil.which(tool) is None]
+    if missing:
+        packages = " ".join(_PACKAGES[tool] for tool in missing)
+        raise MissingDependencyError(
+            f"the local sandbox needs {', '.join(missing)}, which is not on PATH: "
+            f"install it (Debian/Ubuntu: apt-get install {packages}); "
+            "commands are never run unsandboxed"
+        )
+    return shutil.which("bwrap") or "bwrap"
+
+
+def sandbox_uid(state_dir: Path, rollout_id: str) -> int:
+    """The host uid a sandbox runs as: far above real users, stable for its rollout."""
+    digest = hashlib.sha256(f"{state_dir}\0{rollout_id}".encode()).digest()
+    return _UID_BASE + int.from_bytes(digest[:4], "big") % _UID_SPAN
+
+
+@dataclass(frozen=True)
+class SandboxLayout:
+    """Where one sandbox's private state lives on the host, and who it runs as."""
+
+    root: Path
+    """`<state_dir>/sandboxes/<rollout_id>`."""
+    uid: int | None
+    """Host uid (and gid) of every sandboxed process; None keeps the server's own."""
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def tmp(self) -> Path:
+        return self.root / "tmp"
+
+    @property
+    def passwd(self) -> Path:
+        return self.root / "passwd"
+
+    @property
+    def group(self) -> Path:
+        return self.root / "group"
+
+
+@dataclass(frozen=True)
+class HostView:
+    """What of the host every sandbox of a backend sees; computed once."""
+
+    exposed: tuple[str, ...]
+    """Directories under a hidden tree bound back read-only."""
+    hidden: tuple[str, ...]
+    """Directories covered by an empty tmpfs (the state dir, when otherwise visible)."""
+    shared: tuple[str, ...]
+    """Bound read-only last, wherever they live (the service's cache, e.g. opencode)."""
+    path: str
+    """PATH inside: the server's absolute PATH entries."""
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _install_root(directory: str) -> str | None:
+    """The top directory of the install `directory` belongs to, if under a hidden tree."""
+    for tree, depth in HIDDEN_TREES.items():
+        if _within(directory, tree):
+            parts = PurePosixPath(directory).relative_to(tree).parts
+            return f"{tree}/{'/'.join(parts[:depth])}" if len(parts) >= depth else None
+    return None
+
+
+def _is_visible(path: str, exposed: Sequence[str]) -> bool:
+    covered = (*HIDDEN_TREES, "/tmp")
+    hidden = any(_within(path, tree) for tree in covered)
+    return not hidden or any(_within(path, root) for root in exposed)
+
+
+def _server_install() -> list[str]:
+    """The server's interpreter and code, which in-sandbox helpers (the proxy's forwarder)
+    run from, and /etc/resolv.conf's target, which may live under /run."""
+    package_parent = Path(__file__).resolve().parents[2]
+    paths = (sys.prefix, sys.base_prefix, package_parent, "/etc/resolv.conf")
+    return [os.path.realpath(path) for path in paths]
+
+
+def host_view(settings: Settings, search_path: str | None = None) -> HostView:
+    """Decide what the sandboxes of a server with these settings may see of the host."""
+    raw_path = os.environ.get("PATH", os.defpath) if search_path is None else search_path
+    entries = list(dict.fromkeys(p for p in raw_path.split(os.pathsep) if p.startswith("/")))
+    exposed = [root for root in map(_install_root, entries) if root is not None]
+    for path in _server_install():
+        if not _is_visible(path, exposed):
+            exposed.append(path)
+    state = os.path.realpath(settings.state_dir)
+    if state == "/":
+        raise ValueError("state_dir must not be the root directory")
+    hidden = (state,) if _is_visible(state, exposed) else ()
+    cache = os.path.realpath(settings.cache_dir)
+    if _within(state, cache):
+        raise ValueError(f"state_dir {state} must not lie inside cache_dir, which sandboxes see")
+    shared = (cache,)
+    return HostView(tuple(dict.fromkeys(exposed)), hidden, shared, os.pathsep.join(entries))
+
+
+def sandbox_env(view: HostView, extra: Mapping[str, str] | None) -> dict[str, str]:
+    """The whole environment of a sandboxed command: a few basics plus the caller's."""
+    env = {"PATH": view.path, "HOME": HOME, "USER": SANDBOX_USER, "LANG": "C.UTF-8", "TERM": "dumb"}
+    for name, value in (extra or {}).items():
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            raise ValueError(f"invalid environment variable {name!r} for a sandboxed command")
+        env[name] = value
+    return env
+
+
+def _bind(option: str, source: str, dest: str) -> list[str]:
+    """A bind mount, after a 0755 `--dir` for each ancestor of `dest`.
+
+    bwrap 0.8 makes missing ancestors of a bind mode 0700, which the sandbox uid could
+    not traverse; `--dir` leaves an existing directory alone.
+    """
+    ancestors = list(PurePosixPath(dest).parents)[-2::-1]  # top down, without "/"
+    return [*(arg for parent in ancestors for arg in ("--dir", str(parent))), option, source, dest]
+
+
+def _mounts(view: HostView, layout: SandboxLayout, proxy_socket: str | None) -> list[str]:
+    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for tree in HIDDEN_TREES:
+        args += ["--tmpfs", tree]
+    for path in view.exposed:
+        args += _bind("--ro-bind-try", path, path)
+    for path in view.hidden:
+        args += ["--tmpfs", path]
+    args += ["--bind", str(layout.tmp), "/tmp", "--bind", str(layout.home), HOME]
+    for path in view.shared:
+        if os.path.isdir(path):  # else its ancestors may not exist on the read-only root
+            args += _bind("--ro-bind", path, path)
+    if layout.uid is not None:
+        args += ["--ro-bind", str(layout.passwd), "/etc/passwd"]
+        args += ["--ro-bind", str(layout.group), "/etc/group"]
+    if proxy_socket is not None:
+        args += _bind("--ro-bind", proxy_socket, PROXY_SOCKET)
+    return args
+
+
+def _drop_privileges(uid: int | None) -> list[str]:
+    if uid is None:
+        return []
+    return [
+        "setpriv",
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--no-new-privs",
+        "--bounding-set=-all",
+        "--inh-caps=-all",
+        "--",
+    ]
+
+
+def bwrap_argv(
+    bwrap: str,
+    view: HostView,
+    layout: SandboxLayout,
+    *,
+    network: NetworkPolicy,
+    proxy_socket: str | None,
+    env: Mapping[str, str],
+    command: str,
+) -> list[str]:
+    """The full argv running `bash -c command` in WORKDIR inside a fresh sandbox."""
+    args = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    args += ["--hostname", "sandbox"]
+    if network is NetworkPolicy.NONE:
+        args.append("--unshare-net")  # bwrap brings up loopback only
+    if layout.uid is None:
+        args.append("--unshare-user")
+    args += _mounts(view, layout, proxy_socket)
+    args += ["--chdir", WORKDIR, "--clearenv"]  # --clearenv must precede --setenv
+    for name, value in env.items():
+        args += ["--setenv", name, value]
+    return [*args, "--", *_drop_privileges(layout.uid), "bash", "-c", command]

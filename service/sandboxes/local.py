@@ -1,0 +1,165 @@
+"""The `local` sandbox backend: bubblewrap on this host, the embedded default.
+
+A local sandbox is a pair of private host directories (`<state_dir>/sandboxes/<id>/`
+holds its home and /tmp), a host uid of its own when the server runs as root, and a
+memory cgroup where the host allows one. Nothing runs between commands: every exec
+and spawn is its own bwrap invocation with its own pid namespace (`local_process`),
+so a background daemon does not outlive the command that started it. What a sandbox
+sees of the host is laid out in `bwrap`. bwrap missing is an error at construction;
+commands never run unsandboxed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import re
+import stat
+from functools import partial
+from pathlib import Path, PurePosixPath
+
+from service.config import Settings
+from service.errors import SandboxError
+from service.sandboxes.base import HOME, WORKDIR, SandboxRequest
+from service.sandboxes.bwrap import (
+    SANDBOX_USER,
+    SandboxLayout,
+    bwrap_argv,
+    host_view,
+    require_bwrap,
+    sandbox_uid,
+)
+from service.sandboxes.cgroup import MemoryCgroups
+from service.sandboxes.limits import Limits
+from service.sandboxes.local_sandbox import LocalSandbox, SandboxCgroup, remove_tree
+
+__all__ = ["LocalBackend", "LocalSandbox", "require_bwrap"]
+
+_log = logging.getLogger(__name__)
+_ROLLOUT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+class LocalBackend:
+    """Creates bubblewrap sandboxes on this host; matches `SandboxBackend`."""
+
+    name = "local"
+
+    def __init__(self, settings: Settings) -> None:
+        self._bwrap = require_bwrap()
+        self._settings = settings
+        self._state_dir = Path(os.path.realpath(settings.state_dir))
+        self._root = self._state_dir / "sandboxes"
+        self._view = host_view(settings)
+        self._privileged = os.geteuid() == 0
+        key = hashlib.sha256(str(self._state_dir).encode()).hexdigest()[:12]
+        self._cgroups = MemoryCgroups(key)
+        self._sandboxes: dict[str, LocalSandbox] = {}
+
+    def check_ready(self) -> None:
+        """Always ready: bwrap was found when the backend was built."""
+
+    async def create(self, request: SandboxRequest) -> LocalSandbox:
+        """Make the sandbox's directories (and cgroup); nothing runs until exec/spawn."""
+        rollout_id = request.rollout_id
+        if not _ROLLOUT_ID.fullmatch(rollout_id):
+            raise ValueError(f"rollout id {rollout_id!r} cannot name a sandbox directory")
+        if rollout_id in self._sandboxes:
+            raise SandboxError(f"a local sandbox for rollout {rollout_id} already exists")
+        uid = sandbox_uid(self._state_dir, rollout_id) if self._privileged else None
+        layout = SandboxLayout(self._root / rollout_id, uid)
+        limits = Limits.resolve(request.spec.resources, self._settings)
+        await self._discard(rollout_id)  # a crashed run's leftovers under the same id
+        try:
+            await asyncio.to_thread(self._prepare, layout, request.proxy_socket)
+        except OSError as exc:
+            raise SandboxError(f"could not prepare sandbox {rollout_id}: {exc}") from exc
+        group = self._cgroups.create(rollout_id, limits.memory_bytes)
+        cgroup = None if group is None else SandboxCgroup(self._cgroups, group)
+        argv = partial(
+            bwrap_argv,
+            self._bwrap,
+            self._view,
+            layout,
+            network=request.spec.network,
+            proxy_socket=request.proxy_socket,
+        )
+        output_bytes = (self._settings.output_head_bytes, self._settings.output_tail_bytes)
+        sandbox = LocalSandbox(
+            rollout_id,
+            layout,
+            argv,
+            self._view,
+            limits,
+            cgroup,
+            output_bytes,
+            on_gone=lambda: self._forget(rollout_id, sandbox),
+        )
+        sandbox.expire_after(request.lifetime_s)
+        self._sandboxes[rollout_id] = sandbox
+        return sandbox
+
+    def _forget(self, rollout_id: str, sandbox: LocalSandbox) -> None:
+        if self._sandboxes.get(rollout_id) is sandbox:
+            del self._sandboxes[rollout_id]
+
+    def _prepare(self, layout: SandboxLayout, proxy_socket: str | None) -> None:
+        self._root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self._root, 0o700)  # sandbox files must not be reachable by host users
+        layout.root.mkdir(mode=0o700)
+        workdir = layout.home / PurePosixPath(WORKDIR).relative_to(HOME)
+        for directory in (layout.home, workdir):
+            directory.mkdir(mode=0o755)
+            if layout.uid is not None:
+                os.chown(directory, layout.uid, layout.uid)
+        layout.tmp.mkdir()
+        os.chmod(layout.tmp, 0o1777)
+        if layout.uid is not None:
+            self._write_accounts(layout)
+        if proxy_socket is not None:
+            self._check_proxy_socket(proxy_socket)
+
+    @staticmethod
+    def _write_accounts(layout: SandboxLayout) -> None:
+        """The host's passwd and group plus the sandbox user, so `id` and `~` resolve."""
+        uid = layout.uid
+        user = f"{SANDBOX_USER}:x:{uid}:{uid}:rollout sandbox:{HOME}:/bin/bash\n"
+        passwd = Path("/etc/passwd").read_text()
+        layout.passwd.write_text(passwd.rstrip("\n") + "\n" + user)
+        group = Path("/etc/group").read_text()
+        layout.group.write_text(group.rstrip("\n") + f"\n{SANDBOX_USER}:x:{uid}:\n")
+
+    def _check_proxy_socket(self, path: str) -> None:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISSOCK(mode):
+            raise SandboxError(f"capture proxy socket {path} is not a Unix socket")
+        if self._privileged and mode & 0o006 != 0o006:
+            os.chmod(path, 0o666)  # sandbox uids must be able to connect; routes are tokens
+
+    async def _discard(self, name: str) -> None:
+        group = self._cgroups.path(name)
+        if group is not None and group.is_dir():
+            await self._cgroups.remove(group)
+        await asyncio.to_thread(remove_tree, self._root / name)
+
+    async def sweep_orphans(self, live_rollout_ids: set[str]) -> int:
+        """Remove the directories and cgroups of sandboxes no live rollout owns."""
+        names = set(self._cgroups.names()) | await asyncio.to_thread(self._directory_names)
+        orphans = names - live_rollout_ids - self._sandboxes.keys()
+        for name in orphans:
+            _log.info("removing orphaned local sandbox %s", name)
+            await self._discard(name)
+        if not self._sandboxes:
+            self._cgroups.prune()
+        return len(orphans)
+
+    def _directory_names(self) -> set[str]:
+        return {entry.name for entry in self._root.iterdir()} if self._root.is_dir() else set()
+
+    async def close(self) -> None:
+        """Kill every sandbox this backend created that is still alive."""
+        sandboxes = list(self._sandboxes.values())
+        self._sandboxes.clear()
+        await asyncio.gather(*(sandbox.kill() for sandbox in sandboxes))
+        self._cgroups.prune()

@@ -1,0 +1,110 @@
+"""Fixtures for the sandbox tests: a real LocalBackend (real bwrap) in a temporary state dir."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from service.config import Settings
+from service.models import NetworkPolicy, Resources, SandboxSpec
+from service.sandboxes.base import SandboxRequest
+from service.sandboxes.local import LocalBackend, LocalSandbox
+
+MakeSandbox = Callable[..., Awaitable[LocalSandbox]]
+_POLL_S = 0.02
+_POLLS = 500
+
+
+@dataclass(frozen=True)
+class SleepMarker:
+    """A `sleep` with a duration no other process uses, so the host can find its processes."""
+
+    seconds: str
+
+    @property
+    def command(self) -> str:
+        return f"sleep {self.seconds}"
+
+    def pids(self) -> list[int]:
+        """Host pids of every live process running this sleep."""
+        needle = f"sleep\0{self.seconds}\0".encode()
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue  # exited while we looked
+            if cmdline.endswith(needle):
+                found.append(int(entry.name))
+        return found
+
+    async def wait_gone(self) -> list[int]:
+        """Pids still running after waiting up to ~10 s for them all to end."""
+        for _ in range(_POLLS):
+            if not self.pids():
+                return []
+            await asyncio.sleep(_POLL_S)
+        return self.pids()
+
+    async def wait_running(self) -> None:
+        """Wait (up to ~10 s) until at least one such process exists."""
+        for _ in range(_POLLS):
+            if self.pids():
+                return
+            await asyncio.sleep(_POLL_S)
+        raise AssertionError(f"no process ran {self.command!r}")
+
+
+@pytest.fixture
+def sleep_marker() -> SleepMarker:
+    return SleepMarker(f"{random.randrange(10**6, 10**7)}.25")
+
+
+@pytest.fixture
+def local_settings(tmp_path: Path) -> Settings:
+    return Settings(
+        state_dir=tmp_path / "state",
+        cache_dir=tmp_path / "cache",
+        output_head_bytes=4096,
+        output_tail_bytes=4096,
+    )
+
+
+@pytest.fixture
+async def local_backend(local_settings: Settings) -> AsyncIterator[LocalBackend]:
+    local = LocalBackend(local_settings)
+    yield local
+    await local.close()
+
+
+@pytest.fixture
+def make_local_sandbox(local_backend: LocalBackend) -> MakeSandbox:
+    """Create a sandbox of `backend`; keyword arguments shape its spec."""
+
+    async def make(
+        rollout_id: str = "r1",
+        *,
+        network: NetworkPolicy = NetworkPolicy.NONE,
+        resources: Resources | None = None,
+        proxy_socket: str | None = None,
+        lifetime_s: float = 300.0,
+    ) -> LocalSandbox:
+        spec = SandboxSpec(network=network, resources=resources or Resources())
+        request = SandboxRequest(rollout_id, spec, lifetime_s, proxy_socket)
+        return await local_backend.create(request)
+
+    return make
+
+
+@pytest.fixture
+async def local_sandbox(make_local_sandbox: MakeSandbox) -> AsyncIterator[LocalSandbox]:
+    local = await make_local_sandbox()
+    yield local
+    await local.kill()

@@ -1,0 +1,242 @@
+"""The local (bubblewrap) backend: commands, streaming, timeouts, kill, sweep."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from service.config import Settings
+from service.errors import SandboxError
+from service.registry import MissingDependencyError
+from service.sandboxes.base import HOME, WORKDIR, OutputStream
+from service.sandboxes.local import LocalBackend, LocalSandbox
+from tests.sandboxes.conftest import MakeSandbox, SleepMarker
+
+
+async def test_exec_reports_exit_code_and_output(local_sandbox: LocalSandbox) -> None:
+    result = await local_sandbox.exec("echo out; echo err >&2; exit 3", timeout_s=30)
+    assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    assert (result.stdout_bytes, result.stderr_bytes, result.timed_out) == (4, 4, False)
+
+
+async def test_exec_runs_bash_in_workdir_with_home(local_sandbox: LocalSandbox) -> None:
+    result = await local_sandbox.exec('pwd; echo "$HOME"; echo "$BASH_VERSION"', timeout_s=30)
+    lines = result.stdout.splitlines()
+    assert lines[:2] == [WORKDIR, HOME]
+    assert lines[2]
+
+
+async def test_host_tools_are_available(local_sandbox: LocalSandbox) -> None:
+    result = await local_sandbox.exec(
+        "python --version && git --version && node --version && id -un", timeout_s=60
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "user"
+
+
+async def test_a_command_longer_than_an_argument_may_be(local_sandbox: LocalSandbox) -> None:
+    command = f"x='{'y' * 300_000}'; echo ${{#x}} \"$0\"; exit 4"
+    result = await local_sandbox.exec(command, timeout_s=30)
+    assert (result.exit_code, result.stdout) == (4, "300000 bash\n")
+
+
+async def test_concurrent_commands_keep_their_own_output(local_sandbox: LocalSandbox) -> None:
+    results = await asyncio.gather(
+        *(local_sandbox.exec(f"sleep 0.2; echo {i}; exit {i}", timeout_s=30) for i in range(8))
+    )
+    assert [(r.exit_code, r.stdout) for r in results] == [(i, f"{i}\n") for i in range(8)]
+
+
+async def test_output_is_capped_head_and_tail(local_sandbox: LocalSandbox) -> None:
+    result = await local_sandbox.exec("seq 1 100000", timeout_s=30)
+    assert result.stdout.startswith("1\n2\n")
+    assert result.stdout.endswith("99999\n100000\n")
+    assert "elided" in result.stdout
+    assert len(result.stdout) < 9000 < result.stdout_bytes
+
+
+async def test_output_streams_before_the_command_exits(local_sandbox: LocalSandbox) -> None:
+    seen = asyncio.Event()
+    chunks: list[tuple[OutputStream, bytes]] = []
+
+    def on_output(stream: OutputStream, chunk: bytes) -> None:
+        chunks.append((stream, chunk))
+        if b"ready" in chunk:
+            seen.set()
+
+    process = await local_sandbox.spawn("echo ready >&2; exec sleep 600", on_output=on_output)
+    await seen.wait()
+    assert chunks[0] == (OutputStream.STDERR, b"ready\n")
+    await process.kill()
+    assert (await process.wait()).exit_code == -1
+
+
+async def test_timeout_kills_the_whole_tree(
+    local_sandbox: LocalSandbox, sleep_marker: SleepMarker
+) -> None:
+    command = (
+        f"({sleep_marker.command} &) ; {sleep_marker.command} & {sleep_marker.command}; echo never"
+    )
+    result = await local_sandbox.exec(command, timeout_s=1)
+    assert (result.timed_out, result.exit_code) == (True, -1)
+    assert "never" not in result.stdout
+    assert sleep_marker.pids() == []
+
+
+async def test_cancelling_exec_kills_it(
+    local_sandbox: LocalSandbox, sleep_marker: SleepMarker
+) -> None:
+    task = asyncio.create_task(local_sandbox.exec(f"{sleep_marker.command} & wait", timeout_s=600))
+    await sleep_marker.wait_running()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sleep_marker.pids() == []
+
+
+async def test_spawn_runs_in_background_until_killed(
+    local_sandbox: LocalSandbox, sleep_marker: SleepMarker
+) -> None:
+    process = await local_sandbox.spawn(f"{sleep_marker.command} & {sleep_marker.command}")
+    await sleep_marker.wait_running()
+    assert len(sleep_marker.pids()) == 2
+    await process.kill()
+    await process.kill()  # idempotent
+    assert (await process.wait()).exit_code == -1
+    assert sleep_marker.pids() == []
+
+
+async def test_spawned_process_exit_code(local_sandbox: LocalSandbox) -> None:
+    process = await local_sandbox.spawn("sleep 0.1; echo done; exit 7")
+    result = await process.wait()
+    assert (result.exit_code, result.stdout) == (7, "done\n")
+
+
+async def test_commands_have_their_own_pid_namespace(local_sandbox: LocalSandbox) -> None:
+    result = await local_sandbox.exec("echo $$; ls /proc | grep -c '^[0-9]'", timeout_s=30)
+    own_pid, visible = map(int, result.stdout.split())
+    assert own_pid <= 3
+    assert visible <= 4
+
+
+async def test_kill_ends_every_process_and_removes_the_dirs(
+    local_settings: Settings, make_local_sandbox: MakeSandbox, sleep_marker: SleepMarker
+) -> None:
+    sandbox = await make_local_sandbox("gone")
+    await sandbox.spawn(sleep_marker.command)
+    await sandbox.spawn(sleep_marker.command)
+    await sleep_marker.wait_running()
+    await sandbox.kill()
+    await sandbox.kill()  # idempotent, never raises
+    assert sleep_marker.pids() == []
+    assert not (local_settings.state_dir / "sandboxes" / "gone").exists()
+    with pytest.raises(SandboxError, match="killed"):
+        await sandbox.exec("true", timeout_s=5)
+
+
+async def test_lifetime_kills_a_forgotten_sandbox(
+    make_local_sandbox: MakeSandbox, sleep_marker: SleepMarker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("service.sandboxes.local_sandbox.LIFETIME_MARGIN_S", 0.0)
+    sandbox = await make_local_sandbox(lifetime_s=0.5)
+    process = await sandbox.spawn(sleep_marker.command)
+    assert (await process.wait()).exit_code == -1
+    assert sleep_marker.pids() == []
+
+
+async def test_close_kills_every_sandbox(
+    local_backend: LocalBackend, make_local_sandbox: MakeSandbox, sleep_marker: SleepMarker
+) -> None:
+    for rollout_id in ("a", "b"):
+        sandbox = await make_local_sandbox(rollout_id)
+        await sandbox.spawn(sleep_marker.command)
+    await sleep_marker.wait_running()
+    await local_backend.close()
+    assert sleep_marker.pids() == []
+
+
+async def test_bwrap_failure_is_a_sandbox_error(
+    local_settings: Settings, local_sandbox: LocalSandbox
+) -> None:
+    home = local_settings.state_dir / "sandboxes" / "r1" / "home"
+    home.rename(home.with_name("moved"))
+    with pytest.raises(SandboxError, match="failed before the command ran"):
+        await local_sandbox.exec("true", timeout_s=30)
+
+
+async def test_missing_bwrap_names_the_package(
+    local_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(MissingDependencyError, match="apt-get install bubblewrap"):
+        LocalBackend(local_settings)
+
+
+_CRASHING_SERVER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pathlib import Path
+    from service.config import Settings
+    from service.models import SandboxSpec
+    from service.sandboxes.base import SandboxRequest
+    from service.sandboxes.local import LocalBackend
+
+    async def main() -> None:
+        state, command, *rollout_ids = sys.argv[1:]
+        settings = Settings(state_dir=Path(state), cache_dir=Path(state).with_name("cache"))
+        backend = LocalBackend(settings)
+        for rollout_id in rollout_ids:
+            sandbox = await backend.create(SandboxRequest(rollout_id, SandboxSpec(), 600))
+            await sandbox.spawn(command + " & " + command)
+        print("ready", flush=True)
+        await asyncio.sleep(600)
+
+    asyncio.run(main())
+    """
+)
+
+
+async def _crash_a_server(state: Path, marker: SleepMarker, rollout_ids: list[str]) -> None:
+    """Run a server (another process) with sandboxes running `marker`, then SIGKILL it."""
+    server = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _CRASHING_SERVER,
+        str(state),
+        marker.command,
+        *rollout_ids,
+        stdout=asyncio.subprocess.PIPE,
+        cwd=Path(__file__).parents[2],
+    )
+    assert server.stdout is not None
+    assert await server.stdout.readline() == b"ready\n"
+    await marker.wait_running()
+    server.kill()
+    await server.wait()
+
+
+async def test_a_crashed_server_leaves_no_process(
+    tmp_path: Path, sleep_marker: SleepMarker
+) -> None:
+    state = tmp_path / "state"
+    await _crash_a_server(state, sleep_marker, ["crash"])
+    assert await sleep_marker.wait_gone() == []  # --die-with-parent: the kernel kills them
+    restarted = LocalBackend(Settings(state_dir=state, cache_dir=tmp_path / "cache"))
+    assert await restarted.sweep_orphans(set()) == 1  # what the next start does
+
+
+async def test_sweep_after_a_crash_removes_only_orphans(
+    tmp_path: Path, sleep_marker: SleepMarker
+) -> None:
+    state = tmp_path / "state"
+    await _crash_a_server(state, sleep_marker, ["orphan", "live"])
+    restarted = LocalBackend(Settings(state_dir=state, cache_dir=tmp_path / "cache"))
+    assert await restarted.sweep_orphans({"live"}) == 1
+    assert [p.name for p in (state / "sandboxes").iterdir()] == ["live"]
+    assert await restarted.sweep_orphans({"live"}) == 0  # counts cgroups too: none left
+    assert await restarted.sweep_orphans(set()) == 1
+    assert list((state / "sandboxes").iterdir()) == []
