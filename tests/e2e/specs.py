@@ -5,14 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from google.protobuf import json_format
-
 from rollout.v1 import rollout_pb2 as pb
 
 __all__ = ["command_spec", "terminal"]
 
 
 def command_spec(
-    agent: str = "true",
+    command: str = "true",
     *,
     setup: tuple[str, ...] = (),
     verify: tuple[str, ...] = (),
@@ -21,7 +20,7 @@ def command_spec(
     """A spec for the `command` agent; extra fields in proto JSON shape are merged in."""
     document: dict[str, Any] = {
         "task": {"instruction": "do the task", "setup": list(setup), "verify": list(verify)},
-        "agent": {"name": "command", "command": agent},
+        "agent": {"name": "command", "command": command},
     }
     for key, value in fields.items():
         if isinstance(value, dict) and isinstance(document.get(key), dict):

@@ -3,44 +3,31 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import uuid
-from pathlib import Path
 
 import grpc
 import pytest
-
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
+
+from tests.e2e.processes import eventually, processes_with
 from tests.e2e.specs import command_spec
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
 
-def processes_with(marker: str) -> list[int]:
-    """Host pids whose command line contains `marker` (sandboxed processes included)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if marker.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-async def wait_for_phase(stub: pb_grpc.RolloutServiceStub, rollout_id: str, phase: int) -> None:
+async def wait_for_phase(
+    stub: pb_grpc.RolloutServiceAsyncStub, rollout_id: str, phase: int
+) -> None:
     async for response in stub.WatchRollout(pb.WatchRolloutRequest(rollout_id=rollout_id)):
         if response.event.HasField("phase") and response.event.phase.phase == phase:
             return
     raise AssertionError(f"rollout ended before phase {phase}")
 
 
-async def test_request_id_is_idempotent(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_request_id_is_idempotent(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     spec = command_spec("sleep 0.3", request_id=f"req-{uuid.uuid4()}")
     first, second = await asyncio.gather(
         stub.StartRollout(pb.StartRolloutRequest(spec=spec)),
@@ -52,7 +39,9 @@ async def test_request_id_is_idempotent(stub: pb_grpc.RolloutServiceStub) -> Non
     assert finished.rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED
 
 
-async def test_list_filters_by_labels_and_status_and_pages(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_list_filters_by_labels_and_status_and_pages(
+    stub: pb_grpc.RolloutServiceAsyncStub,
+) -> None:
     batch = f"list-{uuid.uuid4().hex[:8]}"
     ids = set()
     for i in range(5):
@@ -81,13 +70,12 @@ async def test_list_filters_by_labels_and_status_and_pages(stub: pb_grpc.Rollout
     assert failed.rollouts[0].result.error.kind == pb.ERROR_KIND_SETUP
 
 
-async def test_cancel_mid_agent_kills_every_process(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_cancel_mid_agent_kills_every_process(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     marker = f"marker{uuid.uuid4().hex[:10]}"
     spec = command_spec(f"(sleep 300; echo {marker}) & sleep 301 # {marker}", verify=("true",))
     started = await stub.StartRollout(pb.StartRolloutRequest(spec=spec))
     await wait_for_phase(stub, started.rollout.id, pb.PHASE_AGENT)
-    await asyncio.sleep(0.5)
-    assert processes_with(marker), "the agent should be running"
+    await eventually(lambda: processes_with(marker))
     cancelled = await stub.CancelRollout(
         pb.CancelRolloutRequest(rollout_id=started.rollout.id, reason="test says stop")
     )
@@ -97,15 +85,13 @@ async def test_cancel_mid_agent_kills_every_process(stub: pb_grpc.RolloutService
     assert processes_with(marker) == []
 
 
-async def test_client_cancelling_run_cancels_the_rollout(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_client_cancelling_run_cancels_the_rollout(
+    stub: pb_grpc.RolloutServiceAsyncStub,
+) -> None:
     marker = f"marker{uuid.uuid4().hex[:10]}"
     spec = command_spec(f"sleep 302 # {marker}", labels={"marker": marker})
     call = stub.RunRollout(pb.RunRolloutRequest(spec=spec))
-    for _ in range(100):
-        if processes_with(marker):
-            break
-        await asyncio.sleep(0.1)
-    assert processes_with(marker)
+    await eventually(lambda: processes_with(marker))
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
@@ -143,9 +129,11 @@ async def test_sigterm_cancels_in_flight_and_exits_zero(fresh_server: ServerProc
     target = fresh_server.start()
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.RolloutServiceStub(channel)
-        started = await stub.StartRollout(pb.StartRolloutRequest(spec=command_spec(f"sleep 303 # {marker}")))
+        started = await stub.StartRollout(
+            pb.StartRolloutRequest(spec=command_spec(f"sleep 303 # {marker}"))
+        )
         await wait_for_phase(stub, started.rollout.id, pb.PHASE_AGENT)
-    assert processes_with(marker)
+        await eventually(lambda: processes_with(marker))
     assert fresh_server.stop(signal.SIGTERM) == 0
     assert processes_with(marker) == []
     target = fresh_server.start()
@@ -161,11 +149,13 @@ async def test_restart_fails_interrupted_rollouts(fresh_server: ServerProcess) -
     target = fresh_server.start()
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.RolloutServiceStub(channel)
-        started = await stub.StartRollout(pb.StartRolloutRequest(spec=command_spec(f"sleep 304 # {marker}")))
+        started = await stub.StartRollout(
+            pb.StartRolloutRequest(spec=command_spec(f"sleep 304 # {marker}"))
+        )
         await wait_for_phase(stub, started.rollout.id, pb.PHASE_AGENT)
+        await eventually(lambda: processes_with(marker))
     fresh_server.stop(signal.SIGKILL)
-    await asyncio.sleep(0.5)
-    assert processes_with(marker) == [], "bwrap --die-with-parent should take the sandbox down"
+    await eventually(lambda: processes_with(marker) == [])
     target = fresh_server.start()
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.RolloutServiceStub(channel)

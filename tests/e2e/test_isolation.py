@@ -6,22 +6,22 @@ import socket
 from pathlib import Path
 
 import pytest
-
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
+
 from tests.e2e.specs import command_spec
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
 
-async def run(stub: pb_grpc.RolloutServiceStub, agent: str) -> pb.Rollout:
+async def run(stub: pb_grpc.RolloutServiceAsyncStub, agent: str) -> pb.Rollout:
     response = await stub.RunRollout(pb.RunRolloutRequest(spec=command_spec(agent)))
     return response.rollout
 
 
 async def test_sandbox_cannot_see_server_secrets_or_state(
-    stub: pb_grpc.RolloutServiceStub, server_process: ServerProcess
+    stub: pb_grpc.RolloutServiceAsyncStub, server_process: ServerProcess
 ) -> None:
     state = server_process.state_dir
     rollout = await run(
@@ -37,7 +37,9 @@ async def test_sandbox_cannot_see_server_secrets_or_state(
     assert not Path("/tmp/outside.txt").exists()
 
 
-async def test_network_none_cannot_reach_host_loopback(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_network_none_cannot_reach_host_loopback(
+    stub: pb_grpc.RolloutServiceAsyncStub,
+) -> None:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -55,7 +57,7 @@ def _peak_rss_kb(pid: int) -> int:
 
 
 async def test_gigabyte_of_output_keeps_server_memory_bounded(
-    stub: pb_grpc.RolloutServiceStub, server_process: ServerProcess
+    stub: pb_grpc.RolloutServiceAsyncStub, server_process: ServerProcess
 ) -> None:
     before = _peak_rss_kb(server_process.pid)
     spec = command_spec("head -c 1G /dev/zero | tr '\\0' 'a'", setup=("head -c 1G /dev/zero",))

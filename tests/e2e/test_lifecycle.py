@@ -6,20 +6,20 @@ import base64
 
 import pytest
 from google.protobuf import json_format
-
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
+
 from tests.e2e.specs import command_spec
 
 pytestmark = pytest.mark.e2e
 
 
-async def run(stub: pb_grpc.RolloutServiceStub, spec: pb.RolloutSpec) -> pb.Rollout:
+async def run(stub: pb_grpc.RolloutServiceAsyncStub, spec: pb.RolloutSpec) -> pb.Rollout:
     response = await stub.RunRollout(pb.RunRolloutRequest(spec=spec))
     return response.rollout
 
 
-async def test_reward_from_passed_over_total(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_reward_from_passed_over_total(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     rollout = await run(
         stub,
         command_spec(
@@ -37,15 +37,17 @@ async def test_reward_from_passed_over_total(stub: pb_grpc.RolloutServiceStub) -
     assert rollout.phase == pb.PHASE_DONE
 
 
-async def test_reward_txt_wins_over_passed_count(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_reward_txt_wins_over_passed_count(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     rollout = await run(
         stub,
-        command_spec(verify=("mkdir -p ~/logs/verifier && echo 0.25 > ~/logs/verifier/reward.txt", "false")),
+        command_spec(
+            verify=("mkdir -p ~/logs/verifier && echo 0.25 > ~/logs/verifier/reward.txt", "false")
+        ),
     )
     assert rollout.result.reward == pytest.approx(0.25)
 
 
-async def test_reward_json_gives_reward_and_metrics(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_reward_json_gives_reward_and_metrics(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     write = (
         "mkdir -p ~/logs/verifier && "
         """echo '{"reward": 0.75, "tests_passed": 3, "note": "x"}' > ~/logs/verifier/reward.json"""
@@ -55,22 +57,27 @@ async def test_reward_json_gives_reward_and_metrics(stub: pb_grpc.RolloutService
     assert dict(rollout.result.metrics) == {"tests_passed": 3.0}
 
 
-async def test_no_verify_commands_means_no_reward(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_no_verify_commands_means_no_reward(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     rollout = await run(stub, command_spec())
     assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED
     assert not rollout.result.HasField("reward")
 
 
-async def test_unparseable_reward_txt_is_a_verifier_error(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_unparseable_reward_txt_is_a_verifier_error(
+    stub: pb_grpc.RolloutServiceAsyncStub,
+) -> None:
     rollout = await run(
-        stub, command_spec(verify=("mkdir -p ~/logs/verifier && echo lots > ~/logs/verifier/reward.txt",))
+        stub,
+        command_spec(
+            verify=("mkdir -p ~/logs/verifier && echo lots > ~/logs/verifier/reward.txt",)
+        ),
     )
     assert rollout.status == pb.ROLLOUT_STATUS_FAILED
     assert rollout.result.error.kind == pb.ERROR_KIND_VERIFIER
     assert not rollout.result.HasField("reward")
 
 
-async def test_setup_failure_stops_before_the_agent(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_setup_failure_stops_before_the_agent(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     rollout = await run(
         stub,
         command_spec(
@@ -87,7 +94,7 @@ async def test_setup_failure_stops_before_the_agent(stub: pb_grpc.RolloutService
     assert "agent-ran" not in rollout.result.files
 
 
-async def test_agent_timeout_still_verifies(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_agent_timeout_still_verifies(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     spec = command_spec("echo partial > work.txt; sleep 30", verify=("test -f work.txt",))
     spec.agent_timeout.FromMilliseconds(1500)
     rollout = await run(stub, spec)
@@ -97,7 +104,7 @@ async def test_agent_timeout_still_verifies(stub: pb_grpc.RolloutServiceStub) ->
     assert len(rollout.result.verify_results) == 1
 
 
-async def test_setup_command_timeout(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_setup_command_timeout(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     spec = command_spec(setup=("sleep 30",))
     spec.command_timeout.FromMilliseconds(1000)
     rollout = await run(stub, spec)
@@ -106,7 +113,7 @@ async def test_setup_command_timeout(stub: pb_grpc.RolloutServiceStub) -> None:
 
 
 async def test_files_staged_before_setup_and_verifier_files_after_agent(
-    stub: pb_grpc.RolloutServiceStub,
+    stub: pb_grpc.RolloutServiceAsyncStub,
 ) -> None:
     spec = command_spec(
         "ls > seen-by-agent.txt; cat input.txt > copy.txt",
@@ -121,13 +128,13 @@ async def test_files_staged_before_setup_and_verifier_files_after_agent(
     assert "check.sh" not in rollout.result.files
 
 
-async def test_agent_output_is_streamed_and_tailed(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_agent_output_is_streamed_and_tailed(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     rollout = await run(stub, command_spec("echo out-line; echo err-line >&2"))
     assert "out-line" in rollout.result.agent_log_tail
     assert "err-line" in rollout.result.agent_log_tail
 
 
-async def test_slim_view_leaves_out_bulk(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_slim_view_leaves_out_bulk(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     response = await stub.RunRollout(
         pb.RunRolloutRequest(spec=command_spec("echo x > f.txt"), view=pb.RESULT_VIEW_SLIM)
     )
@@ -137,7 +144,7 @@ async def test_slim_view_leaves_out_bulk(stub: pb_grpc.RolloutServiceStub) -> No
     assert full.rollout.result.files["f.txt"] == b"x\n"
 
 
-async def test_grpcurl_style_json_request(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_grpcurl_style_json_request(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     """The JSON shape outside tools send is accepted as is (bytes as base64)."""
     request = json_format.ParseDict(
         {
@@ -158,8 +165,12 @@ async def test_grpcurl_style_json_request(stub: pb_grpc.RolloutServiceStub) -> N
     assert response.rollout.result.files["data.bin"] == b"\x00\x01"
 
 
-async def test_secrets_are_cleared_from_the_returned_spec(stub: pb_grpc.RolloutServiceStub) -> None:
-    spec = command_spec(endpoint={"baseUrl": "http://127.0.0.1:9/v1", "apiKey": "sk-topsecret", "model": "m"})
+async def test_secrets_are_cleared_from_the_returned_spec(
+    stub: pb_grpc.RolloutServiceAsyncStub,
+) -> None:
+    spec = command_spec(
+        endpoint={"baseUrl": "http://127.0.0.1:9/v1", "apiKey": "sk-topsecret", "model": "m"}
+    )
     spec.capture.mode = pb.CAPTURE_MODE_BLACK_BOX
     rollout = await run(stub, spec)
     assert rollout.spec.endpoint.api_key == ""

@@ -6,9 +6,9 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
+
 from tests.e2e.specs import command_spec
 
 pytestmark = pytest.mark.e2e
@@ -76,7 +76,9 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", CASES)
-async def test_bad_spec_is_invalid_argument(stub: pb_grpc.RolloutServiceStub, case: str) -> None:
+async def test_bad_spec_is_invalid_argument(
+    stub: pb_grpc.RolloutServiceAsyncStub, case: str
+) -> None:
     build, field = CASES[case]
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.StartRollout(pb.StartRolloutRequest(spec=build()))
@@ -84,7 +86,7 @@ async def test_bad_spec_is_invalid_argument(stub: pb_grpc.RolloutServiceStub, ca
     assert field in _violations(caught.value), caught.value.details()
 
 
-async def test_every_violation_is_reported_at_once(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_every_violation_is_reported_at_once(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     spec = _no_instruction()
     spec.agent.name = "nope"
     with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -92,7 +94,7 @@ async def test_every_violation_is_reported_at_once(stub: pb_grpc.RolloutServiceS
     assert {"spec.task.instruction", "spec.agent.name"} <= set(_violations(caught.value))
 
 
-async def test_unknown_rollout_is_not_found(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_unknown_rollout_is_not_found(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     for call in (
         stub.GetRollout(pb.GetRolloutRequest(rollout_id="nope")),
         stub.CancelRollout(pb.CancelRolloutRequest(rollout_id="nope")),
@@ -106,14 +108,16 @@ async def test_unknown_rollout_is_not_found(stub: pb_grpc.RolloutServiceStub) ->
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
 
 
-async def test_missing_rollout_id_is_invalid_argument(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_missing_rollout_id_is_invalid_argument(
+    stub: pb_grpc.RolloutServiceAsyncStub,
+) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.GetRollout(pb.GetRolloutRequest())
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert _violations(caught.value) == ["rollout_id"]
 
 
-async def test_bad_page_token_is_invalid_argument(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_bad_page_token_is_invalid_argument(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.ListRollouts(pb.ListRolloutsRequest(page_token="!!garbage!!"))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -6,9 +6,9 @@ import asyncio
 
 import grpc
 import pytest
-
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
+
 from tests.e2e.specs import command_spec
 from tests.server_process import ServerProcess
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.e2e
 
 
 async def collect(
-    stub: pb_grpc.RolloutServiceStub, rollout_id: str, after_seq: int = 0
+    stub: pb_grpc.RolloutServiceAsyncStub, rollout_id: str, after_seq: int = 0
 ) -> list[pb.RolloutEvent]:
     request = pb.WatchRolloutRequest(rollout_id=rollout_id, after_seq=after_seq)
     return [response.event async for response in stub.WatchRollout(request)]
@@ -26,7 +26,7 @@ def kinds(events: list[pb.RolloutEvent]) -> list[str]:
     return [str(event.WhichOneof("payload")) for event in events]
 
 
-async def test_live_watch_sees_every_phase_in_order(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_live_watch_sees_every_phase_in_order(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     spec = command_spec("sleep 0.5; echo agent-said-this", setup=("echo s",), verify=("true",))
     started = await stub.StartRollout(pb.StartRolloutRequest(spec=spec))
     events = await collect(stub, started.rollout.id)
@@ -54,7 +54,7 @@ async def test_live_watch_sees_every_phase_in_order(stub: pb_grpc.RolloutService
     assert events[-1].finished.result.reward == pytest.approx(1.0)
 
 
-async def test_two_watchers_see_identical_sequences(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_two_watchers_see_identical_sequences(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     spec = command_spec("for i in 1 2 3 4 5; do echo line-$i; sleep 0.1; done", verify=("true",))
     started = await stub.StartRollout(pb.StartRolloutRequest(spec=spec))
     first, second = await asyncio.gather(
@@ -64,7 +64,7 @@ async def test_two_watchers_see_identical_sequences(stub: pb_grpc.RolloutService
     assert kinds(first)[-1] == "finished"
 
 
-async def test_replay_after_completion_and_after_seq(stub: pb_grpc.RolloutServiceStub) -> None:
+async def test_replay_after_completion_and_after_seq(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     done = await stub.RunRollout(pb.RunRolloutRequest(spec=command_spec(verify=("true",))))
     everything = await collect(stub, done.rollout.id)
     assert kinds(everything)[-1] == "finished"
@@ -73,7 +73,7 @@ async def test_replay_after_completion_and_after_seq(stub: pb_grpc.RolloutServic
 
 
 async def test_label_watch_streams_matching_rollouts_only(
-    stub: pb_grpc.RolloutServiceStub,
+    stub: pb_grpc.RolloutServiceAsyncStub,
 ) -> None:
     request = pb.WatchRolloutRequest(labels={"team": "dash-test"})
     seen: list[pb.RolloutEvent] = []
