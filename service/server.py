@@ -17,14 +17,15 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
-
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
+
 from service.api.servicer import RolloutServicer
 from service.config import Settings
 from service.engine.events import EventHub
 from service.engine.manager import RolloutManager
 from service.engine.model_access import ModelRouter
+from service.errors import SandboxError, SpecError
 from service.proxy.server import CaptureProxy
 from service.registry import MissingDependencyError
 from service.store.sqlite import SqliteStore
@@ -47,11 +48,13 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     await hub.start()
     proxy = CaptureProxy(settings)
     await proxy.start()
-    manager = RolloutManager(settings, store, hub, ModelRouter(proxy, os.environ))
-    manager.backend(settings.default_backend)
+    manager = RolloutManager(settings, store, hub, ModelRouter(proxy, os.environ, settings))
+    manager.load_default_backend()
     interrupted = await manager.recover()
     if interrupted:
         log.warning("marked %d rollouts interrupted by restart as FAILED", interrupted)
+    if os.environ.get("E2B_API_KEY"):
+        await _sweep_e2b(manager)
 
     server, port, health_servicer = _grpc_server(settings, manager, hub)
     await server.start()
@@ -72,6 +75,19 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     tracing.shutdown()
 
 
+async def _sweep_e2b(manager: RolloutManager) -> None:
+    """Kill the E2B sandboxes an earlier run of this instance left behind (before serving, so
+    no new rollout's sandbox can be taken for an orphan). E2B being unreachable is logged:
+    it must not keep the server from serving local rollouts."""
+    try:
+        swept = await manager.backend("e2b").sweep_orphans(set())
+    except (SandboxError, SpecError) as exc:
+        log.warning("could not sweep orphaned E2B sandboxes: %s", exc)
+        return
+    if swept:
+        log.info("killed %d orphaned E2B sandboxes", swept)
+
+
 def _grpc_server(
     settings: Settings, manager: RolloutManager, hub: EventHub
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
@@ -79,7 +95,10 @@ def _grpc_server(
         ("grpc.max_send_message_length", settings.max_message_bytes),
         ("grpc.max_receive_message_length", settings.max_message_bytes),
     ]
-    server = grpc.aio.server(options=options, interceptors=[aio_server_interceptor()])
+    server = grpc.aio.server(
+        options=options,
+        interceptors=[aio_server_interceptor()],  # type: ignore[no-untyped-call]
+    )
     pb_grpc.add_RolloutServiceServicer_to_server(RolloutServicer(manager, hub), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -109,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=os.environ.get("ROLLOUT_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    settings = Settings(_cli_parse_args=list(argv if argv is not None else sys.argv[1:]))
+    settings = Settings(_cli_parse_args=list(argv if argv is not None else sys.argv[1:]))  # type: ignore[call-arg]
     try:
         asyncio.run(serve(settings))
     except MissingDependencyError as exc:

@@ -7,8 +7,8 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
-
 from rollout.v1 import rollout_pb2 as pb
+
 from service.models import (
     AgentOutput,
     AgentSpec,
@@ -35,9 +35,11 @@ E = TypeVar("E", bound=Enum)
 
 
 def _enum_to_proto(value: Enum, prefix: str) -> int:
-    return int(pb.DESCRIPTOR.enum_types_by_name[prefix].values_by_name[
-        f"{_snake_upper(prefix)}_{value.name}"
-    ].number)
+    return int(
+        pb.DESCRIPTOR.enum_types_by_name[prefix]
+        .values_by_name[f"{_snake_upper(prefix)}_{value.name}"]
+        .number
+    )
 
 
 def _enum_from_proto(number: int, prefix: str, domain: type[E], default: E) -> E:
@@ -100,7 +102,9 @@ def spec_from_proto(message: pb.RolloutSpec) -> RolloutSpec:
         ),
         sandbox=_sandbox_from_proto(message.sandbox),
         capture=_capture_from_proto(message.capture),
-        agent_timeout_s=_seconds(message.agent_timeout) if message.HasField("agent_timeout") else None,
+        agent_timeout_s=_seconds(message.agent_timeout)
+        if message.HasField("agent_timeout")
+        else None,
         command_timeout_s=(
             _seconds(message.command_timeout) if message.HasField("command_timeout") else None
         ),
@@ -114,7 +118,9 @@ def _sandbox_from_proto(message: pb.SandboxSpec) -> SandboxSpec:
     return SandboxSpec(
         backend=message.backend,
         template=message.template,
-        network=_enum_from_proto(message.network, "NetworkPolicy", NetworkPolicy, NetworkPolicy.NONE),
+        network=_enum_from_proto(
+            message.network, "NetworkPolicy", NetworkPolicy, NetworkPolicy.NONE
+        ),
         resources=Resources(
             memory_mb=r.memory_mb,
             cpu_seconds=r.cpu_seconds,
@@ -278,7 +284,9 @@ def _turn_to_proto(turn: Turn) -> pb.Turn:
 
 def event_to_proto(event: RolloutEvent) -> pb.RolloutEvent:
     """An event for the wire; the final event carries the slim rollout (turns were events)."""
-    message = pb.RolloutEvent(rollout_id=event.rollout_id, seq=event.seq, time=_timestamp(event.time))
+    message = pb.RolloutEvent(
+        rollout_id=event.rollout_id, seq=event.seq, time=_timestamp(event.time)
+    )
     payload = event.payload
     if isinstance(payload, PhaseChanged):
         message.phase.CopyFrom(

@@ -43,7 +43,9 @@ def _status(exc: RolloutServiceError) -> status_pb2.Status:
         detail.Pack(
             error_details_pb2.BadRequest(
                 field_violations=[
-                    error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+                    error_details_pb2.BadRequest.FieldViolation(
+                        field=v.field, description=v.description
+                    )
                     for v in exc.violations
                 ]
             )

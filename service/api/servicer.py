@@ -6,10 +6,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
-from service.api.convert import event_to_proto, rollout_to_proto, spec_from_proto, statuses_from_proto
+
+from service.api.convert import (
+    event_to_proto,
+    rollout_to_proto,
+    spec_from_proto,
+    statuses_from_proto,
+)
 from service.api.errors import invalid_argument, translate_errors, translate_stream_errors
 from service.engine.events import EventHub
 from service.engine.manager import RolloutManager
@@ -36,7 +41,9 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self._hub = hub
 
     @translate_errors
-    async def RunRollout(self, request: pb.RunRolloutRequest, context: Context) -> pb.RunRolloutResponse:
+    async def RunRollout(
+        self, request: pb.RunRolloutRequest, context: Context
+    ) -> pb.RunRolloutResponse:
         rollout = await self._manager.run(spec_from_proto(request.spec))
         slim = request.view == pb.RESULT_VIEW_SLIM
         return pb.RunRolloutResponse(rollout=rollout_to_proto(rollout, slim=slim))
@@ -61,7 +68,9 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
             yield pb.WatchRolloutResponse(event=event_to_proto(event))
 
     @translate_errors
-    async def GetRollout(self, request: pb.GetRolloutRequest, context: Context) -> pb.GetRolloutResponse:
+    async def GetRollout(
+        self, request: pb.GetRolloutRequest, context: Context
+    ) -> pb.GetRolloutResponse:
         rollout = await self._manager.get(_required_id(request.rollout_id))
         slim = request.view == pb.RESULT_VIEW_SLIM
         return pb.GetRolloutResponse(rollout=rollout_to_proto(rollout, slim=slim))
