@@ -1,0 +1,201 @@
+"""Assemble a completion from a unary response or from SSE chunks, reading token ids.
+
+Token ids are read from every shape vLLM and compatible servers return, in this order:
+1. choice `token_ids` (vLLM `return_token_ids`; top-level `prompt_token_ids` for the prompt);
+2. a `token_id` (or llama.cpp's `id`) key on every logprob entry;
+3. every token spelled `token_id:N` (vLLM `--return-tokens-as-token-ids`).
+Ids are never invented: with none of these, `token_ids_present` is false and the id
+lists are empty.
+
+Only the first choice is recorded (agents ask for n=1). Upstream data is untrusted: odd
+shapes are skipped, never raised on. Per-token work happens once, in `fields()`, with
+list comprehensions: completions run to thousands of tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["CompletionAssembler", "entry_token_id"]
+
+_ID_PREFIX = "token_id:"
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+def _dict(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def entry_token_id(entry: Mapping[str, Any]) -> int | None:
+    """The token id carried by one logprob entry, in any known spelling; None if absent."""
+    for key in ("token_id", "id"):
+        value = entry.get(key)
+        if type(value) is int:
+            return value
+    token = entry.get("token")
+    if (
+        isinstance(token, str)
+        and token.startswith(_ID_PREFIX)
+        and token[len(_ID_PREFIX) :].isdigit()
+    ):
+        return int(token[len(_ID_PREFIX) :])
+    return None
+
+
+def _entry_ids(entries: list[dict[str, Any]]) -> list[Any] | None:
+    """Ids carried by the logprob entries, when every entry carries one (validated by the Turn)."""
+    if not entries:
+        return None
+    for key in ("token_id", "id"):
+        ids = [entry.get(key) for entry in entries]
+        if None not in ids:
+            return ids
+    ids = [entry_token_id(entry) for entry in entries]
+    return None if None in ids else ids
+
+
+def _float(value: object) -> float:
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+@dataclass
+class _ToolCallParts:
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+class CompletionAssembler:
+    """Accumulates one completion; `fields()` gives the Turn fields it determines."""
+
+    def __init__(self, top_k: int) -> None:
+        self._top_k = top_k
+        self._content: list[str] = []
+        self._reasoning: list[str] = []
+        self._tool_calls: dict[int, _ToolCallParts] = {}
+        self._entries: list[Any] = []
+        self._choice_ids: list[Any] | None = None
+        self._prompt_ids: list[Any] = []
+        self._usage: Mapping[str, Any] = {}
+        self.prompt_raw: bytes | None = None
+        """The prompt ids array's bytes, cut from the response before parsing (`prompt_ids`)."""
+        self.finish_reason = ""
+        self.error = ""
+        """An in-band error the upstream sent (SSE `{"error": ...}`)."""
+
+    def add_completion(self, doc: Mapping[str, Any]) -> None:
+        """A whole `chat.completion` object (unary response)."""
+        self._add_common(doc)
+        choice = _dict(next(iter(_list(doc.get("choices"))), None))
+        message = _dict(choice.get("message"))
+        self._add_text(message)
+        for index, call in enumerate(_list(message.get("tool_calls"))):
+            self._add_tool_call(_dict(call), index)
+        self._add_choice_tokens(choice)
+
+    def add_chunk(self, doc: Mapping[str, Any]) -> bool:
+        """One `chat.completion.chunk`; returns whether it carried generated output."""
+        if "error" in doc:
+            self.error = _error_message(doc["error"])
+            return False
+        self._add_common(doc)
+        choices = doc.get("choices")
+        if not choices or not isinstance(choices, list):
+            return False
+        choice = _dict(choices[0])
+        delta = _dict(choice.get("delta"))
+        produced = self._add_text(delta)
+        for call in _list(delta.get("tool_calls")):
+            call = _dict(call)
+            index = call.get("index")
+            self._add_tool_call(call, index if type(index) is int else len(self._tool_calls))
+            produced = True
+        self._add_choice_tokens(choice)
+        return produced
+
+    def _add_common(self, doc: Mapping[str, Any]) -> None:
+        prompt_ids = doc.get("prompt_token_ids")
+        if isinstance(prompt_ids, list):
+            self._prompt_ids = prompt_ids
+        usage = doc.get("usage")
+        if isinstance(usage, dict):
+            self._usage = usage
+
+    def _add_text(self, message: Mapping[str, Any]) -> bool:
+        content = message.get("content")
+        reasoning = message.get("reasoning_content") or message.get("reasoning")
+        if isinstance(content, str) and content:
+            self._content.append(content)
+        if isinstance(reasoning, str) and reasoning:
+            self._reasoning.append(reasoning)
+        return bool(content or reasoning)
+
+    def _add_tool_call(self, call: Mapping[str, Any], index: int) -> None:
+        parts = self._tool_calls.setdefault(index, _ToolCallParts())
+        function = _dict(call.get("function"))
+        name, arguments, call_id = function.get("name"), function.get("arguments"), call.get("id")
+        if isinstance(call_id, str) and call_id and not parts.id:
+            parts.id = call_id
+        if isinstance(name, str) and name and not parts.name:
+            parts.name = name
+        if isinstance(arguments, str):
+            parts.arguments += arguments
+
+    def _add_choice_tokens(self, choice: Mapping[str, Any]) -> None:
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str) and reason:
+            self.finish_reason = reason
+        ids = choice.get("token_ids")
+        if isinstance(ids, list):
+            if self._choice_ids is None:
+                self._choice_ids = []
+            self._choice_ids.extend(ids)
+        logprobs = choice.get("logprobs")
+        if isinstance(logprobs, dict):
+            self._entries.extend(_list(logprobs.get("content")))
+
+    def fields(self) -> dict[str, Any]:
+        """The Turn fields read from the response (plain data, validated once by the Turn)."""
+        entries = [entry for entry in self._entries if isinstance(entry, dict)]
+        ids = self._choice_ids if self._choice_ids is not None else _entry_ids(entries)
+        return {
+            "completion_text": "".join(self._content),
+            "reasoning_text": "".join(self._reasoning),
+            "tool_calls": [vars(parts) for _, parts in sorted(self._tool_calls.items())],
+            "finish_reason": self.finish_reason,
+            "prompt_token_ids": [] if self.prompt_raw is not None else self._prompt_ids,
+            "completion_token_ids": ids or [],
+            "token_ids_present": ids is not None or bool(self._prompt_ids),
+            "logprobs": [_float(entry.get("logprob")) for entry in entries],
+            "completion_tokens": [
+                token if isinstance(token := entry.get("token"), str) else "" for entry in entries
+            ],
+            "top_logprobs": [_top(entry) for entry in entries] if self._top_k > 1 else [],
+            "usage": {k: v for k in _USAGE_KEYS if type(v := self._usage.get(k)) is int},
+        }
+
+
+def _top(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "token": alt.get("token") if isinstance(alt.get("token"), str) else "",
+            "token_id": entry_token_id(alt),
+            "logprob": _float(alt.get("logprob")),
+        }
+        for alt in _list(entry.get("top_logprobs"))
+        if isinstance(alt, dict)
+    ]
+
+
+def _error_message(error: object) -> str:
+    if isinstance(error, dict):
+        message = error.get("message")
+        if isinstance(message, str):
+            return message
+    return str(error)[:1000]

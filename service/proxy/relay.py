@@ -1,0 +1,157 @@
+"""Relay one chat-completions call upstream and back, assembling its turn on the side.
+
+The request JSON is parsed once, rewritten and serialised once. Responses are never
+re-serialised: a unary body is forwarded as received (after checking it parses), and a
+stream is forwarded event by event as each SSE event completes. Errors, which a server may
+word with the request's API key in them, reach the agent scrubbed of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+
+from service.proxy.failures import (
+    error_body,
+    sse_error_event,
+    transport_failure,
+    upstream_error_message,
+)
+from service.proxy.httpserver import Responder
+from service.proxy.prompt_ids import cut_prompt_ids
+from service.proxy.route import Exchange
+from service.proxy.sse import DONE, SseSplitter, event_data
+from service.proxy.upstream import UpstreamConnectionError, UpstreamPool, UpstreamResponse
+
+__all__ = ["relay"]
+
+_AGENT_GONE = "the agent disconnected mid-response"
+_PROMPT_IDS_KEY = b'"prompt_token_ids"'
+
+
+async def relay(
+    responder: Responder, exchange: Exchange, payload: bytes, pool: UpstreamPool, timeout_s: float
+) -> None:
+    """Send `payload` upstream and answer the agent; failures land on `exchange`."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            request = pool.request(exchange.route.target, payload, on_sent=exchange.number)
+            async with request as response:
+                exchange.upstream_status = response.status
+                if (
+                    response.status < 300
+                    and exchange.stream
+                    and response.content_type == "text/event-stream"
+                ):
+                    await _relay_stream(responder, exchange, response)
+                    return
+                body = await response.read()
+    except (TimeoutError, UpstreamConnectionError) as exc:
+        status, message = transport_failure(exc, timeout_s)
+        exchange.fail(message)
+        _send_failure(responder, exchange, status)
+        return
+    except ConnectionResetError:
+        exchange.fail(_AGENT_GONE, upstream=False)
+        return
+    if response.status >= 300:
+        exchange.fail(upstream_error_message(response.status, body))
+        _send_failure(responder, exchange, response.status)
+    else:
+        _relay_unary(responder, exchange, body)
+
+
+def _send_failure(responder: Responder, exchange: Exchange, status: int) -> None:
+    """The failure as an OpenAI-style error: JSON, or an SSE error event mid-stream."""
+    try:
+        if responder.started:
+            responder.write(sse_error_event(exchange.error, status=status))
+            responder.end()
+        else:
+            responder.send(status, error_body(exchange.error, status=status))
+    except ConnectionResetError:
+        pass  # the agent left too; the failure is already on the turn
+
+
+def _relay_unary(responder: Responder, exchange: Exchange, body: bytes) -> None:
+    rest, exchange.assembler.prompt_raw = cut_prompt_ids(body)
+    try:
+        doc = orjson.loads(rest)
+    except orjson.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict) or "error" in doc:
+        malformed = f"upstream sent malformed JSON ({len(body)} bytes)"
+        exchange.fail(
+            upstream_error_message(exchange.upstream_status, body)
+            if isinstance(doc, dict)
+            else malformed
+        )
+        _send_failure(responder, exchange, 502)
+        return
+    try:
+        responder.send(200, body)
+    except ConnectionResetError:
+        exchange.fail(_AGENT_GONE, upstream=False)
+    exchange.assembler.add_completion(doc)
+
+
+class _StreamState:
+    """How far a relayed stream got."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self.failure = ""
+
+
+async def _relay_stream(
+    responder: Responder, exchange: Exchange, response: UpstreamResponse
+) -> None:
+    responder.start_stream()
+    state = _StreamState()
+    splitter = SseSplitter()
+    async for data in response.iter_chunks():
+        out = _take_events(exchange, splitter.feed(data), state)
+        if out:
+            responder.write(out)
+            await responder.drain()
+        if state.done or state.failure:
+            break
+    if not state.done and not state.failure:
+        # A stream that finished (or reported its own error) without [DONE] is completed here.
+        if exchange.assembler.finish_reason or exchange.assembler.error:
+            responder.write(b"data: [DONE]\n\n")
+        else:
+            state.failure = "upstream ended the stream before it finished"
+    if state.failure:
+        exchange.fail(state.failure)
+        _send_failure(responder, exchange, 502)
+    responder.end()
+
+
+def _take_events(exchange: Exchange, events: list[bytes], state: _StreamState) -> bytes:
+    """The raw bytes of the events to forward; feeds each parsed chunk to the assembler."""
+    out = bytearray()
+    for event in events:
+        data = event_data(event)
+        if data == DONE:
+            state.done = True
+        elif data:
+            if _PROMPT_IDS_KEY in data:
+                data, exchange.assembler.prompt_raw = cut_prompt_ids(data)
+            try:
+                chunk = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                chunk = None
+            if not isinstance(chunk, dict):
+                state.failure = f"upstream sent a malformed SSE event ({len(data)} bytes)"
+                break
+            if exchange.assembler.add_chunk(chunk):
+                exchange.mark_first_token()
+            elif "error" in chunk:
+                # Error text may echo the request's key; generated text never can.
+                event = exchange.scrub_bytes(event)
+        out += event
+        if state.done:
+            break
+    return bytes(out)

@@ -1,0 +1,226 @@
+"""A rollout's route through the proxy, and the turn each call through it becomes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from service.models import CaptureSpec, Turn
+from service.proxy.assembly import CompletionAssembler
+from service.proxy.endpoints import ResolvedEndpoint
+from service.proxy.history import LaneHistory, RequestDelta
+from service.proxy.prompt_ids import PromptIdCache
+from service.proxy.rewrite import is_trainable, upstream_headers
+from service.proxy.upstream import UpstreamTarget
+
+__all__ = ["Exchange", "OnTurn", "Route"]
+
+logger = logging.getLogger(__name__)
+
+OnTurn = Callable[[Turn], None]
+"""Called with each turn the moment it completes; must not block."""
+
+
+class Route:
+    """One rollout's route: its upstream, capture settings and the turns recorded so far."""
+
+    def __init__(
+        self,
+        token: str,
+        rollout_id: str,
+        upstream: ResolvedEndpoint,
+        capture: CaptureSpec,
+        on_turn: OnTurn,
+        *,
+        keep_turns: bool = True,
+    ) -> None:
+        self.token = token
+        self.rollout_id = rollout_id
+        self.upstream = upstream
+        self.capture = capture
+        self.turns: list[Turn] = []
+        """Completed turns in completion order (empty unless `keep_turns`)."""
+        self.keep_turns = keep_turns
+        self.turn_count = 0
+        self.closed = False
+        self.tasks: set[asyncio.Task[Any]] = set()
+        """Requests in flight; cancelled when the route closes."""
+        self.key_bytes = upstream.api_key.encode()
+        self.target = UpstreamTarget(upstream.chat_completions_url, upstream_headers(upstream))
+        """The upstream request line and headers, built once."""
+        self._on_turn = on_turn
+        self._history = LaneHistory()
+        self._prompt_ids: dict[str, PromptIdCache] = {}
+        self._next_index = 0
+        self._upstream_failures = 0
+
+    def __repr__(self) -> str:
+        return f"Route(rollout_id={self.rollout_id!r}, turns={len(self.turns)})"
+
+    @property
+    def all_failed(self) -> bool:
+        """True when there was at least one turn and every one failed upstream."""
+        return self.turn_count > 0 and self._upstream_failures == self.turn_count
+
+    def begin(self, body: dict[str, Any]) -> Exchange:
+        """Start the turn of a parsed request (before it is rewritten)."""
+        model = body.get("model")
+        messages = body.get("messages")
+        tools = body.get("tools")
+        return Exchange(
+            self,
+            model if isinstance(model, str) else "",
+            messages if isinstance(messages, list) else [],
+            tools if isinstance(tools, list) else [],
+            stream=bool(body.get("stream")),
+        )
+
+    def _number(
+        self, requested_model: str, messages: list[Any], tools: list[Any]
+    ) -> tuple[int, RequestDelta]:
+        """The next turn index and what is new in the request, in one step so that
+        `Turn.index` order is the order lanes were updated in."""
+        index = self._next_index
+        self._next_index += 1
+        return index, self._history.delta(requested_model, messages, tools)
+
+    def decode_prompt_ids(self, lane: str, raw: bytes) -> list[int] | None:
+        """Prompt ids from a response's raw array, reusing the lane's previous prompt."""
+        return self._prompt_ids.setdefault(lane, PromptIdCache()).decode(raw)
+
+    def complete(self, exchange: Exchange) -> None:
+        """Record a finished exchange as a turn and publish it (unless the route is closed)."""
+        turn = exchange.to_turn()
+        self.turn_count += 1
+        if self.keep_turns:
+            self.turns.append(turn)
+        if exchange.upstream_failed:
+            self._upstream_failures += 1
+        logger.debug(
+            "turn rollout=%s index=%d status=%d latency=%.4fs%s",
+            self.rollout_id,
+            turn.index,
+            turn.upstream_status,
+            turn.latency_s,
+            " failed" if turn.failed else "",
+        )
+        if not self.closed:
+            self._on_turn(turn)
+
+
+class Exchange:
+    """One agent request in flight: what it asked, and what came back so far."""
+
+    def __init__(
+        self,
+        route: Route,
+        requested_model: str,
+        messages: list[Any],
+        tools: list[Any],
+        *,
+        stream: bool,
+    ) -> None:
+        self.route = route
+        self.requested_model = requested_model
+        self.stream = stream
+        self._request: tuple[list[Any], list[Any]] | None = (messages, tools)
+        self.index = -1
+        self.delta = RequestDelta(0, [], [], "")
+        self.started = time.perf_counter()
+        self.start_time = datetime.now(UTC)
+        self.assembler = CompletionAssembler(route.capture.top_logprobs)
+        self.upstream_status = 0
+        self.error = ""
+        self.upstream_failed = False
+        self.first_token_s: float | None = None
+
+    def number(self) -> None:
+        """Give the turn its index and request delta; called once the request went upstream
+        (the work then overlaps the upstream's), or at completion if it never went."""
+        if self._request is not None:
+            self.index, self.delta = self.route._number(self.requested_model, *self._request)
+            self._request = None
+
+    def fail(self, message: str, *, upstream: bool = True) -> None:
+        """Note a failure; `upstream=False` for ones the upstream is not to blame for."""
+        if not self.error:
+            self.error = self.scrub(message)
+        self.upstream_failed = self.upstream_failed or upstream
+
+    def scrub(self, text: str) -> str:
+        """`text` without the upstream API key (error bodies may echo it)."""
+        key = self.route.upstream.api_key
+        return text.replace(key, "[redacted]") if key and key in text else text
+
+    def scrub_bytes(self, data: bytes) -> bytes:
+        """Bytes for the agent without the upstream API key (a server may echo it anywhere)."""
+        key = self.route.key_bytes
+        return data.replace(key, b"[redacted]") if key and key in data else data
+
+    def mark_first_token(self) -> None:
+        if self.first_token_s is None:
+            self.first_token_s = time.perf_counter() - self.started
+
+    def to_turn(self) -> Turn:
+        self.number()
+        latency_s = time.perf_counter() - self.started
+        if self.assembler.error:
+            self.fail(self.assembler.error)
+        fields = self.assembler.fields()
+        prompt_ids = self._prompt_ids()
+        try:
+            turn = self._turn(fields, latency_s)
+        except ValidationError:
+            self.fail("upstream sent malformed token data")
+            turn, prompt_ids = self._turn({**fields, **_NO_TOKEN_DATA}, latency_s), None
+        if prompt_ids:
+            # Checked by PromptIdCache; validating tens of thousands of ints again costs ~1 ms.
+            turn.prompt_token_ids = prompt_ids
+            turn.token_ids_present = True
+        return turn
+
+    def _prompt_ids(self) -> list[int] | None:
+        raw = self.assembler.prompt_raw
+        if raw is None:
+            return None
+        ids = self.route.decode_prompt_ids(self.requested_model, raw)
+        if ids is None:
+            self.fail("upstream sent malformed prompt token ids")
+        return ids
+
+    def _turn(self, fields: dict[str, Any], latency_s: float) -> Turn:
+        return Turn.model_validate(
+            {
+                **fields,
+                "index": self.index,
+                "trainable": is_trainable(self.requested_model),
+                "requested_model": self.requested_model,
+                "request_messages": self.delta.messages,
+                "request_message_offset": self.delta.offset,
+                "tools": self.delta.tools,
+                "tools_hash": self.delta.tools_hash,
+                "latency_s": latency_s,
+                "time_to_first_token_s": self.first_token_s,
+                "upstream_status": self.upstream_status,
+                "upstream_error": self.error,
+                "stream": self.stream,
+                "start_time": self.start_time,
+            }
+        )
+
+
+_NO_TOKEN_DATA: dict[str, Any] = {
+    "prompt_token_ids": [],
+    "completion_token_ids": [],
+    "token_ids_present": False,
+    "logprobs": [],
+    "completion_tokens": [],
+    "top_logprobs": [],
+    "usage": {},
+}

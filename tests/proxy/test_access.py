@@ -1,0 +1,106 @@
+"""A sandbox with a private network namespace reaches its route, and only the proxy, through
+the Unix socket and the forwarder (real bubblewrap)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.proxy import CaptureProxy
+from service.proxy.access import host_socket_access
+from service.sandboxes.base import PROXY_SOCKET
+from tests.fakes.llm_upstream import FakeUpstream, Reply
+from tests.proxy.conftest import OpenRollout
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+
+CLIENT = """
+import json, sys, urllib.error, urllib.request
+base_url, key, proxy_port = sys.argv[1:]
+def call(url, body=None):
+    request = urllib.request.Request(url, data=body, headers={"Authorization": "Bearer " + key})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except OSError as error:
+        return 0, type(error).__name__
+message = {"role": "user", "content": "hi"}
+body = json.dumps({"model": "rollout-policy", "messages": [message]}).encode()
+print(json.dumps({
+    "own": call(base_url + "/chat/completions", body),
+    "other": call(base_url.replace(key, "someone-elses-token") + "/models"),
+    "host_tcp": call("http://127.0.0.1:" + proxy_port + "/r/" + key + "/v1/models"),
+}))
+"""
+
+
+async def run_sandboxed(socket: Path, script: str, client: Path) -> tuple[int, str, str]:
+    """`script` in bwrap: private network and pid namespaces, `socket` bound at PROXY_SOCKET."""
+    process = await asyncio.create_subprocess_exec(
+        "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+        "--tmpfs", "/tmp", "--tmpfs", "/run", "--bind", str(socket), PROXY_SOCKET,
+        "--ro-bind", str(client), "/run/client.py",
+        "--unshare-net", "--unshare-pid", "--die-with-parent", "--", "bash", "-c", script,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode is not None
+    return process.returncode, stdout.decode(), stderr.decode()
+
+
+async def test_the_sandbox_reaches_its_own_route_and_nothing_else(
+    proxy: CaptureProxy, open_rollout: OpenRollout, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    upstream.script(Reply(text="hello from the sandbox"))
+    rollout = open_rollout()
+    access = host_socket_access(rollout.route, port=48123)
+    assert access.api_key == rollout.route.token
+    assert access.base_url == f"http://127.0.0.1:48123/r/{rollout.route.token}/v1"
+    client = tmp_path / "client.py"
+    client.write_text(CLIENT)
+    command = f"python3 /run/client.py {access.base_url} {access.api_key} {proxy.port}"
+    code, out, err = await run_sandboxed(proxy.socket_path, access.command_prefix + command, client)
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["own"][0] == 200
+    assert "hello from the sandbox" in result["own"][1]
+    assert result["other"][0] == 404
+    assert result["host_tcp"] == [0, "URLError"]  # the host's loopback is not the sandbox's
+    [turn] = rollout.route.turns
+    assert turn.completion_text == "hello from the sandbox"
+    async with asyncio.timeout(5):  # the daemon dies with the sandbox's pid namespace
+        while forwarders_on(48123):  # noqa: ASYNC110 (other processes: nothing to wait on)
+            await asyncio.sleep(0.05)
+
+
+def forwarders_on(port: int) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "forward.py" in text and f"127.0.0.1:{port}" in text:
+            found.append(text)
+    return found
+
+
+async def test_the_forwarder_fails_loudly_when_the_proxy_is_unreachable(
+    open_rollout: OpenRollout, tmp_path: Path
+) -> None:
+    access = host_socket_access(open_rollout().route, python=sys.executable)
+    not_a_socket = tmp_path / "dead.sock"
+    not_a_socket.write_text("")
+    code, out, err = await run_sandboxed(
+        not_a_socket, access.command_prefix + "echo agent-ran", not_a_socket
+    )
+    assert code == 70
+    assert "cannot forward" in err
+    assert "agent-ran" not in out
