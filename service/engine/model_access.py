@@ -1,28 +1,61 @@
-"""Choosing how a rollout's agent reaches the model: through the capture proxy or directly."""
+"""Choosing how a rollout's agent reaches the model: through the capture proxy or directly.
+
+Where the proxy runs for a rollout with capture TRANSPARENT_PROXY (`ModelRouter._placement`):
+- a local sandbox reaches the service's proxy through its Unix socket, bound into the sandbox;
+- a remote sandbox (E2B) reaches it at `Settings.proxy_public_url` when the operator set one
+  (host placement);
+- otherwise the proxy runs inside the remote sandbox (`service.proxy.in_sandbox`).
+A remote sandbox with network NONE is opened to the one host the proxy needs: the public
+URL's for host placement, the upstream's for the proxy inside.
+"""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from enum import Enum
+from typing import Protocol, runtime_checkable
+from urllib.parse import urlsplit
 
 from service.agents.base import ModelAccess
+from service.config import Settings
 from service.engine.lifecycle import AttachModel, ModelAttachment
-from service.errors import FieldViolation, SpecError
-from service.models import CaptureMode, RolloutSpec, Turn
-from service.proxy.access import host_socket_access
+from service.errors import FieldViolation, SandboxError, SpecError
+from service.models import CaptureMode, NetworkPolicy, RolloutSpec, Turn
+from service.proxy.access import direct_access, host_socket_access
 from service.proxy.endpoints import ResolvedEndpoint, resolve_endpoint
+from service.proxy.in_sandbox import InSandboxProxy
 from service.proxy.server import CaptureProxy
 from service.sandboxes.base import Sandbox, SandboxBackend
 
-__all__ = ["ModelRouter"]
+__all__ = ["ModelRouter", "Placement"]
+
+_HOST_SOCKET_BACKENDS = frozenset({"local"})
+"""Backends whose sandboxes can have the service's proxy socket bound in."""
+
+
+class Placement(Enum):
+    """Where a rollout's capture proxy runs."""
+
+    HOST_SOCKET = "host_socket"
+    PUBLIC_URL = "public_url"
+    IN_SANDBOX = "in_sandbox"
+
+
+@runtime_checkable
+class EgressControl(Protocol):
+    """A sandbox whose outbound network can be opened to chosen hosts (E2B)."""
+
+    async def allow_egress(self, hosts: Sequence[str]) -> None: ...
 
 
 class ModelRouter:
     """Resolves endpoints at admission and opens per-rollout model access at run time."""
 
-    def __init__(self, proxy: CaptureProxy, environ: Mapping[str, str]) -> None:
+    def __init__(self, proxy: CaptureProxy, environ: Mapping[str, str], settings: Settings) -> None:
         self._proxy = proxy
         self._environ = environ
+        self._settings = settings
 
     def resolve(self, spec: RolloutSpec, *, required: bool) -> ResolvedEndpoint | None:
         """The upstream endpoint, or None when the spec names none and the agent needs none."""
@@ -38,11 +71,19 @@ class ModelRouter:
     def _proxied(self, spec: RolloutSpec, upstream: ResolvedEndpoint | None) -> bool:
         return upstream is not None and spec.capture.mode is CaptureMode.TRANSPARENT_PROXY
 
+    def _placement(self, spec: RolloutSpec) -> Placement:
+        backend = spec.sandbox.backend or self._settings.default_backend
+        if backend in _HOST_SOCKET_BACKENDS:
+            return Placement.HOST_SOCKET
+        if self._settings.proxy_public_url:
+            return Placement.PUBLIC_URL
+        return Placement.IN_SANDBOX
+
     def proxy_socket(
         self, spec: RolloutSpec, upstream: ResolvedEndpoint | None, backend: SandboxBackend
     ) -> str | None:
         """The host socket to bind into a local sandbox, when its agent uses the proxy."""
-        if self._proxied(spec, upstream) and backend.name == "local":
+        if self._proxied(spec, upstream) and backend.name in _HOST_SOCKET_BACKENDS:
             return str(self._proxy.socket_path)
         return None
 
@@ -54,26 +95,73 @@ class ModelRouter:
             return None
         if not self._proxied(spec, upstream):
             return _direct(upstream)
-        return self._through_proxy(rollout_id, spec, upstream)
+        placement = self._placement(spec)
+        if placement is Placement.IN_SANDBOX:
+            return self._inside_sandbox(rollout_id, spec, upstream)
+        return self._through_service_proxy(rollout_id, spec, upstream, placement)
 
-    def _through_proxy(
-        self, rollout_id: str, spec: RolloutSpec, upstream: ResolvedEndpoint
+    def _through_service_proxy(
+        self, rollout_id: str, spec: RolloutSpec, upstream: ResolvedEndpoint, placement: Placement
     ) -> AttachModel:
         proxy = self._proxy
+        public_url = self._settings.proxy_public_url
 
         @contextlib.asynccontextmanager
         async def attach(
             sandbox: Sandbox, on_turn: Callable[[Turn], None]
         ) -> AsyncIterator[ModelAttachment]:
+            if placement is Placement.PUBLIC_URL:
+                await _open_egress(sandbox, spec, public_url)
             route = proxy.open_route(rollout_id, upstream, spec.capture, on_turn)
             try:
-                yield ModelAttachment(
-                    access=host_socket_access(route), all_failed=lambda: route.all_failed
+                access = (
+                    direct_access(route, public_url)
+                    if placement is Placement.PUBLIC_URL
+                    else host_socket_access(route)
                 )
+                yield ModelAttachment(access=access, all_failed=lambda: route.all_failed)
             finally:
                 proxy.close_route(route)
 
         return attach
+
+    def _inside_sandbox(
+        self, rollout_id: str, spec: RolloutSpec, upstream: ResolvedEndpoint
+    ) -> AttachModel:
+        upstream_timeout_s = self._settings.upstream_timeout_s
+
+        @contextlib.asynccontextmanager
+        async def attach(
+            sandbox: Sandbox, on_turn: Callable[[Turn], None]
+        ) -> AsyncIterator[ModelAttachment]:
+            await _open_egress(sandbox, spec, upstream.base_url)
+            proxy = InSandboxProxy(
+                sandbox,
+                rollout_id,
+                upstream,
+                spec.capture,
+                on_turn,
+                upstream_timeout_s=upstream_timeout_s,
+            )
+            try:
+                access = await proxy.start()
+                yield ModelAttachment(access=access, all_failed=lambda: proxy.all_failed)
+            finally:
+                await proxy.stop()
+
+        return attach
+
+
+async def _open_egress(sandbox: Sandbox, spec: RolloutSpec, url: str) -> None:
+    """Under network NONE, let the sandbox reach `url`'s host (and nothing else)."""
+    if spec.sandbox.network is not NetworkPolicy.NONE:
+        return
+    if not isinstance(sandbox, EgressControl):
+        raise SandboxError(
+            f"the {spec.sandbox.backend} sandbox cannot be opened to the capture proxy's "
+            "upstream under network NONE"
+        )
+    await sandbox.allow_egress([urlsplit(url).hostname or url])
 
 
 def _direct(upstream: ResolvedEndpoint) -> AttachModel:
@@ -90,4 +178,3 @@ def _direct(upstream: ResolvedEndpoint) -> AttachModel:
         yield ModelAttachment(access=access, all_failed=lambda: False)
 
     return attach
-

@@ -8,6 +8,11 @@ A request for a sandbox that is gone gets the proxy's 502 "... was not found".
 Point the SDK at it with `environment()` (`E2B_API_URL` and `E2B_SANDBOX_URL`; not debug
 mode, which skips create/kill and would test nothing). Faults: `fail_creates` (statuses or
 "reset"), `hold_creates`, `vanish` (a sandbox dies mid-command).
+
+Templates: `add_template(name, files)` seeds files into the writable paths of every sandbox
+made from it. Network: `PUT /sandboxes/{id}/network` is recorded in `network_updates`; the
+fake cannot filter by host, so any `allowOut` opens the sandbox's network as a whole (for
+commands started after the update).
 """
 
 from __future__ import annotations
@@ -69,6 +74,9 @@ class FakeE2B:
         self.create_arrived = asyncio.Event()
         self._create_gate = asyncio.Event()
         self._create_gate.set()
+        self.network_updates: list[tuple[str, dict[str, Any]]] = []
+        """(sandbox id, body) of every network update received."""
+        self._templates: dict[str, dict[str, tuple[bytes, int]]] = {}
         self._failures: list[int | str] = []
         self._by_idempotency_key: dict[str, str] = {}
         self._server = Http1Server(self._handle)
@@ -99,6 +107,10 @@ class FakeE2B:
     def live_ids(self) -> set[str]:
         return {sid for sid, record in self.records.items() if record.sandbox.alive}
 
+    def add_template(self, name: str, files: dict[str, tuple[bytes, int]]) -> None:
+        """Sandboxes of template `name` start with these files: sandbox path -> (data, mode)."""
+        self._templates[name] = files
+
     def fail_creates(self, *outcomes: int | str) -> None:
         """Answer the next creates with these HTTP statuses ("reset" drops the connection)."""
         self._failures.extend(outcomes)
@@ -128,6 +140,9 @@ class FakeE2B:
             await self._list(request, response)
         elif request.method == "DELETE" and request.path.startswith("/sandboxes/"):
             await self._delete(request.path.removeprefix("/sandboxes/"), response)
+        elif request.method == "PUT" and request.path.endswith("/network"):
+            sandbox_id = request.path.removeprefix("/sandboxes/").removesuffix("/network")
+            await self._update_network(sandbox_id, json.loads(request.body), response)
         else:
             await response.reply_json(404, {"code": 404, "message": f"no route {route}"})
 
@@ -160,6 +175,7 @@ class FakeE2B:
         internet = body.get("allow_internet_access")
         envs = body.get("envVars", {})
         sandbox = FakeSandbox(self.root, envs=envs, internet=internet is not False)
+        self._seed(sandbox, self._templates.get(body["templateID"], {}))
         record = SandboxRecord(
             sandbox=sandbox,
             template=body["templateID"],
@@ -171,6 +187,16 @@ class FakeE2B:
         record.expiry = loop.call_later(record.timeout_s, self._expire, sandbox.id)
         self.records[sandbox.id] = record
         return record
+
+    @staticmethod
+    def _seed(sandbox: FakeSandbox, files: dict[str, tuple[bytes, int]]) -> None:
+        for path, (data, mode) in files.items():
+            target, writable = sandbox.resolve(path)
+            if not writable:
+                raise ValueError(f"a fake template can only seed writable paths, not {path}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            target.chmod(mode)
 
     def _expire(self, sandbox_id: str) -> None:
         sandbox = self.records[sandbox_id].sandbox
@@ -212,4 +238,16 @@ class FakeE2B:
         record.sandbox.destroy()
         if record.expiry is not None:
             record.expiry.cancel()
+        await response.reply_empty(204)
+
+    async def _update_network(
+        self, sandbox_id: str, body: dict[str, Any], response: HttpResponse
+    ) -> None:
+        record = self.records.get(sandbox_id)
+        if record is None or not record.sandbox.alive:
+            message = f"sandbox '{sandbox_id}' not found"
+            return await response.reply_json(404, {"code": 404, "message": message})
+        self.network_updates.append((sandbox_id, body))
+        if body.get("allowOut"):
+            record.sandbox.internet = True
         await response.reply_empty(204)

@@ -96,6 +96,8 @@ class FakeSandbox:
         self.internet = internet
         self.alive = True
         self.processes: dict[int, FakeProcess] = {}
+        self.started: list[dict[str, Any]] = []
+        """The config of every command started, in order (envs included)."""
         self.streams: set[HttpResponse] = set()
         for writable in _WRITABLE_ROOTS:
             (self.root / writable.lstrip("/")).mkdir(parents=True, exist_ok=True)
@@ -109,6 +111,7 @@ class FakeSandbox:
         return Path(full), False
 
     async def start(self, config: dict[str, Any], timeout_s: float | None) -> FakeProcess:
+        self.started.append(config)
         cwd = config.get("cwd") or _HOME
         if not self.resolve(cwd)[0].is_dir():
             raise RpcError("invalid_argument", f"cwd '{cwd}' does not exist")
