@@ -39,6 +39,8 @@ def _load(table: dict[str, tuple[str, str]], name: str, settings: Settings) -> A
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
+        if (exc.name or "").startswith("service"):
+            raise  # our own import is broken: a bug, not a missing dependency
         raise MissingDependencyError(
             f"{name!r} needs {requirement or exc.name}: install it ({exc})"
         ) from exc

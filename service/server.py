@@ -56,6 +56,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     if os.environ.get("E2B_API_KEY"):
         await _sweep_e2b(manager)
 
+    stop = _stop_on_signal()
     server, port, health_servicer = _grpc_server(settings, manager, hub)
     await server.start()
     await _mark_serving(health_servicer)
@@ -64,7 +65,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     if ready is not None:
         ready.set()
 
-    await _wait_for_signal()
+    await stop.wait()
     log.info("shutting down: draining for up to %.0fs", settings.shutdown_grace_s)
     await health_servicer.enter_graceful_shutdown()
     await manager.shutdown(settings.shutdown_grace_s)
@@ -114,12 +115,13 @@ async def _mark_serving(health_servicer: health.aio.HealthServicer) -> None:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
 
 
-async def _wait_for_signal() -> None:
+def _stop_on_signal() -> asyncio.Event:
+    """An event set by SIGTERM/SIGINT; installed before we announce that we listen."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    return stop
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
+
 from tests.server_process import ServerProcess
 
 
@@ -31,7 +31,7 @@ def server_target(server_process: ServerProcess) -> str:
 
 
 @pytest.fixture
-async def stub(server_target: str) -> AsyncIterator[pb_grpc.RolloutServiceStub]:
+async def stub(server_target: str) -> AsyncIterator[pb_grpc.RolloutServiceAsyncStub]:
     """An asyncio stub connected to the session's server."""
     async with grpc.aio.insecure_channel(server_target) as channel:
         yield pb_grpc.RolloutServiceStub(channel)

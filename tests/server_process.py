@@ -30,7 +30,9 @@ class ServerProcess:
         self._reader: threading.Thread | None = None
 
     def start(self) -> str:
+        """Start (or restart) the server; returns its host:port."""
         self.env.setdefault("ROLLOUT_LISTEN", "127.0.0.1:0")
+        self.target = ""
         self._process = subprocess.Popen(
             [sys.executable, "-m", "service.server"],
             env=self.env,
@@ -47,7 +49,8 @@ class ServerProcess:
         return self.target
 
     def _read(self, started: threading.Event) -> None:
-        assert self._process is not None and self._process.stdout is not None
+        assert self._process is not None
+        assert self._process.stdout is not None
         for line in self._process.stdout:
             self.output.append(line)
             match = _LISTENING.search(line)
