@@ -25,7 +25,6 @@ from service.config import Settings
 from service.engine.events import EventHub
 from service.engine.manager import RolloutManager
 from service.engine.model_access import ModelRouter
-from service.errors import SandboxError, SpecError
 from service.proxy.server import CaptureProxy
 from service.registry import MissingDependencyError
 from service.store.sqlite import SqliteStore
@@ -38,7 +37,7 @@ log = logging.getLogger("rollout.server")
 _SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
 
 
-async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
+async def serve(settings: Settings) -> None:
     """Run until SIGTERM/SIGINT, then drain: stop admitting, cancel after the grace, exit."""
     tracing = setup_tracing()
     settings.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -50,11 +49,11 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     await proxy.start()
     manager = RolloutManager(settings, store, hub, ModelRouter(proxy, os.environ, settings))
     manager.load_default_backend()
+    if os.environ.get("E2B_API_KEY"):
+        manager.backend("e2b")  # loaded now so that recover() sweeps its orphans before we serve
     interrupted = await manager.recover()
     if interrupted:
         log.warning("marked %d rollouts interrupted by restart as FAILED", interrupted)
-    if os.environ.get("E2B_API_KEY"):
-        await _sweep_e2b(manager)
 
     stop = _stop_on_signal()
     server, port, health_servicer = _grpc_server(settings, manager, hub)
@@ -62,8 +61,6 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     await _mark_serving(health_servicer)
     host = settings.listen.rsplit(":", 1)[0]
     print(f"rollout-service listening on {host}:{port}", flush=True)
-    if ready is not None:
-        ready.set()
 
     await stop.wait()
     log.info("shutting down: draining for up to %.0fs", settings.shutdown_grace_s)
@@ -74,19 +71,6 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     await hub.stop()
     await store.close()
     tracing.shutdown()
-
-
-async def _sweep_e2b(manager: RolloutManager) -> None:
-    """Kill the E2B sandboxes an earlier run of this instance left behind (before serving, so
-    no new rollout's sandbox can be taken for an orphan). E2B being unreachable is logged:
-    it must not keep the server from serving local rollouts."""
-    try:
-        swept = await manager.backend("e2b").sweep_orphans(set())
-    except (SandboxError, SpecError) as exc:
-        log.warning("could not sweep orphaned E2B sandboxes: %s", exc)
-        return
-    if swept:
-        log.info("killed %d orphaned E2B sandboxes", swept)
 
 
 def _grpc_server(

@@ -22,6 +22,7 @@ from service.errors import (
     CapacityError,
     FieldViolation,
     NotFoundError,
+    SandboxError,
     ShuttingDownError,
     SpecError,
 )
@@ -108,7 +109,12 @@ class RolloutManager:
             await self._store.save(rollout)
             await self._hub.close_interrupted(rollout)
         for backend in self._backends.values():
-            swept = await backend.sweep_orphans(set(self._live))
+            try:
+                swept = await backend.sweep_orphans(set(self._live))
+            except SandboxError as exc:
+                # An unreachable provider must not keep the server from serving other backends.
+                log.warning("could not sweep orphaned %s sandboxes: %s", backend.name, exc)
+                continue
             if swept:
                 log.info("killed %d orphaned %s sandboxes", swept, backend.name)
         return len(interrupted)

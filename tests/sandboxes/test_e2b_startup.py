@@ -51,7 +51,7 @@ async def test_orphans_of_this_instance_are_killed_before_the_server_serves(
     )
     try:
         assert cloud.live_ids() == {theirs.id}
-        assert "killed 1 orphaned E2B sandboxes" in server.text()
+        assert "killed 1 orphaned e2b sandboxes" in server.text()
     finally:
         assert await asyncio.to_thread(server.stop) == 0, server.text()
 
@@ -64,6 +64,6 @@ async def test_an_unreachable_e2b_is_logged_and_the_server_serves(tmp_path: Path
     env = {"E2B_API_KEY": "e2b_key", "E2B_API_URL": nowhere, "E2B_SANDBOX_URL": nowhere}
     server = await _started(tmp_path / "state", env)
     try:
-        assert "could not sweep orphaned E2B sandboxes" in server.text()
+        assert "could not sweep orphaned e2b sandboxes" in server.text()
     finally:
         assert await asyncio.to_thread(server.stop) == 0, server.text()
