@@ -101,6 +101,9 @@ class Settings(BaseSettings):
     e2b_lifetime_margin_s: float = 300.0
     """Added to the agent budget to form the E2B sandbox timeout."""
 
+    log_level: str = "INFO"
+    """Python logging level of the server (DEBUG, INFO, WARNING, ERROR)."""
+
     instance_id: str = "default"
     """Names this service instance in remote sandbox metadata (orphan sweep)."""
 

@@ -110,11 +110,11 @@ def _stop_on_signal() -> asyncio.Event:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `rollout serve` and `python -m service.server`."""
+    settings = Settings(_cli_parse_args=list(argv if argv is not None else sys.argv[1:]))  # type: ignore[call-arg]
     logging.basicConfig(
-        level=os.environ.get("ROLLOUT_LOG_LEVEL", "INFO"),
+        level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    settings = Settings(_cli_parse_args=list(argv if argv is not None else sys.argv[1:]))  # type: ignore[call-arg]
     try:
         asyncio.run(serve(settings))
     except MissingDependencyError as exc:

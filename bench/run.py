@@ -1,0 +1,35 @@
+"""`make bench`: every benchmark in turn, each in its own process, figures printed as tables.
+
+Each script also writes its JSON to bench/results/; the README quotes these figures.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHES = (
+    ("sandbox floor: bwrap start vs a plain subprocess", ["bench_sandbox.py"]),
+    ("no-op rollouts through gRPC", ["bench_rollouts.py"]),
+    ("capture proxy overhead vs the upstream directly", ["bench_proxy.py"]),
+    ("one opencode rollout, split by phase", ["bench_opencode.py"]),
+    ("e2b backend (fake envd) vs local", ["bench_e2b.py"]),
+)
+
+
+def main() -> int:
+    here = Path(__file__).parent
+    failed = []
+    for title, argv in BENCHES:
+        print(f"\n## {title}\n", flush=True)
+        code = subprocess.call([sys.executable, str(here / argv[0]), *argv[1:]])
+        if code != 0:
+            failed.append(argv[0])
+    if failed:
+        print(f"\nfailed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
