@@ -7,7 +7,7 @@ from pathlib import PurePosixPath
 
 from service.config import Settings
 from service.errors import FieldViolation, SpecError
-from service.models import RolloutSpec
+from service.models import CaptureMode, NetworkPolicy, RolloutSpec
 from service.registry import AGENTS, BACKENDS
 
 __all__ = ["resolved_timeouts", "validate_spec"]
@@ -85,6 +85,13 @@ def _agent(spec: RolloutSpec) -> Iterator[FieldViolation]:
 
 
 def _sandbox(spec: RolloutSpec) -> Iterator[FieldViolation]:
+    endpoint = spec.endpoint
+    black_box = spec.capture.mode is CaptureMode.BLACK_BOX and (endpoint.base_url or endpoint.kind)
+    if black_box and spec.sandbox.network is NetworkPolicy.NONE:
+        yield FieldViolation(
+            "spec.sandbox.network",
+            "BLACK_BOX capture calls the endpoint from the sandbox: it needs NETWORK_POLICY_FULL",
+        )
     backend = spec.sandbox.backend
     if backend and backend not in BACKENDS:
         known = ", ".join(sorted(BACKENDS))

@@ -172,6 +172,7 @@ async def test_secrets_are_cleared_from_the_returned_spec(
         endpoint={"baseUrl": "http://127.0.0.1:9/v1", "apiKey": "sk-topsecret", "model": "m"}
     )
     spec.capture.mode = pb.CAPTURE_MODE_BLACK_BOX
+    spec.sandbox.network = pb.NETWORK_POLICY_FULL
     rollout = await run(stub, spec)
     assert rollout.spec.endpoint.api_key == ""
     assert rollout.spec.endpoint.base_url == "http://127.0.0.1:9/v1"

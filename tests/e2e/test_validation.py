@@ -68,6 +68,13 @@ CASES = {
         lambda: command_spec(agent={"name": "opencode", "command": ""}),
         "spec.endpoint",
     ),
+    "black box without network": (
+        lambda: command_spec(
+            endpoint={"baseUrl": "http://127.0.0.1:9/v1", "model": "m"},
+            capture={"mode": "CAPTURE_MODE_BLACK_BOX"},
+        ),
+        "spec.sandbox.network",
+    ),
     "unknown endpoint kind": (
         lambda: command_spec(endpoint={"kind": "moon"}),
         "spec.endpoint.kind",
