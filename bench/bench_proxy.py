@@ -270,6 +270,11 @@ def table(result: dict[str, Any]) -> str:
     )
 
 
+def proxy_loop(pid: int) -> str:
+    """The proxy's event loop, read from its loaded libraries: the figures depend on it."""
+    return "uvloop" if "uvloop" in Path(f"/proc/{pid}/maps").read_text() else "asyncio"
+
+
 def run(main: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
     try:
         import uvloop
@@ -320,19 +325,29 @@ def main() -> None:
             env,
             ready_on_stderr=True,
         )
+        loop = proxy_loop(proxy_process.pid)
+        load_before = os.getloadavg()
         result = run(measure(upstream, json.loads(ready)["base_url"], proxy_process.pid, args))
     finally:
         for process in (proxy_process, upstream_process):
             if process is not None:
                 process.terminate()
                 process.wait(timeout=10)
-    result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
+    result["machine"] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "proxy_event_loop": loop,
+        "load_average_1m": {"before": load_before[0], "after": os.getloadavg()[0]},
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "proxy.json").write_text(json.dumps(result, indent=2) + "\n")
     size = result["request_bytes"] / 1024
     ids = result["prompt_token_ids_per_reply"]
+    load = result["machine"]["load_average_1m"]
     print(
         f"Request {size:.1f} KiB; reply: {len(REPLY.split())} words, logprobs, {ids} prompt ids.\n"
+        f"Proxy event loop: {loop}; 1-min load average {load['before']:.2f} before, "
+        f"{load['after']:.2f} after (other processes' load shows up in every figure).\n"
     )
     print(table(result))
 

@@ -17,7 +17,6 @@ import secrets
 import socket
 import time
 import weakref
-from typing import Any
 
 import orjson
 
@@ -125,7 +124,7 @@ class ProxyCore:
             responder.send(404, _NOT_FOUND)
 
     async def _chat(self, route: Route, request: HttpRequest, responder: Responder) -> None:
-        body = _parse_request(request.body)
+        body = route.parser.parse(request.body)
         if body is None:
             responder.send(400, _BAD_REQUEST)
             return
@@ -151,13 +150,3 @@ def _models(route: Route) -> bytes:
     names = dict.fromkeys((MAIN_MODEL_ALIAS, AUX_MODEL_ALIAS, route.upstream.model))
     data = [{"id": n, "object": "model", "created": created, "owned_by": "rollout"} for n in names]
     return orjson.dumps({"object": "list", "data": data})
-
-
-def _parse_request(raw: bytes) -> dict[str, Any] | None:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-        return None
-    return body

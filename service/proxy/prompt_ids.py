@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import orjson
 
-__all__ = ["PromptIdCache", "cut_prompt_ids"]
+__all__ = ["PromptIdCache", "cut_prompt_ids", "shared_prefix_bytes"]
 
 _KEY = b'"prompt_token_ids"'
 
@@ -31,12 +31,14 @@ def cut_prompt_ids(data: bytes) -> tuple[bytes, bytes | None]:
     return data[:start] + b"null" + data[end + 1 :], data[start + 1 : end]
 
 
-def _shared_prefix_bytes(a: bytes, b: bytes) -> int:
-    """Length of the common prefix, by binary search over memcmp-fast slice comparisons."""
+def shared_prefix_bytes(a: bytes, b: bytes) -> int:
+    """Length of the common prefix of `a` and `b`, by binary search; each step compares
+    only the bytes not yet known equal, through a view (no copies)."""
+    view = memoryview(b)
     low, high = 0, min(len(a), len(b))
     while low < high:
         middle = (low + high + 1) // 2
-        if a[:middle] == b[:middle]:
+        if a.startswith(view[low:middle], low):
             low = middle
         else:
             high = middle - 1
@@ -50,11 +52,15 @@ class PromptIdCache:
         self._raw = b""
         self._ids: list[int] = []
 
+    def raw_of(self, ids: list[int]) -> bytes | None:
+        """The bytes `ids` were decoded from, if `ids` is the latest list `decode` returned."""
+        return self._raw if ids is self._ids and ids else None
+
     def decode(self, raw: bytes) -> list[int] | None:
         """The ids in `raw` (an array's inner bytes, e.g. b"1,2,3"); None if they are not ints."""
         if raw == self._raw:
             return self._ids
-        shared_bytes = _shared_prefix_bytes(raw, self._raw)
+        shared_bytes = shared_prefix_bytes(raw, self._raw)
         # Ids fully inside the shared bytes and ended by a comma in both are the same ids.
         comma = raw.rfind(b",", 0, shared_bytes)
         shared = raw.count(b",", 0, comma + 1) if comma >= 0 else 0

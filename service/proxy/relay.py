@@ -1,6 +1,8 @@
 """Relay one chat-completions call upstream and back, assembling its turn on the side.
 
-The request JSON is parsed once, rewritten and serialised once. Responses are never
+The request JSON is parsed once (reusing the route's already parsed messages and tools:
+`request_parse`), rewritten and serialised once; what is new in it since the previous
+call is worked out after the response has been forwarded. Responses are never
 re-serialised: a unary body is forwarded as received (after checking it parses), and a
 stream is forwarded event by event as each SSE event completes. Errors, which a server may
 word with the request's API key in them, reach the agent scrubbed of it.
@@ -36,7 +38,7 @@ async def relay(
     """Send `payload` upstream and answer the agent; failures land on `exchange`."""
     try:
         async with asyncio.timeout(timeout_s):
-            request = pool.request(exchange.route.target, payload, on_sent=exchange.number)
+            request = pool.request(exchange.route.target, payload)
             async with request as response:
                 exchange.upstream_status = response.status
                 if (
@@ -111,7 +113,7 @@ async def _relay_stream(
     state = _StreamState()
     splitter = SseSplitter()
     async for data in response.iter_chunks():
-        out = _take_events(exchange, splitter.feed(data), state)
+        out = _take_events(responder, exchange, splitter.feed(data), state)
         if out:
             responder.write(out)
             await responder.drain()
@@ -129,8 +131,12 @@ async def _relay_stream(
     responder.end()
 
 
-def _take_events(exchange: Exchange, events: list[bytes], state: _StreamState) -> bytes:
-    """The raw bytes of the events to forward; feeds each parsed chunk to the assembler."""
+def _take_events(
+    responder: Responder, exchange: Exchange, events: list[bytes], state: _StreamState
+) -> bytes:
+    """The raw bytes of the events to forward; feeds each parsed chunk to the assembler.
+    The events up to the first generated token are written at once, not after the rest of
+    the batch is checked: a fast upstream's whole reply can arrive in one read."""
     out = bytearray()
     for event in events:
         data = event_data(event)
@@ -146,9 +152,13 @@ def _take_events(exchange: Exchange, events: list[bytes], state: _StreamState) -
             if not isinstance(chunk, dict):
                 state.failure = f"upstream sent a malformed SSE event ({len(data)} bytes)"
                 break
-            if exchange.assembler.add_chunk(chunk):
+            if exchange.assembler.add_chunk(chunk) and exchange.first_token_s is None:
                 exchange.mark_first_token()
-            elif "error" in chunk:
+                out += event
+                responder.write(bytes(out))
+                out.clear()
+                continue
+            if "error" in chunk:
                 # Error text may echo the request's key; generated text never can.
                 event = exchange.scrub_bytes(event)
         out += event

@@ -16,6 +16,7 @@ from service.proxy.assembly import CompletionAssembler
 from service.proxy.endpoints import ResolvedEndpoint
 from service.proxy.history import LaneHistory, RequestDelta
 from service.proxy.prompt_ids import PromptIdCache
+from service.proxy.request_parse import RequestParser
 from service.proxy.rewrite import is_trainable, upstream_headers
 from service.proxy.upstream import UpstreamTarget
 
@@ -54,6 +55,8 @@ class Route:
         self.key_bytes = upstream.api_key.encode()
         self.target = UpstreamTarget(upstream.chat_completions_url, upstream_headers(upstream))
         """The upstream request line and headers, built once."""
+        self.parser = RequestParser()
+        """Parses this route's requests, reusing the messages already parsed."""
         self._on_turn = on_turn
         self._history = LaneHistory()
         self._prompt_ids: dict[str, PromptIdCache] = {}
@@ -93,6 +96,13 @@ class Route:
     def decode_prompt_ids(self, lane: str, raw: bytes) -> list[int] | None:
         """Prompt ids from a response's raw array, reusing the lane's previous prompt."""
         return self._prompt_ids.setdefault(lane, PromptIdCache()).decode(raw)
+
+    def prompt_ids_json(self, turn: Turn) -> bytes | None:
+        """The JSON (an array's inner bytes) `turn.prompt_token_ids` was decoded from, while
+        it is still its lane's latest; lets a writer skip re-serialising tens of thousands
+        of ids."""
+        cache = self._prompt_ids.get(turn.requested_model)
+        return cache.raw_of(turn.prompt_token_ids) if cache is not None else None
 
     def complete(self, exchange: Exchange) -> None:
         """Record a finished exchange as a turn and publish it (unless the route is closed)."""
@@ -141,8 +151,8 @@ class Exchange:
         self.first_token_s: float | None = None
 
     def number(self) -> None:
-        """Give the turn its index and request delta; called once the request went upstream
-        (the work then overlaps the upstream's), or at completion if it never went."""
+        """Give the turn its index and request delta; done when the turn is built, after the
+        response was forwarded, so the diff never delays the agent."""
         if self._request is not None:
             self.index, self.delta = self.route._number(self.requested_model, *self._request)
             self._request = None

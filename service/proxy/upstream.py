@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -203,12 +203,9 @@ class UpstreamPool:
                     connection.transport.close()
         self._idle.clear()
 
-    def request(
-        self, target: UpstreamTarget, body: bytes, on_sent: Callable[[], None] | None = None
-    ) -> _Exchange:
-        """POST `body`: `async with pool.request(...) as response: ...`. `on_sent` runs once
-        the request is written, while the upstream works on it."""
-        return _Exchange(self, target.key, target.message(body), on_sent)
+    def request(self, target: UpstreamTarget, body: bytes) -> _Exchange:
+        """POST `body`: `async with pool.request(...) as response: ...`."""
+        return _Exchange(self, target.key, target.message(body))
 
     def _ssl_context(self) -> ssl.SSLContext:
         if self._ssl is None:
@@ -248,14 +245,8 @@ class UpstreamPool:
 class _Exchange:
     """One request on a pooled connection; the connection returns to the pool on exit."""
 
-    def __init__(
-        self,
-        pool: UpstreamPool,
-        key: _Key,
-        data: tuple[bytes, bytes],
-        on_sent: Callable[[], None] | None,
-    ) -> None:
-        self._pool, self._key, self._data, self._on_sent = pool, key, data, on_sent
+    def __init__(self, pool: UpstreamPool, key: _Key, data: tuple[bytes, bytes]) -> None:
+        self._pool, self._key, self._data = pool, key, data
         self._connection: _Connection | None = None
 
     async def __aenter__(self) -> UpstreamResponse:
@@ -272,9 +263,6 @@ class _Exchange:
         connection.begin()
         assert connection.transport is not None
         connection.transport.writelines(self._data)
-        if self._on_sent is not None:
-            self._on_sent()
-            self._on_sent = None
         try:
             await connection.head()
         except UpstreamDisconnected:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import sys
@@ -13,7 +14,7 @@ import httpx
 import pytest
 
 from service.models import Turn
-from service.proxy.standalone import API_KEY_ENV
+from service.proxy.standalone import API_KEY_ENV, OnTurnWriter
 from tests.fakes.llm_upstream import FakeUpstream, Reply, TokenShape
 from tests.proxy.conftest import UPSTREAM_KEY, UPSTREAM_MODEL, chat
 
@@ -80,6 +81,7 @@ async def test_each_turn_becomes_one_json_line(
         1,
         "second",
     )
+    assert turns[1].prompt_token_ids == upstream.sent[1].prompt_token_ids != []
     assert upstream.requests[0].headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
     assert UPSTREAM_KEY not in turns_file.read_text()
     assert UPSTREAM_KEY.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -90,3 +92,21 @@ async def test_a_missing_model_is_named_and_fails(upstream: FakeUpstream) -> Non
     _, stderr = await asyncio.wait_for(process.communicate(), 10)
     assert process.returncode != 0
     assert b"spec.endpoint.model" in stderr
+
+
+@pytest.mark.parametrize(
+    ("raw", "ids"),
+    [(b"1, 2,3", [1, 2, 3]), (b"1,\n2", [1, 2]), (None, [4, 5])],
+)
+def test_the_writer_splices_the_upstreams_prompt_id_bytes(
+    raw: bytes | None, ids: list[int]
+) -> None:
+    out = io.BytesIO()
+    writer = OnTurnWriter(out)
+    writer.prompt_ids_json = lambda turn: raw
+    turn = Turn(index=3, prompt_token_ids=ids, request_messages=[{"role": "user", "content": "x"}])
+    writer(turn)
+    line = out.getvalue()
+    assert line.count(b"\n") == 1
+    assert line.endswith(b"\n")
+    assert Turn.model_validate_json(line) == turn
