@@ -1,9 +1,12 @@
-"""The bubblewrap command line of one sandboxed command, and what of the host it shows.
+"""The command lines of a local sandbox, and what of the host it shows.
+
+`holder_argv` is the one bwrap run per sandbox that makes its namespaces and mounts;
+`enter_argv` runs each command inside them (nsenter, prlimit, setpriv, bash).
 
 Mounts inside a local sandbox, in order (a later mount covers an earlier one):
 
     /                      the host root, read-only: the host's bash, python, git, node
-    /dev, /proc            fresh; /proc shows only the command's own pid namespace
+    /dev, /proc            fresh; /proc shows only the sandbox's own pid namespace
     /root, /home, /run     empty tmpfs: host homes (keys, tokens) and host sockets are gone
     <install roots>        read-only again: the tool installs the server's PATH points into
                            under a hidden home (e.g. /root/.pyenv), the server's own
@@ -17,6 +20,7 @@ Mounts inside a local sandbox, in order (a later mount covers an earlier one):
 When the server runs as root, every sandboxed process runs as a host uid of its own
 (`sandbox_uid`), dropped by setpriv inside the namespaces: no capability, no access to
 root-only files, and RLIMIT_NPROC (counted per real uid) then counts this sandbox alone.
+Its only supplementary group is its command's tag (`command_tag`).
 An unprivileged server gets a user namespace instead and keeps its own uid.
 """
 
@@ -40,9 +44,12 @@ __all__ = [
     "SANDBOX_USER",
     "HostView",
     "SandboxLayout",
-    "bwrap_argv",
+    "command_tag",
+    "enter_argv",
+    "holder_argv",
     "host_view",
     "require_bwrap",
+    "require_tools",
     "sandbox_env",
     "sandbox_uid",
 ]
@@ -52,23 +59,36 @@ HIDDEN_TREES: Mapping[str, int] = {"/root": 1, "/home": 2, "/run": 1}
 SANDBOX_USER = "user"
 _UID_BASE = 0x6000_0000
 _UID_SPAN = 1 << 24
-_PACKAGES = {"bwrap": "bubblewrap", "setpriv": "util-linux"}
+_TAG_BASE = 0x6100_0000
+_PACKAGES = {
+    "bwrap": "bubblewrap",
+    "setpriv": "util-linux",
+    "nsenter": "util-linux",
+    "prlimit": "util-linux",
+}
 
 
 def require_bwrap() -> str:
-    """Path of `bwrap`; raises naming the Debian package when a needed tool is missing.
+    """Path of `bwrap`, once every tool the local sandbox runs is found (`require_tools`)."""
+    return require_tools()["bwrap"]
 
-    Cheap (a PATH lookup): the server calls it at startup and refuses to start without it.
+
+def require_tools() -> dict[str, str]:
+    """Paths of `bwrap` and the util-linux tools the local sandbox runs, by name.
+
+    Raises naming the Debian packages when one is missing. Cheap (PATH lookups): the
+    server calls it at startup and refuses to start without them.
     """
-    missing = [tool for tool in _PACKAGES if shutil.which(tool) is None]
+    found = {tool: shutil.which(tool) for tool in _PACKAGES}
+    missing = [tool for tool, path in found.items() if path is None]
     if missing:
-        packages = " ".join(_PACKAGES[tool] for tool in missing)
+        packages = " ".join(dict.fromkeys(_PACKAGES[tool] for tool in missing))
         raise MissingDependencyError(
             f"the local sandbox needs {', '.join(missing)}, which is not on PATH: "
             f"install it (Debian/Ubuntu: apt-get install {packages}); "
             "commands are never run unsandboxed"
         )
-    return shutil.which("bwrap") or "bwrap"
+    return {tool: path for tool, path in found.items() if path is not None}
 
 
 def sandbox_uid(state_dir: Path, rollout_id: str) -> int:
@@ -203,14 +223,23 @@ def _mounts(view: HostView, layout: SandboxLayout, proxy_socket: str | None) -> 
     return args
 
 
-def _drop_privileges(uid: int | None) -> list[str]:
+def command_tag(serial: int) -> int:
+    """The supplementary group marking a sandbox's `serial`-th command and all it starts.
+
+    Only the sandbox's own processes carry it, and no file belongs to it; an unprivileged
+    process cannot drop it (setgroups needs CAP_SETGID), even from a session of its own.
+    """
+    return _TAG_BASE + serial % _UID_SPAN
+
+
+def _drop_privileges(uid: int | None, tag: int) -> list[str]:
     if uid is None:
         return []
     return [
         "setpriv",
         f"--reuid={uid}",
         f"--regid={uid}",
-        "--clear-groups",
+        f"--groups={tag}",
         "--no-new-privs",
         "--bounding-set=-all",
         "--inh-caps=-all",
@@ -218,17 +247,20 @@ def _drop_privileges(uid: int | None) -> list[str]:
     ]
 
 
-def bwrap_argv(
+def holder_argv(
     bwrap: str,
     view: HostView,
     layout: SandboxLayout,
     *,
     network: NetworkPolicy,
     proxy_socket: str | None,
-    env: Mapping[str, str],
-    command: str,
 ) -> list[str]:
-    """The full argv running `bash -c command` in WORKDIR inside a fresh sandbox."""
+    """The argv of a sandbox's holder: bwrap making its namespaces, then waiting in them.
+
+    bwrap's own init is pid 1 (it reaps orphans); the holder, pid 2, prints `ready` once
+    the mounts are in place and sleeps. It stays root (without any capability, as bwrap
+    leaves every sandboxed process) so that the sandbox user cannot kill it.
+    """
     args = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     args += ["--hostname", "sandbox"]
     if network is NetworkPolicy.NONE:
@@ -236,7 +268,24 @@ def bwrap_argv(
     if layout.uid is None:
         args.append("--unshare-user")
     args += _mounts(view, layout, proxy_socket)
-    args += ["--chdir", WORKDIR, "--clearenv"]  # --clearenv must precede --setenv
-    for name, value in env.items():
-        args += ["--setenv", name, value]
-    return [*args, "--", *_drop_privileges(layout.uid), "bash", "-c", command]
+    args += ["--chdir", WORKDIR, "--clearenv", "--"]
+    return [*args, "sh", "-c", "echo ready && exec sleep infinity"]
+
+
+def enter_argv(
+    nsenter: str,
+    limits: Sequence[str],
+    uid: int | None,
+    namespaces: Sequence[str],
+    command: str,
+    *,
+    tag: int,
+) -> list[str]:
+    """The argv running `bash -c command` in WORKDIR inside a holder's namespaces.
+
+    `namespaces` are nsenter's options naming them (`local_holder.Holder.options`);
+    `limits` is the `prlimit` command line setting the rlimits before privileges drop;
+    `tag` is the command's `command_tag`, given when privileges drop (`uid`).
+    """
+    args = [nsenter, *namespaces, f"--wdns={WORKDIR}", "--"]
+    return [*args, *limits, *_drop_privileges(uid, tag), "bash", "-c", command]

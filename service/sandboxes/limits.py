@@ -1,7 +1,7 @@
 """Resource limits of a local sandbox: resolved from the spec, applied as rlimits.
 
-Rlimits are set by the server on the sandbox's first process while bwrap holds it
-before the command starts (`--block-fd`), so every process of the command inherits them.
+Rlimits are set by `prlimit` on each command's first process inside the sandbox, before
+privileges drop, so every process of the command inherits them.
 
 - memory: RLIMIT_DATA (heap and private writable mappings), per process. Not RLIMIT_AS:
   Node and Bun reserve large address ranges up front and WebAssembly fails under it.
@@ -13,7 +13,6 @@ before the command starts (`--block-fd`), so every process of the command inheri
 
 from __future__ import annotations
 
-import resource
 from dataclasses import dataclass
 
 from service.config import Settings
@@ -48,12 +47,13 @@ class Limits:
             * _MIB,
         )
 
-    def apply(self, pid: int) -> None:
-        """Set these limits (soft and hard) on process `pid`; raises ProcessLookupError."""
-        for kind, value in (
-            (resource.RLIMIT_DATA, self.memory_bytes),
-            (resource.RLIMIT_CPU, self.cpu_seconds),
-            (resource.RLIMIT_NPROC, self.max_processes),
-            (resource.RLIMIT_FSIZE, self.max_file_bytes),
-        ):
-            resource.prlimit(pid, kind, (value, value))
+    def prlimit_argv(self, prlimit: str) -> list[str]:
+        """The `prlimit` command line setting these limits (soft and hard) on what follows."""
+        return [
+            prlimit,
+            f"--data={self.memory_bytes}",
+            f"--cpu={self.cpu_seconds}",
+            f"--nproc={self.max_processes}",
+            f"--fsize={self.max_file_bytes}",
+            "--",
+        ]

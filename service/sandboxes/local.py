@@ -1,12 +1,12 @@
 """The `local` sandbox backend: bubblewrap on this host, the embedded default.
 
 A local sandbox is a pair of private host directories (`<state_dir>/sandboxes/<id>/`
-holds its home and /tmp), a host uid of its own when the server runs as root, and a
-memory cgroup where the host allows one. Nothing runs between commands: every exec
-and spawn is its own bwrap invocation with its own pid namespace (`local_process`),
-so a background daemon does not outlive the command that started it. What a sandbox
-sees of the host is laid out in `bwrap`. bwrap missing is an error at construction;
-commands never run unsandboxed.
+holds its home and /tmp), a host uid of its own when the server runs as root, a memory
+cgroup where the host allows one, and one long-lived bwrap holding its namespaces
+(`local_holder`). Every exec and spawn enters those namespaces (`local_process`), like
+`docker exec`: a background daemon a command starts may outlive that command, until
+the sandbox is killed. What a sandbox sees of the host is laid out in `bwrap`. A
+missing tool is an error at construction; commands never run unsandboxed.
 """
 
 from __future__ import annotations
@@ -26,9 +26,11 @@ from service.sandboxes.base import HOME, WORKDIR, SandboxRequest
 from service.sandboxes.bwrap import (
     SANDBOX_USER,
     SandboxLayout,
-    bwrap_argv,
+    enter_argv,
+    holder_argv,
     host_view,
     require_bwrap,
+    require_tools,
     sandbox_uid,
 )
 from service.sandboxes.cgroup import MemoryCgroups
@@ -47,7 +49,7 @@ class LocalBackend:
     name = "local"
 
     def __init__(self, settings: Settings) -> None:
-        self._bwrap = require_bwrap()
+        self._tools = require_tools()
         self._settings = settings
         self._state_dir = Path(os.path.realpath(settings.state_dir))
         self._root = self._state_dir / "sandboxes"
@@ -61,7 +63,7 @@ class LocalBackend:
         """Always ready: bwrap was found when the backend was built."""
 
     async def create(self, request: SandboxRequest) -> LocalSandbox:
-        """Make the sandbox's directories (and cgroup); nothing runs until exec/spawn."""
+        """Make the sandbox's directories (and cgroup) and start the holder of its namespaces."""
         rollout_id = request.rollout_id
         if not _ROLLOUT_ID.fullmatch(rollout_id):
             raise ValueError(f"rollout id {rollout_id!r} cannot name a sandbox directory")
@@ -77,27 +79,28 @@ class LocalBackend:
             raise SandboxError(f"could not prepare sandbox {rollout_id}: {exc}") from exc
         group = self._cgroups.create(rollout_id, limits.memory_bytes)
         cgroup = None if group is None else SandboxCgroup(self._cgroups, group)
-        argv = partial(
-            bwrap_argv,
-            self._bwrap,
-            self._view,
-            layout,
-            network=request.spec.network,
-            proxy_socket=request.proxy_socket,
-        )
+        tools = self._tools
+        enter = partial(enter_argv, tools["nsenter"], limits.prlimit_argv(tools["prlimit"]), uid)
         output_bytes = (self._settings.output_head_bytes, self._settings.output_tail_bytes)
         sandbox = LocalSandbox(
             rollout_id,
             layout,
-            argv,
+            enter,
             self._view,
-            limits,
             cgroup,
             output_bytes,
             on_gone=lambda: self._forget(rollout_id, sandbox),
         )
-        sandbox.expire_after(request.lifetime_s)
         self._sandboxes[rollout_id] = sandbox
+        network, proxy = request.spec.network, request.proxy_socket
+        try:
+            await sandbox.open(
+                holder_argv(tools["bwrap"], self._view, layout, network=network, proxy_socket=proxy)
+            )
+        except BaseException:
+            await sandbox.kill()
+            raise
+        sandbox.expire_after(request.lifetime_s)
         return sandbox
 
     def _forget(self, rollout_id: str, sandbox: LocalSandbox) -> None:

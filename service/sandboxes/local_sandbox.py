@@ -2,8 +2,10 @@
 
 Created by `LocalBackend` (service.sandboxes.local), which lays out its host directories
 and its memory cgroup. Commands are started by the sandbox's launcher thread: one thread
-per sandbox that joins the sandbox's memory cgroup once, so every bwrap it forks is born
-there (see `cgroup.MemoryCgroups.join`).
+per sandbox that joins the sandbox's memory cgroup once, so every command it forks is
+born there (see `cgroup.MemoryCgroups.join`). The holder of its namespaces
+(`local_holder`), which only sleeps, is started meanwhile by a thread of its own, which
+lives as long as the holder (bwrap's `--die-with-parent` watches the forking thread).
 """
 
 from __future__ import annotations
@@ -11,17 +13,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from service.errors import SandboxError
 from service.sandboxes.base import HOME, BackgroundProcess, ExecResult, OutputCallback
-from service.sandboxes.bwrap import HostView, SandboxLayout, sandbox_env
+from service.sandboxes.bwrap import HostView, SandboxLayout, command_tag, sandbox_env
 from service.sandboxes.cgroup import MemoryCgroups
 from service.sandboxes.hostfs import read_beneath, split_sandbox_path, write_beneath
-from service.sandboxes.limits import Limits
+from service.sandboxes.local_holder import Holder
 from service.sandboxes.local_process import SandboxedProcess
 
 __all__ = ["LIFETIME_MARGIN_S", "LocalSandbox", "SandboxCgroup", "remove_tree"]
@@ -74,9 +77,8 @@ class LocalSandbox:
         self,
         rollout_id: str,
         layout: SandboxLayout,
-        argv: Callable[..., list[str]],
+        enter: Callable[..., list[str]],
         view: HostView,
-        limits: Limits,
         cgroup: SandboxCgroup | None,
         output_bytes: tuple[int, int],
         on_gone: Callable[[], None],
@@ -84,26 +86,34 @@ class LocalSandbox:
         self._id = f"local-{rollout_id}"
         self._on_gone = on_gone
         self._layout = layout
-        self._argv = argv
+        self._enter = enter
         self._view = view
-        self._limits = limits
+        self._holder: Holder | None = None
         self._cgroup = cgroup
         self._launcher = ThreadPoolExecutor(
             max_workers=1,
             thread_name_prefix=self._id,
             initializer=cgroup.join if cgroup is not None else None,
         )
-        self._launcher.submit(_nothing)  # join the cgroup now, while the caller stages files
+        self._launcher.submit(_nothing)  # join the cgroup now, while the holder starts
+        self._holding = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self._id}-holder")
         self._output_bytes = output_bytes
         self._roots = {HOME: layout.home, "/tmp": layout.tmp}
         self._processes: set[SandboxedProcess] = set()
         self._commands = 0
+        self._serial = 0
         self._teardown: asyncio.Task[None] | None = None
         self._expiry: asyncio.TimerHandle | None = None
 
     @property
     def id(self) -> str:
         return self._id
+
+    async def open(self, holder_argv: Sequence[str]) -> None:
+        """Start the holder of the sandbox's namespaces from the launcher thread."""
+        loop = asyncio.get_running_loop()
+        start = partial(Holder.start, holder_argv, user_namespace=self._layout.uid is None)
+        self._holder = await loop.run_in_executor(self._holding, start)
 
     def expire_after(self, lifetime_s: float) -> None:
         """Kill the sandbox after `lifetime_s` plus a margin, should nobody do it first."""
@@ -125,11 +135,15 @@ class LocalSandbox:
         if len(command.encode()) > _INLINE_COMMAND_BYTES:
             command = await self._command_file(command)
         self._check_alive()  # from here to the launcher's queue nothing awaits
-        argv = self._argv(env=sandbox_env(self._view, env), command=command)
+        if self._holder is None or not self._holder.alive:
+            raise SandboxError(f"sandbox {self._id} is gone: the holder of its namespaces exited")
+        self._serial += 1
+        tag = command_tag(self._serial)
         process = await SandboxedProcess.start(
-            argv,
-            self._limits,
+            self._enter(self._holder.options, command, tag=tag),
+            sandbox_env(self._view, env),
             self._launcher,
+            owner=None if self._layout.uid is None else (self._layout.uid, tag),
             output_bytes=self._output_bytes,
             on_output=on_output,
         )
@@ -216,7 +230,10 @@ class LocalSandbox:
         if self._expiry is not None:
             self._expiry.cancel()
         await asyncio.gather(*(process.kill() for process in self._processes))
+        if self._holder is not None:  # queued after any command being started
+            await asyncio.get_running_loop().run_in_executor(self._launcher, self._holder.kill)
         await asyncio.to_thread(self._launcher.shutdown)  # its thread leaves the cgroup
+        await asyncio.to_thread(self._holding.shutdown)
         if self._cgroup is not None:
             await self._cgroup.remove()
         await asyncio.to_thread(remove_tree, self._layout.root)

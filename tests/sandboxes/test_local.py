@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -116,11 +119,73 @@ async def test_spawned_process_exit_code(local_sandbox: LocalSandbox) -> None:
     assert (result.exit_code, result.stdout) == (7, "done\n")
 
 
-async def test_commands_have_their_own_pid_namespace(local_sandbox: LocalSandbox) -> None:
-    result = await local_sandbox.exec("echo $$; ls /proc | grep -c '^[0-9]'", timeout_s=30)
-    own_pid, visible = map(int, result.stdout.split())
-    assert own_pid <= 3
-    assert visible <= 4
+async def test_a_child_in_a_session_of_its_own_is_killed_with_its_command(
+    local_sandbox: LocalSandbox, sleep_marker: SleepMarker
+) -> None:
+    process = await local_sandbox.spawn(f"setsid {sleep_marker.command} & wait")
+    await sleep_marker.wait_running()
+    await process.kill()
+    assert sleep_marker.pids() == []
+
+
+async def test_a_daemon_is_killed_with_the_command_that_started_it(
+    local_sandbox: LocalSandbox, sleep_marker: SleepMarker
+) -> None:
+    daemon = f"(setsid {sleep_marker.command} > /dev/null 2>&1 &)"
+    process = await local_sandbox.spawn(f"{daemon}; exec sleep 600")
+    await sleep_marker.wait_running()
+    await process.kill()
+    assert sleep_marker.pids() == []
+
+
+async def test_killing_a_command_spares_the_same_command_of_another_sandbox(
+    make_local_sandbox: MakeSandbox, sleep_marker: SleepMarker
+) -> None:
+    first, second = await make_local_sandbox("first"), await make_local_sandbox("second")
+    doomed = await first.spawn(f"(setsid {sleep_marker.command} &); exec sleep 600")
+    spared = await second.spawn(f"(setsid {sleep_marker.command} &); exec sleep 600")
+    for _ in range(500):
+        if len(sleep_marker.pids()) == 2:
+            break
+        await asyncio.sleep(0.02)
+    await doomed.kill()
+    assert len(sleep_marker.pids()) == 1
+    await spared.kill()
+    assert sleep_marker.pids() == []
+
+
+async def test_the_sandbox_has_its_own_pid_namespace(local_sandbox: LocalSandbox) -> None:
+    result = await local_sandbox.exec(
+        "echo $$; cat /proc/1/comm; ls /proc | grep -c '^[0-9]'", timeout_s=30
+    )
+    own_pid, init, visible = result.stdout.split()
+    assert init == "bwrap"  # the holder's init, not the host's
+    assert int(own_pid) < 10
+    assert int(visible) <= 6  # init, holder, this bash, ls, grep
+
+
+async def test_a_daemon_outlives_its_command_until_teardown(
+    make_local_sandbox: MakeSandbox, sleep_marker: SleepMarker
+) -> None:
+    sandbox = await make_local_sandbox("daemon")
+    started = await sandbox.exec(f"setsid {sleep_marker.command} > /dev/null &", timeout_s=30)
+    assert started.exit_code == 0
+    await sleep_marker.wait_running()
+    seen = await sandbox.exec(f"pgrep -f '{sleep_marker.command}'", timeout_s=30)
+    assert seen.exit_code == 0, seen.stderr  # the same pid namespace as the next command
+    await sandbox.kill()
+    assert sleep_marker.pids() == []
+
+
+async def test_a_job_in_a_group_of_its_own_is_killed_with_its_command(
+    local_sandbox: LocalSandbox, sleep_marker: SleepMarker
+) -> None:
+    command = f"set -m; {sleep_marker.command} & {sleep_marker.command}"
+    result = await local_sandbox.exec(command, timeout_s=1)
+    assert result.timed_out
+    assert sleep_marker.pids() == []
+    after = await local_sandbox.exec("echo still here", timeout_s=30)
+    assert after.stdout == "still here\n"
 
 
 async def test_kill_ends_every_process_and_removes_the_dirs(
@@ -160,12 +225,34 @@ async def test_close_kills_every_sandbox(
 
 
 async def test_bwrap_failure_is_a_sandbox_error(
+    local_settings: Settings,
+    make_local_sandbox: MakeSandbox,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(LocalBackend, "_check_proxy_socket", lambda self, path: None)
+    with pytest.raises(SandboxError, match=r"failed to start: .*missing\.sock"):
+        await make_local_sandbox("broken", proxy_socket=str(tmp_path / "missing.sock"))
+    assert not (local_settings.state_dir / "sandboxes" / "broken").exists()
+
+
+async def test_a_sandbox_whose_holder_died_refuses_commands(
     local_settings: Settings, local_sandbox: LocalSandbox
 ) -> None:
-    home = local_settings.state_dir / "sandboxes" / "r1" / "home"
-    home.rename(home.with_name("moved"))
-    with pytest.raises(SandboxError, match="failed before the command ran"):
-        await local_sandbox.exec("true", timeout_s=30)
+    home = str(local_settings.state_dir / "sandboxes" / "r1" / "home").encode()
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if Path(argv[0].decode()).name == "bwrap" and home in argv:
+                os.kill(int(entry.name), signal.SIGKILL)
+    with pytest.raises(SandboxError, match="is gone"):
+        await _exec_until_refused(local_sandbox)
+
+
+async def _exec_until_refused(sandbox: LocalSandbox) -> None:
+    for _ in range(500):  # until the kernel has reaped the namespace
+        await sandbox.exec("true", timeout_s=30)
+        await asyncio.sleep(0.02)
 
 
 async def test_missing_bwrap_names_the_package(

@@ -158,3 +158,31 @@ async def test_the_service_cache_is_visible_read_only(
     assert result.stdout == "cached tool\n"
     assert result.exit_code != 0
     assert not (tool.parent / "new").exists()
+
+
+async def test_commands_run_unprivileged_as_the_sandbox_uid(local_sandbox: LocalSandbox) -> None:
+    result = await local_sandbox.exec(
+        "id -u; grep -E '^(CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status",
+        timeout_s=30,
+    )
+    uid, *status = result.stdout.splitlines()
+    if os.geteuid() == 0:
+        assert int(uid) >= 0x6000_0000
+    fields = dict(line.split(":\t") for line in status)
+    assert fields == {
+        "CapPrm": "0000000000000000",
+        "CapEff": "0000000000000000",
+        "CapBnd": "0000000000000000",
+        "CapAmb": "0000000000000000",
+        "NoNewPrivs": "1",
+    }
+
+
+async def test_the_sandbox_cannot_kill_the_holder_of_its_namespaces(
+    local_sandbox: LocalSandbox,
+) -> None:
+    result = await local_sandbox.exec("kill -9 1 2 || echo refused", timeout_s=30)
+    assert result.stdout == "refused\n"
+    await local_sandbox.exec("kill -9 -1", timeout_s=30)  # every process it may signal
+    after = await local_sandbox.exec("echo alive", timeout_s=30)
+    assert after.stdout == "alive\n"

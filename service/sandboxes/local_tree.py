@@ -1,0 +1,115 @@
+"""Finding and killing every process of one local sandbox command, from the host.
+
+A command's processes are its nsenter (the leader), nsenter's session, every
+descendant of theirs, and, when privileges drop, every process of the sandbox's uid
+carrying the command's supplementary group (`bwrap.command_tag`): a daemon that left
+the session and was orphaned still carries it, and no sandboxed process can shed it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ProcessInfo", "ProcessTree", "await_exits", "kill_tree", "process_info", "processes"]
+
+_EXIT_WAIT_S = 10.0
+_STOP_ROUNDS = 8
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """What /proc/<pid>/status says of a process, as the host sees it."""
+
+    parent: int
+    session: int
+    uid: int
+    groups: frozenset[int]
+
+
+def process_info(pid: int) -> ProcessInfo:
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    groups = frozenset(int(gid) for gid in fields["Groups"].split())
+    parent, session = int(fields["PPid"]), int(fields["NSsid"].split()[0])
+    return ProcessInfo(parent, session, int(fields["Uid"].split()[0]), groups)
+
+
+def processes() -> dict[int, ProcessInfo]:
+    found = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, KeyError, IndexError):
+                found[int(entry.name)] = process_info(int(entry.name))
+    return found
+
+
+@dataclass(frozen=True)
+class ProcessTree:
+    """A command's processes: nsenter (`leader`), its session, its descendants, and every
+    process carrying its tag (`bwrap.command_tag`), daemons included."""
+
+    leader: int
+    owner: tuple[int, int] | None
+    """(uid, tag) of the command's processes; None when privileges do not drop."""
+
+    def owns(self, info: ProcessInfo, found: set[int]) -> bool:
+        tagged = self.owner is not None and (
+            info.uid == self.owner[0] and self.owner[1] in info.groups
+        )
+        return tagged or info.session == self.leader or info.parent in found
+
+    def find(self, processes: dict[int, ProcessInfo]) -> set[int]:
+        found = {self.leader}
+        for _ in range(len(processes)):
+            more = {pid for pid, info in processes.items() if self.owns(info, found)} - found
+            if not more:
+                break
+            found |= more
+        return found
+
+
+def kill_tree(tree: ProcessTree) -> list[int]:
+    """SIGKILL a command's processes; returns the pidfds of those signalled.
+
+    Everything found is stopped first, and /proc read again, so nothing forked meanwhile
+    escapes. Without a tag (an unprivileged server), a daemon (setsid, orphaned) escapes
+    and lives on until the sandbox's teardown.
+    """
+    pinned: dict[int, int] = {}
+    for _ in range(_STOP_ROUNDS):
+        found = tree.find(processes())
+        new = found - pinned.keys()
+        if not new:
+            break
+        for pid in new:
+            with contextlib.suppress(OSError, ValueError, KeyError, IndexError):
+                pidfd = os.pidfd_open(pid)
+                pinned[pid] = pidfd
+                if pid == tree.leader or tree.owns(process_info(pid), found):  # pid now pinned
+                    signal.pidfd_send_signal(pidfd, signal.SIGSTOP)
+                else:
+                    os.close(pinned.pop(pid))
+    for pidfd in pinned.values():
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    return list(pinned.values())
+
+
+def await_exits(pidfds: list[int]) -> None:
+    """Wait (a while at most) until every process behind `pidfds` has exited; closes them."""
+    try:
+        deadline = time.monotonic() + _EXIT_WAIT_S
+        pending = list(pidfds)
+        while pending and (left := deadline - time.monotonic()) > 0:
+            readable, _, _ = select.select(pending, [], [], left)
+            pending = [fd for fd in pending if fd not in readable]
+    finally:
+        for fd in pidfds:
+            os.close(fd)
