@@ -13,6 +13,8 @@ Mounts inside a local sandbox, in order (a later mount covers an earlier one):
                            interpreter and code
     <state dir>            empty tmpfs when still visible: the db and other sandboxes' dirs
     /tmp, /home/user       the sandbox's own, writable (HOME; WORKDIR is inside it)
+    <install roots>        again, read-only, for those under the host's /tmp (and the state
+                           dir hidden again below them)
     <cache dir>            the service's downloads (opencode), read-only, wherever it lives
     /etc/passwd, /group    the host's plus a line naming the sandbox user
     PROXY_SOCKET           the capture proxy's Unix socket, when the rollout has one
@@ -212,6 +214,12 @@ def _mounts(view: HostView, layout: SandboxLayout, proxy_socket: str | None) -> 
     for path in view.hidden:
         args += ["--tmpfs", path]
     args += ["--bind", str(layout.tmp), "/tmp", "--bind", str(layout.home), HOME]
+    # The sandbox's own /tmp covers the host's: bring back the server's code and interpreter
+    # when they live there (a checkout in /tmp), and hide the state dir again below them.
+    for path in (p for p in view.exposed if _within(p, "/tmp")):
+        args += _bind("--ro-bind-try", path, path)
+    for path in (p for p in view.hidden if _within(p, "/tmp")):
+        args += ["--tmpfs", path]
     for path in view.shared:
         if os.path.isdir(path):  # else its ancestors may not exist on the read-only root
             args += _bind("--ro-bind", path, path)

@@ -7,7 +7,17 @@ from pathlib import Path
 import pytest
 
 from service.config import Settings
-from service.sandboxes.bwrap import command_tag, enter_argv, host_view, sandbox_env, sandbox_uid
+from service.models import NetworkPolicy
+from service.sandboxes.bwrap import (
+    HostView,
+    SandboxLayout,
+    command_tag,
+    enter_argv,
+    holder_argv,
+    host_view,
+    sandbox_env,
+    sandbox_uid,
+)
 
 _PATH = "/root/.pyenv/shims:/home/alice/.local/bin:/usr/bin:relative/bin:/root/.pyenv/bin"
 
@@ -92,3 +102,15 @@ def test_command_tags_are_no_sandbox_uid() -> None:
     tags = {command_tag(serial) for serial in (1, 2, (1 << 24) + 1, (1 << 24) + 2)}
     assert len(tags) == 2
     assert all(0x6100_0000 <= tag < 0x6200_0000 for tag in tags)  # above every sandbox uid
+
+
+def test_server_code_in_the_hosts_tmp_is_bound_back_over_the_sandboxs_tmp() -> None:
+    """A checkout under /tmp (as in CI) must stay visible: the forwarder runs from it."""
+    view = HostView(("/root/.pyenv", "/tmp/checkout"), ("/tmp/checkout/.state",), (), "/usr/bin")
+    layout = SandboxLayout(Path("/srv/sb"), uid=None)
+    args = holder_argv("bwrap", view, layout, network=NetworkPolicy.NONE, proxy_socket=None)
+    own_tmp = args.index("/srv/sb/tmp")
+    binds = [i for i, arg in enumerate(args) if arg == "/tmp/checkout"]
+    assert binds
+    assert binds[-1] > own_tmp
+    assert args[args.index("/tmp/checkout/.state", own_tmp) - 1] == "--tmpfs"
