@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from service.proxy import CaptureProxy
+from service.proxy import CaptureProxy, forward
 from service.proxy.access import host_socket_access
 from service.sandboxes.base import PROXY_SOCKET
 from tests.fakes.llm_upstream import FakeUpstream, Reply
@@ -41,11 +41,16 @@ print(json.dumps({
 """
 
 
+CODE_ROOT = str(Path(forward.__file__).resolve().parents[2])
+"""The checkout the forwarder runs from (a CI clone may sit under /tmp)."""
+
+
 async def run_sandboxed(socket: Path, script: str, client: Path) -> tuple[int, str, str]:
     """`script` in bwrap: private network and pid namespaces, `socket` bound at PROXY_SOCKET."""
     process = await asyncio.create_subprocess_exec(
         "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-        "--tmpfs", "/tmp", "--tmpfs", "/run", "--bind", str(socket), PROXY_SOCKET,
+        "--tmpfs", "/tmp", "--ro-bind", CODE_ROOT, CODE_ROOT,  # the forwarder, even in /tmp
+        "--tmpfs", "/run", "--bind", str(socket), PROXY_SOCKET,
         "--ro-bind", str(client), "/run/client.py",
         "--unshare-net", "--unshare-pid", "--die-with-parent", "--", "bash", "-c", script,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
