@@ -36,6 +36,7 @@ from service.models import (
     RolloutSpec,
     RolloutStatus,
 )
+from service.proxy.endpoints import ResolvedEndpoint
 from service.registry import MissingDependencyError, load_agent, load_backend
 from service.sandboxes.base import SandboxBackend
 from service.store.base import RolloutPage, RolloutStore
@@ -121,16 +122,7 @@ class RolloutManager:
 
     async def submit(self, spec: RolloutSpec) -> Rollout:
         """Admit a rollout and start it in the background; idempotent on request_id."""
-        if not self._accepting:
-            raise ShuttingDownError("the server is shutting down")
-        validate_spec(spec, self._settings)
-        backend = self.backend(spec.sandbox.backend or self._settings.default_backend)
-        backend.check_ready()
-        agent = self._agent(spec.agent.name)
-        violations = agent.option_violations(spec.agent.options)
-        if violations:
-            raise SpecError(violations)
-        upstream = self._models.resolve(spec, required=agent.requires_model)
+        backend, agent, upstream = self._checked(spec)
         async with self._admission:
             existing = await self._existing(spec.request_id)
             if existing is not None:
@@ -162,6 +154,19 @@ class RolloutManager:
             )
             live.task = asyncio.create_task(self._drive(live, run), name=f"rollout-{rollout.id}")
         return rollout
+
+    def _checked(self, spec: RolloutSpec) -> tuple[SandboxBackend, Agent, ResolvedEndpoint | None]:
+        """Everything admission can refuse before a rollout exists, as RPC errors."""
+        if not self._accepting:
+            raise ShuttingDownError("the server is shutting down")
+        validate_spec(spec, self._settings)
+        backend = self.backend(spec.sandbox.backend or self._settings.default_backend)
+        backend.check_ready()
+        agent = self._agent(spec.agent.name)
+        violations = agent.option_violations(spec.agent.options)
+        if violations:
+            raise SpecError(violations)
+        return backend, agent, self._models.resolve(spec, required=agent.requires_model)
 
     def _publish(self, rollout_id: str, payload: EventPayload) -> None:
         self._hub.publish(rollout_id, payload)
