@@ -195,12 +195,15 @@ class EventHub:
         last_seq: dict[str, int] = {}
         while True:
             changed = self._feed_changed
-            start = self._feed_end - len(self._feed)
-            if cursor < start:
-                async for event in self._catch_up(last_seq, wanted):
-                    yield event
-                cursor = start
-            for event in list(self._feed)[cursor - start :]:
+            while cursor < self._feed_end:
+                start = self._feed_end - len(self._feed)
+                if cursor < start:
+                    async for event in self._catch_up(last_seq, wanted):
+                        yield event
+                    cursor = self._feed_end - len(self._feed)
+                    continue
+                # Indexing near the deque's right end is cheap; copying the feed is not.
+                event = self._feed[cursor - start]
                 cursor += 1
                 if wanted <= event.labels.items() and event.seq > last_seq.get(event.rollout_id, 0):
                     last_seq[event.rollout_id] = event.seq

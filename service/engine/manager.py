@@ -196,7 +196,7 @@ class RolloutManager:
                 rollout.result.error = RolloutError(
                     kind=ErrorKind.CANCELLED, message=f"cancelled: {live.cancel_reason}"
                 )
-            self._hub.publish(rollout.id, rollout.model_copy(deep=True))
+            self._hub.publish(rollout.id, rollout)  # terminal: nothing changes it any more
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._store.save(rollout))
             self._live.pop(rollout.id, None)

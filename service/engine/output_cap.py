@@ -25,9 +25,10 @@ class OutputCap:
         self._tail = HeadTailBuffer(0, tail_bytes)
 
     def __call__(self, output: AgentOutput) -> None:
-        size = len(output.text.encode())
+        data = output.text.encode()
+        size = len(data)
         if output.kind in _RAW:
-            self._tail.feed(output.text.encode())
+            self._tail.feed(data)
         if self._sent + size <= self._limit:
             self._sent += size
             self._publish(output)
