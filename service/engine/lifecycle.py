@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -190,9 +190,7 @@ class RolloutRun:
         self._publish(turn)
 
     async def _setup(self, sandbox: Sandbox) -> bool:
-        files = {f"{WORKDIR}/{path}": data for path, data in self._spec.task.files.items()}
-        if files:
-            await sandbox.write_files(files)
+        await _stage(sandbox, self._spec.task.files)
         results = await self._commands(sandbox, self._spec.task.setup, CommandStage.SETUP)
         self.rollout.result.setup_results = results
         failed = next((r for r in results if not r.passed), None)
@@ -245,9 +243,7 @@ class RolloutRun:
             self._record(ErrorKind.AGENT_TIMEOUT, f"agent killed at {self._agent_timeout_s:g}s")
 
     async def _verify(self, sandbox: Sandbox) -> None:
-        files = {f"{WORKDIR}/{path}": data for path, data in self._spec.task.verifier_files.items()}
-        if files:
-            await sandbox.write_files(files)
+        await _stage(sandbox, self._spec.task.verifier_files)
         results = await self._commands(sandbox, self._spec.task.verify, CommandStage.VERIFY)
         self.rollout.result.verify_results = results
         reward = await compute_reward(sandbox, results)
@@ -300,3 +296,9 @@ class RolloutRun:
             "rollout.agent": self._spec.agent.name,
             "rollout.backend": self._spec.sandbox.backend or self._settings.default_backend,
         }
+
+
+async def _stage(sandbox: Sandbox, files: Mapping[str, bytes]) -> None:
+    """Write workdir-relative task files into the sandbox's workdir."""
+    if files:
+        await sandbox.write_files({f"{WORKDIR}/{path}": data for path, data in files.items()})
