@@ -14,6 +14,8 @@ from service.config import Settings
 from service.models import NetworkPolicy, Resources, SandboxSpec
 from service.sandboxes.base import SandboxRequest
 from service.sandboxes.local import LocalBackend, LocalSandbox
+from tests.fakes.e2b_cloud import FakeE2B
+from tests.sandboxes.e2b_support import fake_cloud
 
 MakeSandbox = Callable[..., Awaitable[LocalSandbox]]
 _POLL_S = 0.02
@@ -65,6 +67,13 @@ class SleepMarker:
 @pytest.fixture
 def sleep_marker() -> SleepMarker:
     return SleepMarker(f"{random.randrange(10**6, 10**7)}.25")
+
+
+@pytest.fixture
+async def cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeE2B]:
+    """A fake E2B control plane and envd on loopback (a test module may override it)."""
+    async with fake_cloud(tmp_path, monkeypatch) as fake:
+        yield fake
 
 
 @pytest.fixture

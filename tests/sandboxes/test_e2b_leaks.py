@@ -19,17 +19,10 @@ from tests.fakes.e2b_cloud import FakeE2B
 from tests.sandboxes.e2b_support import (
     FAST_RETRY,
     eventually,
-    fake_cloud,
     make_backend,
     make_request,
     make_settings,
 )
-
-
-@pytest.fixture
-async def cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeE2B]:
-    async with fake_cloud(tmp_path, monkeypatch) as fake:
-        yield fake
 
 
 @pytest.fixture

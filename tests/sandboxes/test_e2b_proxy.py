@@ -31,7 +31,7 @@ from service.sandboxes.e2b import E2BBackend
 from service.sandboxes.e2b_sandbox import E2BSandbox
 from tests.fakes.e2b_cloud import FakeE2B
 from tests.fakes.llm_upstream import FakeUpstream, Reply, TokenShape
-from tests.sandboxes.e2b_support import eventually, fake_cloud, make_backend, make_request
+from tests.sandboxes.e2b_support import eventually, make_backend, make_request
 
 UPSTREAM_KEY = "sk-upstream-secret-e2b-3f9a"
 UPSTREAM_MODEL = "fake-policy-e2b"
@@ -51,12 +51,6 @@ print("streamed", body.count("data:"), "events", flush=True)
 while not os.path.exists({GO_FILE!r}):
     time.sleep(0.02)
 """
-
-
-@pytest.fixture
-async def cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeE2B]:
-    async with fake_cloud(tmp_path, monkeypatch) as fake:
-        yield fake
 
 
 @pytest.fixture

@@ -14,16 +14,10 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from tests.e2e.specs import command_spec, terminal
 from tests.fakes.e2b_cloud import FakeE2B
-from tests.sandboxes.e2b_support import eventually, fake_cloud
+from tests.sandboxes.e2b_support import eventually
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-async def cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeE2B]:
-    async with fake_cloud(tmp_path, monkeypatch) as fake:
-        yield fake
 
 
 @pytest.fixture

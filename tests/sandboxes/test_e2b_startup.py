@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -14,16 +13,10 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from tests.fakes.e2b_cloud import FakeE2B
-from tests.sandboxes.e2b_support import fake_cloud, make_backend, make_request
+from tests.sandboxes.e2b_support import make_backend, make_request
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-async def cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeE2B]:
-    async with fake_cloud(tmp_path, monkeypatch) as fake:
-        yield fake
 
 
 async def _started(state_dir: Path, env: dict[str, str]) -> ServerProcess:
