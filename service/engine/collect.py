@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from service.config import Settings
-from service.sandboxes.base import WORKDIR, Sandbox
+from service.sandboxes.base import WORKDIR, FileEntry, Sandbox
 
-__all__ = ["CollectedFiles", "collect_workdir"]
+__all__ = ["MAX_OMITTED", "CollectedFiles", "collect_workdir"]
 
-_LIST_TIMEOUT_S = 30.0
-# One "size<TAB>relative path" line per regular file; NUL-free paths only.
-_LIST_COMMAND = "find . -type f -printf '%s\\t%P\\n' 2>/dev/null | LC_ALL=C sort -t$'\\t' -k2"
+MAX_OMITTED = 256
+"""Paths named in files_omitted at most; files past them in path order go unnamed."""
 
 
 @dataclass
@@ -23,34 +22,33 @@ class CollectedFiles:
 async def collect_workdir(
     sandbox: Sandbox, settings: Settings, *, exclude: set[str]
 ) -> CollectedFiles:
-    """Read workdir files in path order until a bound is hit; list the rest as omitted."""
-    listing = await sandbox.exec(_LIST_COMMAND, timeout_s=_LIST_TIMEOUT_S)
+    """Read workdir files in path order until a bound is hit; list the rest as omitted.
+
+    The listing asks for no more files than can be collected, excluded or named as omitted.
+    """
+    limit = settings.collect_max_files + MAX_OMITTED + len(exclude)
+    listing = await sandbox.list_files(WORKDIR, max_entries=limit)
     collected = CollectedFiles()
     total = 0
-    for size, path in _parse_listing(listing.stdout):
-        if path in exclude:
+    for entry in listing:
+        if entry.path in exclude:
             continue
-        fits = (
-            len(collected.files) < settings.collect_max_files
-            and size <= settings.collect_max_file_bytes
-            and total + size <= settings.collect_max_total_bytes
-        )
-        if not fits:
-            collected.omitted.append(path)
+        if not _fits(entry, len(collected.files), total, settings):
+            if len(collected.omitted) < MAX_OMITTED:
+                collected.omitted.append(entry.path)
             continue
         data = await sandbox.read_file(
-            f"{WORKDIR}/{path}", max_bytes=settings.collect_max_file_bytes
+            f"{WORKDIR}/{entry.path}", max_bytes=settings.collect_max_file_bytes
         )
         if data is not None:
-            collected.files[path] = data
+            collected.files[entry.path] = data
             total += len(data)
     return collected
 
 
-def _parse_listing(stdout: str) -> list[tuple[int, str]]:
-    entries = []
-    for line in stdout.splitlines():
-        size, _, path = line.partition("\t")
-        if path and size.isdigit():
-            entries.append((int(size), path))
-    return entries
+def _fits(entry: FileEntry, count: int, total: int, settings: Settings) -> bool:
+    return (
+        count < settings.collect_max_files
+        and entry.size <= settings.collect_max_file_bytes
+        and total + entry.size <= settings.collect_max_total_bytes
+    )

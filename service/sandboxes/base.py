@@ -15,12 +15,14 @@ from service.models import SandboxSpec
 
 __all__ = [
     "HOME",
+    "LIST_MAX_DEPTH",
     "PROXY_SOCKET",
     "REWARD_JSON",
     "REWARD_TXT",
     "WORKDIR",
     "BackgroundProcess",
     "ExecResult",
+    "FileEntry",
     "OutputCallback",
     "OutputStream",
     "Sandbox",
@@ -38,6 +40,8 @@ REWARD_JSON = f"{HOME}/logs/verifier/reward.json"
 """Else `reward` here is the reward and other numeric keys are metrics."""
 PROXY_SOCKET = "/run/rollout/proxy.sock"
 """Where the local backend binds the capture proxy's Unix socket inside the sandbox."""
+LIST_MAX_DEPTH = 64
+"""`Sandbox.list_files` lists no path of more components than this (nor descends further)."""
 
 
 class OutputStream(StrEnum):
@@ -62,6 +66,16 @@ class ExecResult:
     stderr_bytes: int
     duration_s: float
     timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A regular file found by `Sandbox.list_files`."""
+
+    path: str
+    """Relative to the listed directory, "/"-separated; valid UTF-8."""
+    size: int
+    """Bytes, when it was listed."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +135,17 @@ class Sandbox(Protocol):
 
     async def read_file(self, path: str, *, max_bytes: int) -> bytes | None:
         """Read up to max_bytes of a file; None when it does not exist."""
+        ...
+
+    async def list_files(self, directory: str, *, max_entries: int) -> list[FileEntry]:
+        """The first regular files beneath `directory`, recursively, in byte order of path.
+
+        Left out: symbolic links, which are never followed (`directory` itself included);
+        names that are not UTF-8, with everything beneath them; paths of more than
+        LIST_MAX_DEPTH components. Of the rest, the listing is a prefix of the sorted whole
+        (`LC_ALL=C sort`): at most `max_entries` entries, fewer where a backend's walk
+        reaches a bound of its own (see the backend). A missing directory lists as empty.
+        """
         ...
 
     async def kill(self) -> None:

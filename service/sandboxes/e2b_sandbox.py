@@ -25,8 +25,9 @@ from e2b.sandbox_async.commands.command_handle import AsyncCommandHandle
 
 from service.config import Settings
 from service.errors import SandboxError
-from service.sandboxes.base import WORKDIR, ExecResult, OutputCallback
+from service.sandboxes.base import WORKDIR, ExecResult, FileEntry, OutputCallback
 from service.sandboxes.e2b_process import E2BProcess, OutputCapture
+from service.sandboxes.find_listing import list_by_find
 
 __all__ = ["KILL_TIMEOUT_S", "SDK_ERRORS", "E2BSandbox"]
 
@@ -142,6 +143,11 @@ class E2BSandbox:
         finally:
             await stream.aclose()
         return bytes(data[:max_bytes])
+
+    async def list_files(self, directory: str, *, max_entries: int) -> list[FileEntry]:
+        """`find | sort | head` in the sandbox (`find_listing`): its files API lists a
+        directory in one unbounded answer."""
+        return await list_by_find(self, directory, max_entries)
 
     async def make_dirs(self, *paths: str) -> None:
         """Create directories (and their parents) that commands expect to exist."""

@@ -20,10 +20,10 @@ from functools import partial
 from pathlib import Path
 
 from service.errors import SandboxError
-from service.sandboxes.base import HOME, BackgroundProcess, ExecResult, OutputCallback
+from service.sandboxes.base import HOME, BackgroundProcess, ExecResult, FileEntry, OutputCallback
 from service.sandboxes.bwrap import HostView, SandboxLayout, command_tag, sandbox_env
 from service.sandboxes.cgroup import MemoryCgroups
-from service.sandboxes.hostfs import read_beneath, split_sandbox_path, write_beneath
+from service.sandboxes.hostfs import list_beneath, read_beneath, split_sandbox_path, write_beneath
 from service.sandboxes.local_holder import Holder
 from service.sandboxes.local_process import SandboxedProcess
 
@@ -216,6 +216,16 @@ class LocalSandbox:
             return await asyncio.to_thread(read_beneath, root, parts, max(max_bytes, 0))
         except OSError as exc:
             raise SandboxError(f"could not read {path} in sandbox {self._id}: {exc}") from exc
+
+    async def list_files(self, directory: str, *, max_entries: int) -> list[FileEntry]:
+        """Regular files beneath a directory under HOME or /tmp, walked host-side without
+        following a link (bounds: `hostfs.list_beneath`)."""
+        self._check_alive()
+        root, parts = split_sandbox_path(directory, self._roots)
+        try:
+            return await asyncio.to_thread(list_beneath, root, parts, max_entries)
+        except OSError as exc:
+            raise SandboxError(f"could not list {directory} in sandbox {self._id}: {exc}") from exc
 
     async def kill(self) -> None:
         """Kill every process of the sandbox and remove its directories. Never raises."""
