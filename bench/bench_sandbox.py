@@ -2,7 +2,7 @@
 
 Both are measured in the same run, interleaved so a busy machine slows both alike:
 N plain `asyncio.create_subprocess_exec("true")` (the baseline), N `LocalSandbox.exec("true")`
-(nsenter into the sandbox's namespaces, rlimits and uid per command), and a sandbox's
+(one fork of the sandbox's spawner, inside its namespaces, per command), and a sandbox's
 whole life (create, one exec, kill). Prints a markdown table and writes
 bench/results/sandbox.json.
 

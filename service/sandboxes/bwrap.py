@@ -1,7 +1,7 @@
 """The command lines of a local sandbox, and what of the host it shows.
 
 `holder_argv` is the one bwrap run per sandbox that makes its namespaces and mounts;
-`enter_argv` runs each command inside them (nsenter, prlimit, setpriv, bash).
+each command is then forked inside them by the sandbox's spawner (`local_forkserver`).
 
 Mounts inside a local sandbox, in order (a later mount covers an earlier one):
 
@@ -20,9 +20,10 @@ Mounts inside a local sandbox, in order (a later mount covers an earlier one):
     PROXY_SOCKET           the capture proxy's Unix socket, when the rollout has one
 
 When the server runs as root, every sandboxed process runs as a host uid of its own
-(`sandbox_uid`), dropped by setpriv inside the namespaces: no capability, no access to
-root-only files, and RLIMIT_NPROC (counted per real uid) then counts this sandbox alone.
-Its only supplementary group is its command's tag (`command_tag`).
+(`sandbox_uid`), dropped to by the spawner's child inside the namespaces: no capability,
+no_new_privs, no access to root-only files, and RLIMIT_NPROC (counted per real uid)
+then counts this sandbox alone. Its only supplementary group is its command's tag
+(`command_tag`).
 An unprivileged server gets a user namespace instead and keeps its own uid.
 """
 
@@ -47,11 +48,9 @@ __all__ = [
     "HostView",
     "SandboxLayout",
     "command_tag",
-    "enter_argv",
     "holder_argv",
     "host_view",
     "require_bwrap",
-    "require_tools",
     "sandbox_env",
     "sandbox_uid",
 ]
@@ -62,35 +61,20 @@ SANDBOX_USER = "user"
 _UID_BASE = 0x6000_0000
 _UID_SPAN = 1 << 24
 _TAG_BASE = 0x6100_0000
-_PACKAGES = {
-    "bwrap": "bubblewrap",
-    "setpriv": "util-linux",
-    "nsenter": "util-linux",
-    "prlimit": "util-linux",
-}
 
 
 def require_bwrap() -> str:
-    """Path of `bwrap`, once every tool the local sandbox runs is found (`require_tools`)."""
-    return require_tools()["bwrap"]
+    """Path of `bwrap`; raises naming the Debian package when it is not on PATH.
 
-
-def require_tools() -> dict[str, str]:
-    """Paths of `bwrap` and the util-linux tools the local sandbox runs, by name.
-
-    Raises naming the Debian packages when one is missing. Cheap (PATH lookups): the
-    server calls it at startup and refuses to start without them.
+    Cheap (a PATH lookup): the server calls it at startup and refuses to start without.
     """
-    found = {tool: shutil.which(tool) for tool in _PACKAGES}
-    missing = [tool for tool, path in found.items() if path is None]
-    if missing:
-        packages = " ".join(dict.fromkeys(_PACKAGES[tool] for tool in missing))
+    found = shutil.which("bwrap")
+    if found is None:
         raise MissingDependencyError(
-            f"the local sandbox needs {', '.join(missing)}, which is not on PATH: "
-            f"install it (Debian/Ubuntu: apt-get install {packages}); "
-            "commands are never run unsandboxed"
+            "the local sandbox needs bwrap, which is not on PATH: install it "
+            "(Debian/Ubuntu: apt-get install bubblewrap); commands are never run unsandboxed"
         )
-    return {tool: path for tool, path in found.items() if path is not None}
+    return found
 
 
 def sandbox_uid(state_dir: Path, rollout_id: str) -> int:
@@ -240,21 +224,6 @@ def command_tag(serial: int) -> int:
     return _TAG_BASE + serial % _UID_SPAN
 
 
-def _drop_privileges(uid: int | None, tag: int) -> list[str]:
-    if uid is None:
-        return []
-    return [
-        "setpriv",
-        f"--reuid={uid}",
-        f"--regid={uid}",
-        f"--groups={tag}",
-        "--no-new-privs",
-        "--bounding-set=-all",
-        "--inh-caps=-all",
-        "--",
-    ]
-
-
 def holder_argv(
     bwrap: str,
     view: HostView,
@@ -278,22 +247,3 @@ def holder_argv(
     args += _mounts(view, layout, proxy_socket)
     args += ["--chdir", WORKDIR, "--clearenv", "--"]
     return [*args, "sh", "-c", "echo ready && exec sleep infinity"]
-
-
-def enter_argv(
-    nsenter: str,
-    limits: Sequence[str],
-    uid: int | None,
-    namespaces: Sequence[str],
-    command: str,
-    *,
-    tag: int,
-) -> list[str]:
-    """The argv running `bash -c command` in WORKDIR inside a holder's namespaces.
-
-    `namespaces` are nsenter's options naming them (`local_holder.Holder.options`);
-    `limits` is the `prlimit` command line setting the rlimits before privileges drop;
-    `tag` is the command's `command_tag`, given when privileges drop (`uid`).
-    """
-    args = [nsenter, *namespaces, f"--wdns={WORKDIR}", "--"]
-    return [*args, *limits, *_drop_privileges(uid, tag), "bash", "-c", command]

@@ -14,7 +14,6 @@ import errno
 import logging
 import os
 import signal
-import threading
 from pathlib import Path
 
 __all__ = ["MemoryCgroups"]
@@ -75,14 +74,6 @@ class MemoryCgroups:
             (group / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
         return group
 
-    def join(self, group: Path) -> None:
-        """Move the calling thread (only) into `group`: what it forks is born there.
-
-        A migration costs an RCU grace period (~8 ms here), so a sandbox pays it once,
-        for the thread that starts its commands, rather than once per command.
-        """
-        (group / "tasks").write_text(str(threading.get_native_id()))
-
     def names(self) -> list[str]:
         """Names of every group this backend's key holds (live or left by a crash)."""
         if self._base is None or not self._base.is_dir():
@@ -112,8 +103,6 @@ class MemoryCgroups:
 def _kill_and_remove(group: Path) -> bool | None:
     """One attempt: True when gone, False on a lasting error, None while still busy."""
     for pid in _read_pids(group):
-        if pid == os.getpid():
-            continue  # our launcher thread on its way out: never signal ourselves
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     try:

@@ -1,7 +1,8 @@
 """Resource limits of a local sandbox: resolved from the spec, applied as rlimits.
 
-Rlimits are set by `prlimit` on each command's first process inside the sandbox, before
-privileges drop, so every process of the command inherits them.
+Rlimits are set on each command's first process inside the sandbox (by the spawner's
+child, `local_forkserver`), before privileges drop, so every process of the command
+inherits them.
 
 - memory: RLIMIT_DATA (heap and private writable mappings), per process. Not RLIMIT_AS:
   Node and Bun reserve large address ranges up front and WebAssembly fails under it.
@@ -47,13 +48,12 @@ class Limits:
             * _MIB,
         )
 
-    def prlimit_argv(self, prlimit: str) -> list[str]:
-        """The `prlimit` command line setting these limits (soft and hard) on what follows."""
-        return [
-            prlimit,
-            f"--data={self.memory_bytes}",
-            f"--cpu={self.cpu_seconds}",
-            f"--nproc={self.max_processes}",
-            f"--fsize={self.max_file_bytes}",
-            "--",
-        ]
+    @property
+    def rlimits(self) -> dict[str, int]:
+        """The rlimits (soft and hard alike) by `local_forkserver`'s names for them."""
+        return {
+            "data": self.memory_bytes,
+            "cpu": self.cpu_seconds,
+            "nproc": self.max_processes,
+            "fsize": self.max_file_bytes,
+        }

@@ -2,8 +2,9 @@
 
 A local sandbox is a pair of private host directories (`<state_dir>/sandboxes/<id>/`
 holds its home and /tmp), a host uid of its own when the server runs as root, a memory
-cgroup where the host allows one, and one long-lived bwrap holding its namespaces
-(`local_holder`). Every exec and spawn enters those namespaces (`local_process`), like
+cgroup where the host allows one, one long-lived bwrap holding its namespaces
+(`local_holder`), and a spawner inside them, forked from the backend's fork server
+(`local_forkserver`), which forks every exec and spawn there (`local_process`), like
 `docker exec`: a background daemon a command starts may outlive that command, until
 the sandbox is killed. What a sandbox sees of the host is laid out in `bwrap`. A
 missing tool is an error at construction; commands never run unsandboxed.
@@ -17,7 +18,6 @@ import logging
 import os
 import re
 import stat
-from functools import partial
 from pathlib import Path, PurePosixPath
 
 from service.config import Settings
@@ -26,16 +26,15 @@ from service.sandboxes.base import HOME, WORKDIR, SandboxRequest
 from service.sandboxes.bwrap import (
     SANDBOX_USER,
     SandboxLayout,
-    enter_argv,
     holder_argv,
     host_view,
     require_bwrap,
-    require_tools,
     sandbox_uid,
 )
 from service.sandboxes.cgroup import MemoryCgroups
 from service.sandboxes.limits import Limits
 from service.sandboxes.local_sandbox import LocalSandbox, SandboxCgroup, remove_tree
+from service.sandboxes.local_spawner import ForkServer, SpawnerSetup
 
 __all__ = ["LocalBackend", "LocalSandbox", "require_bwrap"]
 
@@ -49,7 +48,7 @@ class LocalBackend:
     name = "local"
 
     def __init__(self, settings: Settings) -> None:
-        self._tools = require_tools()
+        self._bwrap = require_bwrap()
         self._settings = settings
         self._state_dir = Path(os.path.realpath(settings.state_dir))
         self._root = self._state_dir / "sandboxes"
@@ -58,6 +57,7 @@ class LocalBackend:
         key = hashlib.sha256(str(self._state_dir).encode()).hexdigest()[:12]
         self._cgroups = MemoryCgroups(key)
         self._sandboxes: dict[str, LocalSandbox] = {}
+        self._forks = ForkServer()
 
     def check_ready(self) -> None:
         """Always ready: bwrap was found when the backend was built."""
@@ -72,31 +72,45 @@ class LocalBackend:
         uid = sandbox_uid(self._state_dir, rollout_id) if self._privileged else None
         layout = SandboxLayout(self._root / rollout_id, uid)
         limits = Limits.resolve(request.spec.resources, self._settings)
-        await self._discard(rollout_id)  # a crashed run's leftovers under the same id
+        if self._has_leftovers(rollout_id):
+            await self._discard(rollout_id)  # a crashed run's, under the same id
+        network, proxy = request.spec.network, request.proxy_socket
         try:
-            await asyncio.to_thread(self._prepare, layout, request.proxy_socket)
+            await asyncio.to_thread(self._prepare, layout, proxy)
         except OSError as exc:
+            await asyncio.to_thread(remove_tree, layout.root)
             raise SandboxError(f"could not prepare sandbox {rollout_id}: {exc}") from exc
         group = self._cgroups.create(rollout_id, limits.memory_bytes)
         cgroup = None if group is None else SandboxCgroup(self._cgroups, group)
-        tools = self._tools
-        enter = partial(enter_argv, tools["nsenter"], limits.prlimit_argv(tools["prlimit"]), uid)
+        setup = SpawnerSetup(
+            holder=holder_argv(
+                self._bwrap, self._view, layout, network=network, proxy_socket=proxy
+            ),
+            user_namespace=uid is None,
+            cgroup=None if group is None else str(group),
+            uid=uid,
+            rlimits=limits.rlimits,
+        )
+        try:
+            spawner = await self._forks.spawner(setup)
+        except BaseException:
+            if cgroup is not None:
+                await cgroup.remove()
+            await asyncio.to_thread(remove_tree, layout.root)
+            raise
         output_bytes = (self._settings.output_head_bytes, self._settings.output_tail_bytes)
         sandbox = LocalSandbox(
             rollout_id,
             layout,
-            enter,
+            spawner,
             self._view,
             cgroup,
             output_bytes,
             on_gone=lambda: self._forget(rollout_id, sandbox),
         )
         self._sandboxes[rollout_id] = sandbox
-        network, proxy = request.spec.network, request.proxy_socket
         try:
-            await sandbox.open(
-                holder_argv(tools["bwrap"], self._view, layout, network=network, proxy_socket=proxy)
-            )
+            await sandbox.open()
         except BaseException:
             await sandbox.kill()
             raise
@@ -140,6 +154,10 @@ class LocalBackend:
         if self._privileged and mode & 0o006 != 0o006:
             os.chmod(path, 0o666)  # sandbox uids must be able to connect; routes are tokens
 
+    def _has_leftovers(self, name: str) -> bool:
+        group = self._cgroups.path(name)
+        return (group is not None and group.is_dir()) or (self._root / name).exists()
+
     async def _discard(self, name: str) -> None:
         group = self._cgroups.path(name)
         if group is not None and group.is_dir():
@@ -165,4 +183,5 @@ class LocalBackend:
         sandboxes = list(self._sandboxes.values())
         self._sandboxes.clear()
         await asyncio.gather(*(sandbox.kill() for sandbox in sandboxes))
+        await asyncio.to_thread(self._forks.close)
         self._cgroups.prune()

@@ -1,17 +1,15 @@
-"""One command in a local sandbox: started, limited, streamed, waited for, killed.
+"""One command in a local sandbox: started, streamed, waited for, killed.
 
-Each command enters its sandbox's namespaces (`local_holder`) with nsenter, forked by
-the sandbox's launcher thread (which sits in the sandbox's memory cgroup, so the command
-is born there); `prlimit` sets its rlimits and setpriv drops privileges, so everything
-it starts inherits both. nsenter forks into the pid namespace and passes its child's
-exit status on. It leads a session of its own: a kill (timeout, cancel, `kill()`)
-takes that session, the command and everything it started that stayed in it.
+The sandbox's spawner (`local_forkserver`) forks the command inside the sandbox's
+namespaces and memory cgroup, with its rlimits, uid and tag. It leads a session of its
+own: a kill (timeout, cancel, `kill()`) takes that session, the command and everything
+it started that stayed in it, plus every process carrying its tag (`local_tree`).
 
-The command ends when nsenter exits, like `docker exec`: what it wrote is drained, and
-a daemon it left behind (holding the pipes or not) runs on, without its output, until
-the command is killed or the sandbox torn down.
+The command ends when its first process exits, like `docker exec`: what it wrote is
+drained, and a daemon it left behind (holding the pipes or not) runs on, without its
+output, until the command is killed or the sandbox torn down.
 
-The process is driven with pidfds and loop readers rather than asyncio's subprocess
+Output is read with loop readers on plain pipes rather than asyncio's subprocess
 transports, which cost about 3 ms more per command here (a watcher thread per child).
 """
 
@@ -19,14 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
-from service.errors import SandboxError
-from service.sandboxes.base import ExecResult, OutputCallback, OutputStream
+from service.sandboxes.base import WORKDIR, ExecResult, OutputCallback, OutputStream
+from service.sandboxes.local_spawner import Command, Spawner
 from service.sandboxes.local_tree import ProcessTree, await_exits, kill_tree
 from service.sandboxes.output import HeadTailBuffer
 
@@ -39,12 +35,9 @@ inherited it may keep writing forever."""
 
 
 class _Reader:
-    """Hands what arrives on a pipe to `on_data` until it closes.
+    """Hands what arrives on a pipe to `on_data` until it closes."""
 
-    Without `on_data`, `fd` is a pidfd: it closes once the process has exited.
-    """
-
-    def __init__(self, fd: int, on_data: Callable[[bytes], None] | None) -> None:
+    def __init__(self, fd: int, on_data: Callable[[bytes], None]) -> None:
         self._loop = asyncio.get_running_loop()
         self._fd = fd
         self._on_data = on_data
@@ -53,9 +46,6 @@ class _Reader:
         self._loop.add_reader(fd, self._ready)
 
     def _ready(self) -> None:
-        if self._on_data is None:
-            self.close()
-            return
         try:
             data = os.read(self._fd, _READ_BYTES)
         except BlockingIOError:
@@ -76,8 +66,7 @@ class _Reader:
                 break
             if not data:
                 break
-            if self._on_data is not None:
-                self._on_data(data)
+            self._on_data(data)
         self.close()
 
     def close(self) -> None:
@@ -87,54 +76,26 @@ class _Reader:
             self.closed.set_result(None)
 
 
-def _spawn(
-    argv: list[str], env: dict[str, str], child_fds: dict[str, int]
-) -> tuple[subprocess.Popen[bytes], int]:
-    """Start nsenter; returns it with a pidfd that becomes readable when it exits."""
-    try:
-        popen = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=child_fds["stdout"],
-            stderr=child_fds["stderr"],
-            env=env,
-            start_new_session=True,  # its own session and group: killed as one, never ours
-        )
-    except OSError as exc:
-        raise SandboxError(f"could not start nsenter: {exc}") from exc
-    finally:
-        for fd in child_fds.values():
-            os.close(fd)
-    try:
-        return popen, os.pidfd_open(popen.pid)
-    except OSError as exc:
-        popen.kill()
-        popen.wait()
-        raise SandboxError(f"could not watch nsenter: {exc}") from exc
-
-
 class SandboxedProcess:
-    """A command running in a sandbox (its nsenter on the host); matches `BackgroundProcess`."""
+    """A command running in a sandbox; matches `BackgroundProcess`."""
 
     def __init__(
         self,
-        popen: subprocess.Popen[bytes],
-        exit_fd: int,
-        pipes: dict[str, int],
+        command: Command,
+        pipes: tuple[int, int],
         output_bytes: tuple[int, int],
         on_output: OutputCallback | None,
         owner: tuple[int, int] | None,
     ) -> None:
-        self._popen = popen
+        self._command = command
         self._owner = owner
         self._started = time.monotonic()
         self._buffers = {stream: HeadTailBuffer(*output_bytes) for stream in OutputStream}
         self._on_output = on_output
         self._pipes = [
-            _Reader(pipes["stdout"], partial(self._feed, OutputStream.STDOUT)),
-            _Reader(pipes["stderr"], partial(self._feed, OutputStream.STDERR)),
+            _Reader(pipes[0], partial(self._feed, OutputStream.STDOUT)),
+            _Reader(pipes[1], partial(self._feed, OutputStream.STDERR)),
         ]
-        self._exit = _Reader(exit_fd, None)
         self._killed = False
         self._reaping: asyncio.Future[None] | None = None
         self._result = asyncio.get_running_loop().create_task(self._finish())
@@ -148,45 +109,48 @@ class SandboxedProcess:
     @classmethod
     async def start(
         cls,
-        argv: Sequence[str],
-        env: dict[str, str],
-        launcher: Executor,
+        spawner: Spawner,
+        command: str,
+        env: Mapping[str, str],
         *,
+        groups: Sequence[int],
         output_bytes: tuple[int, int],
         on_output: OutputCallback | None,
         owner: tuple[int, int] | None,
     ) -> SandboxedProcess:
-        """Start argv (an nsenter command line) with `env` from `launcher`.
+        """Have `spawner` run `bash -c command` in WORKDIR with exactly `env`.
 
-        `owner` is the (uid, supplementary group) argv gives the command, if any.
+        `owner` is the (uid, supplementary group) the command runs with, if any.
         """
-        ends = {name: os.pipe() for name in ("stdout", "stderr")}
-        ours = {name: read for name, (read, _) in ends.items()}
-        theirs = {name: write for name, (_, write) in ends.items()}
-        loop = asyncio.get_running_loop()
-        spawning = loop.run_in_executor(launcher, _spawn, list(argv), env, theirs)
+        stdout, stderr = os.pipe(), os.pipe()
+        ours = (stdout[0], stderr[0])
+        argv = ("bash", "-c", command)
+        output = (stdout[1], stderr[1])
+        spawning = asyncio.ensure_future(
+            spawner.run(argv, env, cwd=WORKDIR, groups=groups, output=output)
+        )
+        spawning.add_done_callback(partial(_close, output))  # the spawner has its own copies
         try:
-            popen, exit_fd = await asyncio.shield(spawning)
+            started = await asyncio.shield(spawning)
         except asyncio.CancelledError:
             spawning.add_done_callback(partial(_abandon, ours, output_bytes, owner))
             raise
         except BaseException:
-            for fd in ours.values():
+            for fd in ours:
                 os.close(fd)
             raise
-        return cls(popen, exit_fd, ours, output_bytes, on_output, owner)
+        return cls(started, ours, output_bytes, on_output, owner)
 
     async def _finish(self) -> ExecResult:
-        try:
-            await self._exit.closed
+        try:  # raises SandboxError if the spawner died: how the command ended is lost
+            code = await self._command.exited
             if self._reaping is not None:  # killed: ends once all it started is gone
                 await asyncio.shield(self._reaping)
         finally:
             for pipe in self._pipes:
                 pipe.drain()
-            self._popen.poll()  # reap: the pidfd said it has exited
-        code = self._popen.returncode
-        exit_code = -1 if self._killed or code is None else code if code >= 0 else 128 - code
+        self._command.release()
+        exit_code = -1 if self._killed else code if code >= 0 else 128 - code
         stdout, stderr = self._buffers[OutputStream.STDOUT], self._buffers[OutputStream.STDERR]
         return ExecResult(
             exit_code=exit_code,
@@ -200,9 +164,10 @@ class SandboxedProcess:
     def _send_kill(self) -> list[int]:
         """Kill the command's session; returns pidfds of the processes signalled."""
         self._killed = True
-        if self._popen.returncode is not None:
+        if self._command.exited.done():
             return []
-        return kill_tree(ProcessTree(self._popen.pid, self._owner))  # unreaped: pid still its
+        # Unreaped until released (after this kill is over): its pid is still its own.
+        return kill_tree(ProcessTree(self._command.pid, self._owner))
 
     @property
     def done(self) -> bool:
@@ -216,24 +181,29 @@ class SandboxedProcess:
         """Kill the command and everything it started, and wait until it has ended."""
         if not self._result.done() and self._reaping is None:
             pidfds = self._send_kill()
-            self._reaping = asyncio.ensure_future(asyncio.to_thread(await_exits, pidfds))
+            self._reaping = asyncio.ensure_future(await_exits(pidfds))
         await asyncio.wait([self._result])
 
 
 def _abandon(
-    pipes: dict[str, int],
+    pipes: tuple[int, int],
     output_bytes: tuple[int, int],
     owner: tuple[int, int] | None,
-    spawning: asyncio.Future[tuple[subprocess.Popen[bytes], int]],
+    spawning: asyncio.Future[Command],
 ) -> None:
-    """A start was cancelled while nsenter was being forked: kill whatever came of it."""
+    """A start was cancelled while the command was being forked: kill whatever came of it."""
     if spawning.cancelled() or spawning.exception() is not None:
-        for fd in pipes.values():
+        for fd in pipes:
             os.close(fd)
         return
-    popen, exit_fd = spawning.result()
-    for pidfd in SandboxedProcess(popen, exit_fd, pipes, output_bytes, None, owner)._send_kill():
+    process = SandboxedProcess(spawning.result(), pipes, output_bytes, None, owner)
+    for pidfd in process._send_kill():
         os.close(pidfd)
+
+
+def _close(fds: tuple[int, ...], _: object) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 def _retrieve(task: asyncio.Task[ExecResult]) -> None:

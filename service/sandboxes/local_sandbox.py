@@ -1,11 +1,10 @@
 """One local sandbox: its commands, its files, and its teardown.
 
 Created by `LocalBackend` (service.sandboxes.local), which lays out its host directories
-and its memory cgroup. Commands are started by the sandbox's launcher thread: one thread
-per sandbox that joins the sandbox's memory cgroup once, so every command it forks is
-born there (see `cgroup.MemoryCgroups.join`). The holder of its namespaces
-(`local_holder`), which only sleeps, is started meanwhile by a thread of its own, which
-lives as long as the holder (bwrap's `--die-with-parent` watches the forking thread).
+and its memory cgroup and asks the fork server for the sandbox's spawner
+(`local_forkserver`). The spawner starts the bwrap that holds the sandbox's namespaces
+(`local_holder`), joins the cgroup meanwhile, enters the namespaces and then forks
+every command there.
 """
 
 from __future__ import annotations
@@ -13,10 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 
 from service.errors import SandboxError
@@ -26,6 +23,7 @@ from service.sandboxes.cgroup import MemoryCgroups
 from service.sandboxes.hostfs import list_beneath, read_beneath, split_sandbox_path, write_beneath
 from service.sandboxes.local_holder import Holder
 from service.sandboxes.local_process import SandboxedProcess
+from service.sandboxes.local_spawner import Spawner
 
 __all__ = ["LIFETIME_MARGIN_S", "LocalSandbox", "SandboxCgroup", "remove_tree"]
 
@@ -48,23 +46,12 @@ def remove_tree(path: Path) -> None:
         _log.warning("could not remove sandbox directory %s: %s", path, exc)
 
 
-def _nothing() -> None:
-    return None
-
-
 @dataclass(frozen=True)
 class SandboxCgroup:
     """One sandbox's memory cgroup."""
 
     cgroups: MemoryCgroups
     path: Path
-
-    def join(self) -> None:
-        """Move the calling thread into this group; commands it starts are born there."""
-        try:
-            self.cgroups.join(self.path)
-        except OSError as exc:
-            _log.warning("commands run outside memory cgroup %s: %s", self.path, exc)
 
     async def remove(self) -> None:
         await self.cgroups.remove(self.path)
@@ -77,7 +64,7 @@ class LocalSandbox:
         self,
         rollout_id: str,
         layout: SandboxLayout,
-        enter: Callable[..., list[str]],
+        spawner: Spawner,
         view: HostView,
         cgroup: SandboxCgroup | None,
         output_bytes: tuple[int, int],
@@ -86,17 +73,10 @@ class LocalSandbox:
         self._id = f"local-{rollout_id}"
         self._on_gone = on_gone
         self._layout = layout
-        self._enter = enter
+        self._spawner = spawner
         self._view = view
         self._holder: Holder | None = None
         self._cgroup = cgroup
-        self._launcher = ThreadPoolExecutor(
-            max_workers=1,
-            thread_name_prefix=self._id,
-            initializer=cgroup.join if cgroup is not None else None,
-        )
-        self._launcher.submit(_nothing)  # join the cgroup now, while the holder starts
-        self._holding = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self._id}-holder")
         self._output_bytes = output_bytes
         self._roots = {HOME: layout.home, "/tmp": layout.tmp}
         self._processes: set[SandboxedProcess] = set()
@@ -109,11 +89,12 @@ class LocalSandbox:
     def id(self) -> str:
         return self._id
 
-    async def open(self, holder_argv: Sequence[str]) -> None:
-        """Start the holder of the sandbox's namespaces from the launcher thread."""
-        loop = asyncio.get_running_loop()
-        start = partial(Holder.start, holder_argv, user_namespace=self._layout.uid is None)
-        self._holder = await loop.run_in_executor(self._holding, start)
+    async def open(self) -> None:
+        """Wait until the spawner has made the sandbox and entered it."""
+        init, unjoined = await self._spawner.ready()
+        self._holder = Holder(init)
+        if unjoined is not None and self._cgroup is not None:
+            _log.warning("commands run outside memory cgroup %s: %s", self._cgroup.path, unjoined)
 
     def expire_after(self, lifetime_s: float) -> None:
         """Kill the sandbox after `lifetime_s` plus a margin, should nobody do it first."""
@@ -134,16 +115,18 @@ class LocalSandbox:
     ) -> SandboxedProcess:
         if len(command.encode()) > _INLINE_COMMAND_BYTES:
             command = await self._command_file(command)
-        self._check_alive()  # from here to the launcher's queue nothing awaits
+        self._check_alive()  # from here to the spawner's socket nothing awaits
         if self._holder is None or not self._holder.alive:
             raise SandboxError(f"sandbox {self._id} is gone: the holder of its namespaces exited")
         self._serial += 1
         tag = command_tag(self._serial)
+        uid = self._layout.uid
         process = await SandboxedProcess.start(
-            self._enter(self._holder.options, command, tag=tag),
+            self._spawner,
+            command,
             sandbox_env(self._view, env),
-            self._launcher,
-            owner=None if self._layout.uid is None else (self._layout.uid, tag),
+            groups=() if uid is None else (tag,),
+            owner=None if uid is None else (uid, tag),
             output_bytes=self._output_bytes,
             on_output=on_output,
         )
@@ -240,10 +223,9 @@ class LocalSandbox:
         if self._expiry is not None:
             self._expiry.cancel()
         await asyncio.gather(*(process.kill() for process in self._processes))
-        if self._holder is not None:  # queued after any command being started
-            await asyncio.get_running_loop().run_in_executor(self._launcher, self._holder.kill)
-        await asyncio.to_thread(self._launcher.shutdown)  # its thread leaves the cgroup
-        await asyncio.to_thread(self._holding.shutdown)
+        if self._holder is not None:  # a command forked meanwhile dies with its namespace
+            await self._holder.kill()
+        await self._spawner.close()  # out of the cgroup before its removal
         if self._cgroup is not None:
             await self._cgroup.remove()
         await asyncio.to_thread(remove_tree, self._layout.root)

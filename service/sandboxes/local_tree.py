@@ -1,18 +1,18 @@
 """Finding and killing every process of one local sandbox command, from the host.
 
-A command's processes are its nsenter (the leader), nsenter's session, every
-descendant of theirs, and, when privileges drop, every process of the sandbox's uid
-carrying the command's supplementary group (`bwrap.command_tag`): a daemon that left
-the session and was orphaned still carries it, and no sandboxed process can shed it.
+A command's processes are its first process (the leader, forked by the sandbox's
+spawner), the leader's session, every descendant of theirs, and, when privileges drop,
+every process of the sandbox's uid carrying the command's supplementary group
+(`bwrap.command_tag`): a daemon that left the session and was orphaned still carries it,
+and no sandboxed process can shed it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
-import select
 import signal
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +52,7 @@ def processes() -> dict[int, ProcessInfo]:
 
 @dataclass(frozen=True)
 class ProcessTree:
-    """A command's processes: nsenter (`leader`), its session, its descendants, and every
+    """A command's processes: its first (`leader`), its session, its descendants, and every
     process carrying its tag (`bwrap.command_tag`), daemons included."""
 
     leader: int
@@ -102,14 +102,28 @@ def kill_tree(tree: ProcessTree) -> list[int]:
     return list(pinned.values())
 
 
-def await_exits(pidfds: list[int]) -> None:
-    """Wait (a while at most) until every process behind `pidfds` has exited; closes them."""
+async def await_exits(pidfds: list[int], timeout_s: float = _EXIT_WAIT_S) -> None:
+    """Wait (`timeout_s` at most) until every process behind `pidfds` has exited; closes them.
+
+    A pidfd becomes readable once its process has exited.
+    """
+    loop = asyncio.get_running_loop()
+    pending = set(pidfds)
+    done: asyncio.Future[None] = loop.create_future()
+
+    def exited(fd: int) -> None:
+        loop.remove_reader(fd)
+        pending.discard(fd)
+        if not pending and not done.done():
+            done.set_result(None)
+
     try:
-        deadline = time.monotonic() + _EXIT_WAIT_S
-        pending = list(pidfds)
-        while pending and (left := deadline - time.monotonic()) > 0:
-            readable, _, _ = select.select(pending, [], [], left)
-            pending = [fd for fd in pending if fd not in readable]
+        for fd in pidfds:
+            loop.add_reader(fd, exited, fd)
+        if pending:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done, timeout_s)
     finally:
         for fd in pidfds:
+            loop.remove_reader(fd)
             os.close(fd)

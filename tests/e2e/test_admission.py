@@ -89,7 +89,7 @@ async def test_client_cancelling_run_cancels_the_rollout(
     stub: pb_grpc.RolloutServiceAsyncStub,
 ) -> None:
     marker = f"marker{uuid.uuid4().hex[:10]}"
-    spec = command_spec(f"sleep 302 # {marker}", labels={"marker": marker})
+    spec = command_spec(f"exec -a {marker} sleep 302", labels={"marker": marker})
     call = stub.RunRollout(pb.RunRolloutRequest(spec=spec))
     await eventually(lambda: processes_with(marker))
     call.cancel()
@@ -130,7 +130,7 @@ async def test_sigterm_cancels_in_flight_and_exits_zero(fresh_server: ServerProc
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.RolloutServiceStub(channel)
         started = await stub.StartRollout(
-            pb.StartRolloutRequest(spec=command_spec(f"sleep 303 # {marker}"))
+            pb.StartRolloutRequest(spec=command_spec(f"exec -a {marker} sleep 303"))
         )
         await wait_for_phase(stub, started.rollout.id, pb.PHASE_AGENT)
         await eventually(lambda: processes_with(marker))
@@ -150,7 +150,7 @@ async def test_restart_fails_interrupted_rollouts(fresh_server: ServerProcess) -
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.RolloutServiceStub(channel)
         started = await stub.StartRollout(
-            pb.StartRolloutRequest(spec=command_spec(f"sleep 304 # {marker}"))
+            pb.StartRolloutRequest(spec=command_spec(f"exec -a {marker} sleep 304"))
         )
         await wait_for_phase(stub, started.rollout.id, pb.PHASE_AGENT)
         await eventually(lambda: processes_with(marker))

@@ -12,6 +12,7 @@ import pytest
 
 from service.config import Settings
 from service.models import NetworkPolicy, Resources, SandboxSpec
+from service.sandboxes import local_forkserver
 from service.sandboxes.base import SandboxRequest
 from service.sandboxes.local import LocalBackend, LocalSandbox
 from tests.fakes.e2b_cloud import FakeE2B
@@ -62,6 +63,22 @@ class SleepMarker:
                 return
             await asyncio.sleep(_POLL_S)
         raise AssertionError(f"no process ran {self.command!r}")
+
+
+def fork_processes() -> dict[int, int]:
+    """pid -> parent pid of every local fork server and spawner on the host."""
+    found = {}
+    needle = local_forkserver.__file__.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "cmdline").read_bytes():
+                stat = (entry / "stat").read_text()
+                found[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue  # exited while we looked
+    return found
 
 
 @pytest.fixture

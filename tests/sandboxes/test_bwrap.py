@@ -12,7 +12,6 @@ from service.sandboxes.bwrap import (
     HostView,
     SandboxLayout,
     command_tag,
-    enter_argv,
     holder_argv,
     host_view,
     sandbox_env,
@@ -74,28 +73,6 @@ def test_each_sandbox_gets_its_own_high_uid() -> None:
     assert max(uids) < 0x6100_0000
     assert sandbox_uid(Path("/state"), "r1") == sandbox_uid(Path("/state"), "r1")
     assert sandbox_uid(Path("/other"), "r1") != sandbox_uid(Path("/state"), "r1")
-
-
-def test_a_command_enters_the_namespaces_then_drops_to_its_uid_and_tag() -> None:
-    argv = enter_argv(
-        "/usr/bin/nsenter",
-        ["/usr/bin/prlimit", "--nproc=8", "--"],
-        0x6000_0001,
-        ["--mount=/proc/1/fd/3", "--pid=/proc/1/fd/4"],
-        "echo hi",
-        tag=command_tag(7),
-    )
-    assert argv[:4] == [
-        "/usr/bin/nsenter",
-        "--mount=/proc/1/fd/3",
-        "--pid=/proc/1/fd/4",
-        "--wdns=/home/user/workdir",
-    ]
-    assert argv.index("/usr/bin/prlimit") < argv.index("setpriv") < argv.index("bash")
-    assert f"--groups={command_tag(7)}" in argv
-    assert argv[-3:] == ["bash", "-c", "echo hi"]
-    unprivileged = enter_argv("nsenter", [], None, [], "true", tag=command_tag(1))
-    assert "setpriv" not in unprivileged
 
 
 def test_command_tags_are_no_sandbox_uid() -> None:

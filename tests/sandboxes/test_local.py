@@ -17,7 +17,7 @@ from service.errors import SandboxError
 from service.registry import MissingDependencyError
 from service.sandboxes.base import HOME, WORKDIR, OutputStream
 from service.sandboxes.local import LocalBackend, LocalSandbox
-from tests.sandboxes.conftest import MakeSandbox, SleepMarker
+from tests.sandboxes.conftest import MakeSandbox, SleepMarker, fork_processes
 
 
 async def test_exec_reports_exit_code_and_output(local_sandbox: LocalSandbox) -> None:
@@ -287,8 +287,11 @@ _CRASHING_SERVER = textwrap.dedent(
 )
 
 
-async def _crash_a_server(state: Path, marker: SleepMarker, rollout_ids: list[str]) -> None:
-    """Run a server (another process) with sandboxes running `marker`, then SIGKILL it."""
+async def _crash_a_server(state: Path, marker: SleepMarker, rollout_ids: list[str]) -> set[int]:
+    """Run a server (another process) with sandboxes running `marker`, then SIGKILL it.
+
+    Returns the pids of its fork server and spawners.
+    """
     server = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
@@ -302,16 +305,25 @@ async def _crash_a_server(state: Path, marker: SleepMarker, rollout_ids: list[st
     assert server.stdout is not None
     assert await server.stdout.readline() == b"ready\n"
     await marker.wait_running()
+    forks = fork_processes()
+    fork_server = {pid for pid, parent in forks.items() if parent == server.pid}
     server.kill()
     await server.wait()
+    return fork_server | {pid for pid, parent in forks.items() if parent in fork_server}
 
 
 async def test_a_crashed_server_leaves_no_process(
     tmp_path: Path, sleep_marker: SleepMarker
 ) -> None:
     state = tmp_path / "state"
-    await _crash_a_server(state, sleep_marker, ["crash"])
+    forks = await _crash_a_server(state, sleep_marker, ["crash"])
+    assert len(forks) == 2  # the fork server and the sandbox's spawner
     assert await sleep_marker.wait_gone() == []  # --die-with-parent: the kernel kills them
+    for _ in range(500):  # each exits when its socket to the dead server closes
+        if not forks & fork_processes().keys():
+            break
+        await asyncio.sleep(0.02)
+    assert not forks & fork_processes().keys()
     restarted = LocalBackend(Settings(state_dir=state, cache_dir=tmp_path / "cache"))
     assert await restarted.sweep_orphans(set()) == 1  # what the next start does
 

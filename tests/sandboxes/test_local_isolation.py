@@ -162,7 +162,7 @@ async def test_the_service_cache_is_visible_read_only(
 
 async def test_commands_run_unprivileged_as_the_sandbox_uid(local_sandbox: LocalSandbox) -> None:
     result = await local_sandbox.exec(
-        "id -u; grep -E '^(CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status",
+        "id -u; grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status",
         timeout_s=30,
     )
     uid, *status = result.stdout.splitlines()
@@ -170,6 +170,7 @@ async def test_commands_run_unprivileged_as_the_sandbox_uid(local_sandbox: Local
         assert int(uid) >= 0x6000_0000
     fields = dict(line.split(":\t") for line in status)
     assert fields == {
+        "CapInh": "0000000000000000",
         "CapPrm": "0000000000000000",
         "CapEff": "0000000000000000",
         "CapBnd": "0000000000000000",

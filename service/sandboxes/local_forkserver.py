@@ -1,0 +1,376 @@
+"""The fork server of the local backend, and the spawner it forks for each sandbox.
+
+Run as its own small process (`python -I -S local_forkserver.py FD`, standard library
+only), so forking never copies the server. Starting a command from the server costs a
+fork of a large multithreaded process plus a chain of execs (nsenter, prlimit, setpriv,
+bash: about 8 ms each here, in a VM where every exec and copy-on-write fault is dear).
+Instead, per sandbox:
+
+1. The server asks the fork server (one per backend) for a spawner, handing it one end
+   of a socket pair and the sandbox's bwrap command line. The fork server forks; the
+   child is the sandbox's spawner.
+2. The spawner starts bwrap, whose sleeping holder keeps the sandbox's namespaces alive
+   (`--die-with-parent`: the sandbox dies with its spawner). While bwrap builds them it
+   joins the sandbox's memory cgroup (a migration costs a slow RCU grace period), so the
+   holder stays out of it and every command is born in it. It then enters the
+   namespaces and gives up what no command may have: no_new_privs, an empty capability
+   bounding set, no inheritable capability. It stays root, outside the sandbox's pid
+   namespace: no sandboxed process can name it.
+3. Each command is one fork of the spawner: the child leads a session of its own, sets
+   the sandbox's rlimits, takes the command's supplementary group (`bwrap.command_tag`)
+   and the sandbox uid, and execs bash in WORKDIR. The spawner reports the host pid
+   and, later, how the command ended; it keeps the exited command unreaped (a zombie
+   pins its pid) until the server is done with it, so a tree kill never hits a reused pid.
+
+Messages are JSON on SOCK_SEQPACKET (one datagram each) with descriptors as SCM_RIGHTS.
+The spawner exits when the server closes its socket; the fork server likewise.
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import json
+import os
+import resource
+import select
+import selectors
+import signal
+import socket
+import sys
+from typing import Any
+
+__all__ = ["MAX_MESSAGE_BYTES", "NAMESPACE_TYPES", "receive", "send"]
+
+MAX_MESSAGE_BYTES = 1 << 20
+"""Largest message either side sends (a command line plus its environment)."""
+_MAX_FDS = 8
+NAMESPACE_TYPES = {
+    "user": 0x10000000,
+    "mnt": 0x00020000,
+    "net": 0x40000000,
+    "ipc": 0x08000000,
+    "uts": 0x04000000,
+    "pid": 0x20000000,
+}
+"""/proc/<pid>/ns names -> CLONE_NEW* flags, in the order a process must enter them."""
+_READY = b"ready\n"
+"""What the holder prints once bwrap has put every mount in place (`bwrap.holder_argv`)."""
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
+_CAP_VERSION_3 = 0x20080522
+_RLIMITS = {
+    "data": resource.RLIMIT_DATA,
+    "cpu": resource.RLIMIT_CPU,
+    "nproc": resource.RLIMIT_NPROC,
+    "fsize": resource.RLIMIT_FSIZE,
+}
+
+
+def send(
+    sock: socket.socket, message: dict[str, Any], fds: list[int] | tuple[int, ...] = ()
+) -> None:
+    """One message, with `fds` passed along."""
+    data = json.dumps(message).encode()
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ValueError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}")
+    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+    sock.sendmsg([data], ancillary)
+
+
+_buffer = bytearray(MAX_MESSAGE_BYTES)
+"""Every message lands here: a fresh megabyte per receive costs an mmap and its faults."""
+
+
+def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    """One message and the descriptors that came with it; (None, []) once the peer closed.
+
+    Not reentrant (one buffer per process): call it from one thread only.
+    """
+    space = socket.CMSG_SPACE(_MAX_FDS * array.array("i").itemsize)
+    size, ancillary, flags, _ = sock.recvmsg_into([_buffer], space, socket.MSG_CMSG_CLOEXEC)
+    fds = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        for fd in fds:
+            os.close(fd)
+        raise ValueError("a message was truncated")
+    if not size:
+        return None, list(fds)
+    return json.loads(_buffer[:size]), list(fds)
+
+
+class _Capabilities(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _last_capability() -> int:
+    with open("/proc/sys/kernel/cap_last_cap") as file:
+        return int(file.read())
+
+
+def _give_up_privileges(last_cap: int) -> None:
+    """What no command may have, dropped once for all of them (the spawner never execs)."""
+    _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    for cap in range(last_cap + 1):
+        _check(_libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), "dropping the bounding set")
+    header = _CapHeader(_CAP_VERSION_3, 0)
+    caps = (_Capabilities * 2)()
+    _check(_libc.capget(ctypes.byref(header), caps), "capget")
+    for half in caps:
+        half.inheritable = 0
+    _check(_libc.capset(ctypes.byref(header), caps), "capset")
+
+
+class _SetupError(Exception):
+    """The sandbox could not be made; the message says why, for the server to pass on."""
+
+
+class _Spawner:
+    """One sandbox's spawner: starts its holder, enters it, then forks its commands."""
+
+    def __init__(self, sock: socket.socket, last_cap: int) -> None:
+        self._sock = sock
+        self._last_cap = last_cap
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(sock, selectors.EVENT_READ)
+        self._uid: int | None = None
+        self._limits: list[tuple[int, int]] = []
+        self._stdin = -1
+
+    def set_up(self, setup: dict[str, Any]) -> None:
+        """Make the sandbox, then reply with pidfds of this spawner and the sandbox's init."""
+        own = os.pidfd_open(os.getpid())
+        bwrap: int | None = None
+        try:
+            bwrap, pipes = _start_holder(setup["holder"])
+            try:
+                unjoined = _join(setup["cgroup"])
+                init = _await_holder(bwrap, pipes)
+            finally:
+                for fd in pipes:
+                    os.close(fd)
+            init_fd, namespaces = _attach(init, setup["user_namespace"])
+            self._enter(namespaces, setup)
+        except (OSError, _SetupError, ValueError, KeyError) as exc:
+            if bwrap is not None:
+                os.kill(bwrap, signal.SIGKILL)
+            send(self._sock, {"id": 0, "error": str(exc)}, [own])
+            os._exit(1)
+        self._selector.register(os.pidfd_open(bwrap), selectors.EVENT_READ, (0, bwrap))
+        send(self._sock, {"id": 0, "unjoined": unjoined}, [own, init_fd])
+        os.close(init_fd)
+        os.close(own)
+
+    def _enter(self, namespaces: list[tuple[str, int]], setup: dict[str, Any]) -> None:
+        try:
+            for name, fd in namespaces:
+                _check(_libc.setns(fd, NAMESPACE_TYPES[name]), f"entering the {name} namespace")
+        finally:
+            for _, fd in namespaces:
+                os.close(fd)
+        self._limits = [(_RLIMITS[name], value) for name, value in setup["rlimits"].items()]
+        self._uid = setup["uid"]
+        _give_up_privileges(self._last_cap)
+        self._stdin = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+
+    def serve(self) -> None:
+        while True:
+            for key, _ in self._selector.select():
+                if key.fileobj is self._sock:
+                    message, fds = receive(self._sock)
+                    if message is None:
+                        os._exit(0)
+                    self._handle(message, fds)
+                else:
+                    self._reap(key)
+
+    def _handle(self, message: dict[str, Any], fds: list[int]) -> None:
+        try:
+            if message["op"] == "run":
+                pid = self._run(message, fds)
+                send(self._sock, {"id": message["id"], "pid": pid})
+            elif message["op"] == "release":
+                os.waitpid(message["pid"], 0)
+        except OSError as exc:
+            send(self._sock, {"id": message["id"], "error": str(exc), "errno": exc.errno})
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _run(self, message: dict[str, Any], fds: list[int]) -> int:
+        argv, env, cwd = message["argv"], message["env"], message["cwd"]
+        program = _find_program(argv[0], env.get("PATH", os.defpath))
+        groups = message["groups"]
+        pid = os.fork()
+        if pid == 0:
+            stdio = (self._stdin, *fds)
+            _become_command(program, argv, env, cwd, stdio, self._limits, self._uid, groups)
+        self._selector.register(os.pidfd_open(pid), selectors.EVENT_READ, (message["id"], pid))
+        return pid
+
+    def _reap(self, key: selectors.SelectorKey) -> None:
+        """A child exited. A command's exit is reported, and it stays unreaped until the
+        server releases it; bwrap (id 0), whose sandbox is gone, is reaped at once."""
+        run_id, pid = key.data
+        self._selector.unregister(key.fileobj)
+        os.close(key.fd)
+        if run_id == 0:
+            os.waitpid(pid, 0)
+            return
+        status = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        if status is None:
+            raise ChildProcessError(pid)
+        code = status.si_status if status.si_code == os.CLD_EXITED else -status.si_status
+        send(self._sock, {"id": run_id, "exit": code})
+
+
+def _start_holder(argv: list[str]) -> tuple[int, tuple[int, int, int]]:
+    """Fork and exec bwrap; returns its pid and the read ends of its status, stdout and
+    stderr pipes."""
+    ends = [os.pipe() for _ in range(3)]
+    status, stdout, stderr = (write for _, write in ends)
+    full = [argv[0], "--json-status-fd", str(status), *argv[1:]]
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.dup2(stdout, 1)
+            os.dup2(stderr, 2)
+            os.set_inheritable(status, True)
+            os.setsid()  # a Ctrl-C at the server's terminal is not the sandbox's
+            os.execve(argv[0], full, {})  # the holder keeps nothing of ours
+        finally:
+            os._exit(127)
+    for _, write in ends:
+        os.close(write)
+    read_ends = tuple(read for read, _ in ends)
+    return pid, (read_ends[0], read_ends[1], read_ends[2])
+
+
+def _join(cgroup: str | None) -> str | None:
+    """Join the sandbox's memory cgroup; why not, if it failed."""
+    if cgroup is None:
+        return None
+    try:
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as procs:
+            procs.write(str(os.getpid()))
+    except OSError as exc:
+        return str(exc)
+    return None
+
+
+def _read_line(fd: int) -> bytes:
+    """One line from a blocking pipe, read byte by byte so nothing after it is consumed."""
+    line = bytearray()
+    while not line.endswith(b"\n") and (byte := os.read(fd, 1)):
+        line += byte
+    return bytes(line)
+
+
+def _await_holder(bwrap: int, pipes: tuple[int, int, int]) -> int:
+    """Wait until the holder says its mounts are in place; returns the sandbox's init pid."""
+    status, stdout, stderr = pipes
+    started = _read_line(status)
+    if _read_line(stdout) != _READY:
+        detail = os.read(stderr, 65536).decode(errors="replace").strip()
+        if not detail:
+            detail = f"bwrap exited with status {os.waitpid(bwrap, 0)[1]}"
+        raise _SetupError(f"the sandbox failed to start: {detail}")
+    return int(json.loads(started)["child-pid"])
+
+
+def _attach(init: int, user_namespace: bool) -> tuple[int, list[tuple[str, int]]]:
+    """A pidfd of the sandbox's init and descriptors of its namespaces, in entering order.
+
+    Opened while init is known alive, so none belongs to a process that reused its pid.
+    """
+    init_fd = os.pidfd_open(init)
+    names = [name for name in NAMESPACE_TYPES if user_namespace or name != "user"]
+    flags = os.O_RDONLY | os.O_CLOEXEC
+    namespaces = [(name, os.open(f"/proc/{init}/ns/{name}", flags)) for name in names]
+    if select.select([init_fd], [], [], 0)[0]:
+        raise _SetupError("the sandbox's init exited while it was being entered")
+    return init_fd, namespaces
+
+
+def _find_program(name: str, search_path: str) -> str:
+    for directory in search_path.split(":"):
+        candidate = os.path.join(directory, name)
+        if directory.startswith("/") and os.access(candidate, os.X_OK):
+            return candidate
+    return name  # exec fails in the child, which says so on its stderr
+
+
+def _become_command(
+    program: str,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    stdio: tuple[int, ...],
+    limits: list[tuple[int, int]],
+    uid: int | None,
+    groups: list[int],
+) -> None:
+    """In the forked child: become the command, or exit 127 saying why on its stderr."""
+    try:
+        os.setsid()
+        for target, fd in enumerate(stdio):
+            os.dup2(fd, target)
+        for limit, value in limits:  # before privileges drop: raising a hard limit is root's
+            resource.setrlimit(limit, (value, value))
+        if uid is not None:
+            os.setgroups(groups)
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+        os.chdir(cwd)
+        os.execve(program, argv, env)
+    except BaseException as exc:  # noqa: BLE001 - nothing may escape a forked child
+        os.write(2, f"rollout sandbox: cannot start {argv[0]}: {exc}\n".encode(errors="replace"))
+    finally:
+        os._exit(127)
+
+
+def _serve_forks(sock: socket.socket) -> None:
+    """The fork server: a spawner per request, until the server closes the socket."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # spawners reap themselves
+    last_cap = _last_capability()
+    while True:
+        setup, fds = receive(sock)
+        if setup is None:
+            return
+        if os.fork() == 0:
+            try:
+                sock.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a spawner waits for children
+                spawner = _Spawner(socket.socket(fileno=fds[0]), last_cap)
+                spawner.set_up(setup)
+                spawner.serve()
+            finally:
+                os._exit(1)  # never back into the fork server's loop
+        for fd in fds:
+            os.close(fd)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # children inherit default dispositions
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+    _serve_forks(socket.socket(fileno=int(sys.argv[1])))
