@@ -81,6 +81,8 @@ class Settings(BaseSettings):
     """Default process limit of a sandbox."""
     sandbox_max_file_size_mb: int = 1024
     """Default largest file a sandbox may write."""
+    local_warm_sandboxes: int = 1
+    """Local sandboxes made ahead, per network policy, so a rollout need not wait (0: off)."""
 
     proxy_listen: str = "127.0.0.1:0"
     """TCP address of the capture proxy (routes are per-rollout tokens)."""

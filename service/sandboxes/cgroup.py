@@ -65,14 +65,31 @@ class MemoryCgroups:
         group = self._base / name
         try:
             group.mkdir(parents=True, exist_ok=True)
-            (group / "memory.limit_in_bytes").write_text(str(limit_bytes))
+            self.limit(group, limit_bytes)
         except OSError as exc:
             _log.warning("memory cgroups disabled: cannot create %s: %s", group, exc)
             self._base = None
             return None
-        with contextlib.suppress(OSError):  # no swap accounting: the memory limit still holds
-            (group / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
         return group
+
+    @staticmethod
+    def limit(group: Path, limit_bytes: int) -> None:
+        """Set the group's memory limit (and memory+swap, where swap is accounted).
+
+        memory+swap may never be below memory: raised first, lowered after.
+        """
+        swap = group / "memory.memsw.limit_in_bytes"
+        with contextlib.suppress(OSError):  # lowering it fails here, and succeeds below
+            swap.write_text(str(limit_bytes))
+        (group / "memory.limit_in_bytes").write_text(str(limit_bytes))
+        with contextlib.suppress(OSError):  # no swap accounting: the memory limit still holds
+            swap.write_text(str(limit_bytes))
+
+    def rename(self, group: Path, name: str) -> Path:
+        """Give the group another name (cgroup v1 renames in place; processes stay in it)."""
+        renamed = group.with_name(name)
+        group.rename(renamed)
+        return renamed
 
     def names(self) -> list[str]:
         """Names of every group this backend's key holds (live or left by a crash)."""

@@ -22,6 +22,7 @@ from pathlib import Path, PurePosixPath
 
 from service.config import Settings
 from service.errors import SandboxError
+from service.models import NetworkPolicy, Resources
 from service.sandboxes.base import HOME, WORKDIR, SandboxRequest
 from service.sandboxes.bwrap import (
     SANDBOX_USER,
@@ -35,6 +36,7 @@ from service.sandboxes.cgroup import MemoryCgroups
 from service.sandboxes.limits import Limits
 from service.sandboxes.local_sandbox import LocalSandbox, SandboxCgroup, remove_tree
 from service.sandboxes.local_spawner import ForkServer, SpawnerSetup
+from service.sandboxes.local_warm import WarmKey, WarmPool
 
 __all__ = ["LocalBackend", "LocalSandbox", "require_bwrap"]
 
@@ -58,38 +60,50 @@ class LocalBackend:
         self._cgroups = MemoryCgroups(key)
         self._sandboxes: dict[str, LocalSandbox] = {}
         self._forks = ForkServer()
+        self._warm = WarmPool(settings.local_warm_sandboxes, self._build)
 
     def check_ready(self) -> None:
         """Always ready: bwrap was found when the backend was built."""
 
     async def create(self, request: SandboxRequest) -> LocalSandbox:
-        """Make the sandbox's directories (and cgroup) and start the holder of its namespaces."""
+        """A sandbox for the rollout: a warm one renamed to it, else one made now."""
         rollout_id = request.rollout_id
         if not _ROLLOUT_ID.fullmatch(rollout_id):
             raise ValueError(f"rollout id {rollout_id!r} cannot name a sandbox directory")
         if rollout_id in self._sandboxes:
             raise SandboxError(f"a local sandbox for rollout {rollout_id} already exists")
-        uid = sandbox_uid(self._state_dir, rollout_id) if self._privileged else None
-        layout = SandboxLayout(self._root / rollout_id, uid)
         limits = Limits.resolve(request.spec.resources, self._settings)
-        if self._has_leftovers(rollout_id):
-            await self._discard(rollout_id)  # a crashed run's, under the same id
-        network, proxy = request.spec.network, request.proxy_socket
+        key = WarmKey(request.spec.network, request.proxy_socket)
+        warm = await self._warm.take(key)
+        sandbox = None if warm is None else await self._adopt(warm, rollout_id, limits)
+        if sandbox is None:
+            sandbox = await self._build(rollout_id, key, limits)
+        self._warm.refill(key)
+        sandbox.expire_after(request.lifetime_s)
+        return sandbox
+
+    async def _build(self, name: str, key: WarmKey, limits: Limits | None = None) -> LocalSandbox:
+        """Make a sandbox's directories (and cgroup); its spawner starts bwrap in them."""
+        limits = limits or Limits.resolve(Resources(), self._settings)
+        uid = sandbox_uid(self._state_dir, name) if self._privileged else None
+        layout = SandboxLayout(self._root / name, uid)
+        if self._has_leftovers(name):
+            await self._discard(name)  # a crashed run's, under the same id
         try:
-            await asyncio.to_thread(self._prepare, layout, proxy)
+            await asyncio.to_thread(self._prepare, layout, key.proxy_socket)
         except OSError as exc:
             await asyncio.to_thread(remove_tree, layout.root)
-            raise SandboxError(f"could not prepare sandbox {rollout_id}: {exc}") from exc
-        group = self._cgroups.create(rollout_id, limits.memory_bytes)
+            raise SandboxError(f"could not prepare sandbox {name}: {exc}") from exc
+        group = self._cgroups.create(name, limits.memory_bytes)
         cgroup = None if group is None else SandboxCgroup(self._cgroups, group)
+        holder = holder_argv(
+            self._bwrap, self._view, layout, network=key.network, proxy_socket=key.proxy_socket
+        )
         setup = SpawnerSetup(
-            holder=holder_argv(
-                self._bwrap, self._view, layout, network=network, proxy_socket=proxy
-            ),
+            holder=holder,
             user_namespace=uid is None,
             cgroup=None if group is None else str(group),
             uid=uid,
-            rlimits=limits.rlimits,
         )
         try:
             spawner = await self._forks.spawner(setup)
@@ -100,26 +114,60 @@ class LocalBackend:
             raise
         output_bytes = (self._settings.output_head_bytes, self._settings.output_tail_bytes)
         sandbox = LocalSandbox(
-            rollout_id,
+            name,
             layout,
             spawner,
             self._view,
             cgroup,
+            limits.rlimits,
             output_bytes,
-            on_gone=lambda: self._forget(rollout_id, sandbox),
+            on_gone=lambda: self._forget(sandbox),
         )
-        self._sandboxes[rollout_id] = sandbox
+        self._sandboxes[name] = sandbox
         try:
             await sandbox.open()
         except BaseException:
             await sandbox.kill()
             raise
-        sandbox.expire_after(request.lifetime_s)
         return sandbox
 
-    def _forget(self, rollout_id: str, sandbox: LocalSandbox) -> None:
-        if self._sandboxes.get(rollout_id) is sandbox:
-            del self._sandboxes[rollout_id]
+    async def _adopt(
+        self, sandbox: LocalSandbox, rollout_id: str, limits: Limits
+    ) -> LocalSandbox | None:
+        """Rename a warm sandbox's directories and cgroup to the rollout's and set its
+        limits; None (and the sandbox killed) if that failed."""
+        try:
+            if self._has_leftovers(rollout_id):
+                await self._discard(rollout_id)
+            layout = SandboxLayout(self._root / rollout_id, sandbox.layout.uid)
+            await asyncio.to_thread(sandbox.layout.root.rename, layout.root)
+            self._sandboxes[rollout_id] = self._sandboxes.pop(sandbox.name)
+            sandbox.adopt(rollout_id, layout, sandbox.cgroup, limits.rlimits)
+            if sandbox.cgroup is not None:
+                group = self._cgroups.rename(sandbox.cgroup.path, rollout_id)
+                sandbox.adopt(
+                    rollout_id, layout, SandboxCgroup(self._cgroups, group), limits.rlimits
+                )
+                self._cgroups.limit(group, limits.memory_bytes)
+        except OSError as exc:
+            _log.warning("could not claim warm sandbox %s: %s", sandbox.name, exc)
+            await sandbox.kill()
+            return None
+        return sandbox
+
+    async def warm_up(
+        self, network: NetworkPolicy = NetworkPolicy.NONE, proxy_socket: str | None = None
+    ) -> None:
+        """Make the warm sandboxes of this kind now and wait for them (rather than after
+        the first rollout that asks for one)."""
+        key = WarmKey(network, proxy_socket)
+        self._warm.refill(key)
+        await self._warm.wait(key)
+
+    def _forget(self, sandbox: LocalSandbox) -> None:
+        if self._sandboxes.get(sandbox.name) is sandbox:
+            del self._sandboxes[sandbox.name]
+        self._warm.forget(sandbox)
 
     def _prepare(self, layout: SandboxLayout, proxy_socket: str | None) -> None:
         self._root.mkdir(parents=True, exist_ok=True)
@@ -179,7 +227,8 @@ class LocalBackend:
         return {entry.name for entry in self._root.iterdir()} if self._root.is_dir() else set()
 
     async def close(self) -> None:
-        """Kill every sandbox this backend created that is still alive."""
+        """Kill every sandbox this backend created that is still alive, warm ones too."""
+        await self._warm.close()
         sandboxes = list(self._sandboxes.values())
         self._sandboxes.clear()
         await asyncio.gather(*(sandbox.kill() for sandbox in sandboxes))

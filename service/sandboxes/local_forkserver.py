@@ -154,7 +154,6 @@ class _Spawner:
         self._selector = selectors.DefaultSelector()
         self._selector.register(sock, selectors.EVENT_READ)
         self._uid: int | None = None
-        self._limits: list[tuple[int, int]] = []
         self._stdin = -1
 
     def set_up(self, setup: dict[str, Any]) -> None:
@@ -188,7 +187,6 @@ class _Spawner:
         finally:
             for _, fd in namespaces:
                 os.close(fd)
-        self._limits = [(_RLIMITS[name], value) for name, value in setup["rlimits"].items()]
         self._uid = setup["uid"]
         _give_up_privileges(self._last_cap)
         self._stdin = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
@@ -221,10 +219,11 @@ class _Spawner:
         argv, env, cwd = message["argv"], message["env"], message["cwd"]
         program = _find_program(argv[0], env.get("PATH", os.defpath))
         groups = message["groups"]
+        limits = [(_RLIMITS[name], value) for name, value in message["rlimits"].items()]
         pid = os.fork()
         if pid == 0:
             stdio = (self._stdin, *fds)
-            _become_command(program, argv, env, cwd, stdio, self._limits, self._uid, groups)
+            _become_command(program, argv, env, cwd, stdio, limits, self._uid, groups)
         self._selector.register(os.pidfd_open(pid), selectors.EVENT_READ, (message["id"], pid))
         return pid
 

@@ -114,6 +114,7 @@ class SandboxedProcess:
         env: Mapping[str, str],
         *,
         groups: Sequence[int],
+        rlimits: Mapping[str, int],
         output_bytes: tuple[int, int],
         on_output: OutputCallback | None,
         owner: tuple[int, int] | None,
@@ -127,7 +128,7 @@ class SandboxedProcess:
         argv = ("bash", "-c", command)
         output = (stdout[1], stderr[1])
         spawning = asyncio.ensure_future(
-            spawner.run(argv, env, cwd=WORKDIR, groups=groups, output=output)
+            spawner.run(argv, env, cwd=WORKDIR, groups=groups, rlimits=rlimits, output=output)
         )
         spawning.add_done_callback(partial(_close, output))  # the spawner has its own copies
         try:

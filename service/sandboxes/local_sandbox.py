@@ -62,17 +62,20 @@ class LocalSandbox:
 
     def __init__(
         self,
-        rollout_id: str,
+        name: str,
         layout: SandboxLayout,
         spawner: Spawner,
         view: HostView,
         cgroup: SandboxCgroup | None,
+        rlimits: Mapping[str, int],
         output_bytes: tuple[int, int],
         on_gone: Callable[[], None],
     ) -> None:
-        self._id = f"local-{rollout_id}"
+        self.name = name
+        """Of its directory and cgroup: its rollout's id, or a warm sandbox's own."""
         self._on_gone = on_gone
         self._layout = layout
+        self._rlimits = rlimits
         self._spawner = spawner
         self._view = view
         self._holder: Holder | None = None
@@ -87,7 +90,35 @@ class LocalSandbox:
 
     @property
     def id(self) -> str:
-        return self._id
+        return f"local-{self.name}"
+
+    @property
+    def layout(self) -> SandboxLayout:
+        return self._layout
+
+    @property
+    def cgroup(self) -> SandboxCgroup | None:
+        return self._cgroup
+
+    @property
+    def alive(self) -> bool:
+        """Neither killed nor lost its namespaces."""
+        return self._teardown is None and self._holder is not None and self._holder.alive
+
+    def adopt(
+        self,
+        name: str,
+        layout: SandboxLayout,
+        cgroup: SandboxCgroup | None,
+        rlimits: Mapping[str, int],
+    ) -> None:
+        """Take a rollout's name, moved directories and cgroup, and limits (a warm sandbox
+        being claimed). Its mounts follow the renamed directories: they hold the inodes."""
+        self.name = name
+        self._layout = layout
+        self._roots = {HOME: layout.home, "/tmp": layout.tmp}
+        self._cgroup = cgroup
+        self._rlimits = rlimits
 
     async def open(self) -> None:
         """Wait until the spawner has made the sandbox and entered it."""
@@ -103,12 +134,12 @@ class LocalSandbox:
             self._expiry = asyncio.get_running_loop().call_later(delay_s, self._expire)
 
     def _expire(self) -> None:
-        _log.warning("sandbox %s reached its lifetime; killing it", self._id)
+        _log.warning("sandbox %s reached its lifetime; killing it", self.id)
         self._begin_teardown()
 
     def _check_alive(self) -> None:
         if self._teardown is not None:
-            raise SandboxError(f"sandbox {self._id} was killed")
+            raise SandboxError(f"sandbox {self.id} was killed")
 
     async def _start(
         self, command: str, env: Mapping[str, str] | None, on_output: OutputCallback | None
@@ -117,7 +148,7 @@ class LocalSandbox:
             command = await self._command_file(command)
         self._check_alive()  # from here to the spawner's socket nothing awaits
         if self._holder is None or not self._holder.alive:
-            raise SandboxError(f"sandbox {self._id} is gone: the holder of its namespaces exited")
+            raise SandboxError(f"sandbox {self.id} is gone: the holder of its namespaces exited")
         self._serial += 1
         tag = command_tag(self._serial)
         uid = self._layout.uid
@@ -126,6 +157,7 @@ class LocalSandbox:
             command,
             sandbox_env(self._view, env),
             groups=() if uid is None else (tag,),
+            rlimits=self._rlimits,
             owner=None if uid is None else (uid, tag),
             output_bytes=self._output_bytes,
             on_output=on_output,
@@ -186,7 +218,7 @@ class LocalSandbox:
             try:
                 write_beneath(root, parts, data, self._layout.uid)
             except OSError as exc:
-                raise SandboxError(f"could not write {path} in sandbox {self._id}: {exc}") from exc
+                raise SandboxError(f"could not write {path} in sandbox {self.id}: {exc}") from exc
 
     async def read_file(self, path: str, *, max_bytes: int) -> bytes | None:
         """Up to max_bytes of a regular file under HOME or /tmp; None if absent.
@@ -198,7 +230,7 @@ class LocalSandbox:
         try:
             return await asyncio.to_thread(read_beneath, root, parts, max(max_bytes, 0))
         except OSError as exc:
-            raise SandboxError(f"could not read {path} in sandbox {self._id}: {exc}") from exc
+            raise SandboxError(f"could not read {path} in sandbox {self.id}: {exc}") from exc
 
     async def list_files(self, directory: str, *, max_entries: int) -> list[FileEntry]:
         """Regular files beneath a directory under HOME or /tmp, walked host-side without
@@ -208,7 +240,7 @@ class LocalSandbox:
         try:
             return await asyncio.to_thread(list_beneath, root, parts, max_entries)
         except OSError as exc:
-            raise SandboxError(f"could not list {directory} in sandbox {self._id}: {exc}") from exc
+            raise SandboxError(f"could not list {directory} in sandbox {self.id}: {exc}") from exc
 
     async def kill(self) -> None:
         """Kill every process of the sandbox and remove its directories. Never raises."""

@@ -108,8 +108,6 @@ class SpawnerSetup:
     """The sandbox's memory cgroup directory, if any."""
     uid: int | None
     """Host uid (and gid) of every command; None keeps the server's."""
-    rlimits: dict[str, int]
-    """`Limits.rlimits` of every command."""
 
 
 @dataclass
@@ -169,15 +167,18 @@ class Spawner:
         *,
         cwd: str,
         groups: Sequence[int],
+        rlimits: Mapping[str, int],
         output: tuple[int, int],
     ) -> Command:
-        """Start a command whose stdout and stderr are the `output` descriptors."""
+        """Start a command with `rlimits` (`Limits.rlimits`) whose stdout and stderr are
+        the `output` descriptors."""
         message = {
             "op": "run",
             "argv": list(argv),
             "env": dict(env),
             "cwd": cwd,
             "groups": list(groups),
+            "rlimits": dict(rlimits),
         }
         reply, request_id = self._send(message, list(output))
         exited = self._future(self._exits, request_id)

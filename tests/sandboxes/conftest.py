@@ -100,6 +100,7 @@ def local_settings(tmp_path: Path) -> Settings:
         cache_dir=tmp_path / "cache",
         output_head_bytes=4096,
         output_tail_bytes=4096,
+        local_warm_sandboxes=0,  # exactly the sandboxes a test makes (test_local_warm: more)
     )
 
 

@@ -274,7 +274,9 @@ _CRASHING_SERVER = textwrap.dedent(
 
     async def main() -> None:
         state, command, *rollout_ids = sys.argv[1:]
-        settings = Settings(state_dir=Path(state), cache_dir=Path(state).with_name("cache"))
+        settings = Settings(
+            state_dir=Path(state), cache_dir=Path(state).with_name("cache"), local_warm_sandboxes=0
+        )
         backend = LocalBackend(settings)
         for rollout_id in rollout_ids:
             sandbox = await backend.create(SandboxRequest(rollout_id, SandboxSpec(), 600))
