@@ -168,7 +168,7 @@ class _Spawner:
             finally:
                 for fd in pipes:
                     os.close(fd)
-            init_fd, namespaces = _attach(init, setup["user_namespace"])
+            init_fd, namespaces = _attach(bwrap, init, setup["user_namespace"])
             self._enter(namespaces, setup)
         except (OSError, _SetupError, ValueError, KeyError) as exc:
             if bwrap is not None:
@@ -297,16 +297,21 @@ def _await_holder(bwrap: int, pipes: tuple[int, int, int]) -> int:
     return int(json.loads(started)["child-pid"])
 
 
-def _attach(init: int, user_namespace: bool) -> tuple[int, list[tuple[str, int]]]:
+def _attach(bwrap: int, init: int, user_namespace: bool) -> tuple[int, list[tuple[str, int]]]:
     """A pidfd of the sandbox's init and descriptors of its namespaces, in entering order.
 
-    Opened while init is known alive, so none belongs to a process that reused its pid.
+    Everything is read while the pidfd's process is alive and known to be bwrap's child:
+    had init died and its pid been reused, nothing here could be another process's.
     """
     init_fd = os.pidfd_open(init)
     names = [name for name in NAMESPACE_TYPES if user_namespace or name != "user"]
     flags = os.O_RDONLY | os.O_CLOEXEC
     namespaces = [(name, os.open(f"/proc/{init}/ns/{name}", flags)) for name in names]
-    if select.select([init_fd], [], [], 0)[0]:
+    with open(f"/proc/{init}/stat") as stat:
+        parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+    if parent != bwrap or select.select([init_fd], [], [], 0)[0]:
+        for _, fd in namespaces:
+            os.close(fd)
         raise _SetupError("the sandbox's init exited while it was being entered")
     return init_fd, namespaces
 
