@@ -3,8 +3,9 @@
 Both are measured in the same run, interleaved so a busy machine slows both alike:
 N plain `asyncio.create_subprocess_exec("true")` (the baseline), N `LocalSandbox.exec("true")`
 (one fork of the sandbox's spawner, inside its namespaces, per command), and a sandbox's
-whole life (create, one exec, kill). Prints a markdown table and writes
-bench/results/sandbox.json.
+whole life (create, one exec, kill), made on the spot and taken warm (the warm one is made
+before the clock starts, as it is while the previous rollout runs). Prints a markdown
+table and writes bench/results/sandbox.json.
 
     python bench/bench_sandbox.py [-n 300]
 """
@@ -49,24 +50,28 @@ def sandboxed_true(sandbox: LocalSandbox) -> Case:
     return run
 
 
-def sandbox_life(backend: LocalBackend) -> Case:
+def sandbox_life(backend: LocalBackend, name: str) -> Case:
+    """Create, exec `true`, kill."""
     count = 0
 
     async def run() -> None:
         nonlocal count
         count += 1
-        sandbox = await backend.create(SandboxRequest(f"life-{count}", SandboxSpec(), 60))
+        sandbox = await backend.create(SandboxRequest(f"{name}-{count}", SandboxSpec(), 60))
         await sandbox.exec("true", timeout_s=30)
         await sandbox.kill()
 
     return run
 
 
-async def measure(cases: dict[str, Case], rounds: int) -> dict[str, list[float]]:
+async def measure(
+    cases: dict[str, Case], rounds: int, warm: LocalBackend
+) -> dict[str, list[float]]:
     """Milliseconds per call of each case, one call of each per round."""
     timings: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):
         for name, case in cases.items():
+            await warm.warm_up()
             began = time.perf_counter()
             await case()
             timings[name].append((time.perf_counter() - began) * 1000)
@@ -75,17 +80,24 @@ async def measure(cases: dict[str, Case], rounds: int) -> dict[str, list[float]]
 
 async def main(rounds: int) -> dict[str, dict[str, float]]:
     with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as scratch:
-        settings = Settings(state_dir=Path(scratch) / "state", cache_dir=Path(scratch) / "cache")
-        backend = LocalBackend(settings)
-        sandbox = await backend.create(SandboxRequest("bench", SandboxSpec(), 3600))
+        settings = Settings(
+            state_dir=Path(scratch) / "state",
+            cache_dir=Path(scratch) / "cache",
+            local_warm_sandboxes=0,
+        )
+        cold = LocalBackend(settings)
+        warm = LocalBackend(settings.model_copy(update={"local_warm_sandboxes": 1}))
+        sandbox = await cold.create(SandboxRequest("bench", SandboxSpec(), 3600))
         cases = {
             "plain subprocess `true` (baseline)": plain_true,
             "LocalSandbox.exec(`true`)": sandboxed_true(sandbox),
-            "create + exec `true` + kill": sandbox_life(backend),
+            "create (made now) + exec `true` + kill": sandbox_life(cold, "cold"),
+            "create (warm, renamed) + exec `true` + kill": sandbox_life(warm, "warm"),
         }
-        await measure(cases, 5)  # warm-up: page cache, first bwrap
-        timings = await measure(cases, rounds)
-        await backend.close()
+        await measure(cases, 5, warm)  # warm-up: page cache, first bwrap
+        timings = await measure(cases, rounds, warm)
+        await cold.close()
+        await warm.close()
     baseline = percentile(timings["plain subprocess `true` (baseline)"], 0.5)
     return {
         name: {
