@@ -26,6 +26,7 @@ from e2b.sandbox_async.commands.command_handle import AsyncCommandHandle
 from service.config import Settings
 from service.errors import SandboxError
 from service.sandboxes.base import WORKDIR, ExecResult, FileEntry, OutputCallback
+from service.sandboxes.deadline import wait_or_kill
 from service.sandboxes.e2b_process import E2BProcess, OutputCapture
 from service.sandboxes.find_listing import list_by_find
 
@@ -98,14 +99,8 @@ class E2BSandbox:
         on_output: OutputCallback | None = None,
     ) -> ExecResult:
         process = await self._launch(command, env, on_output, timeout_s + ENVD_DEADLINE_GRACE_S)
-        try:
-            return await asyncio.wait_for(process.wait(), timeout_s)
-        except TimeoutError:
-            await process.kill()
-            return process.capture.result(-1, timed_out=True)
-        except asyncio.CancelledError:
-            await process.kill()
-            raise
+        result = await wait_or_kill(process, timeout_s)
+        return result if result is not None else process.capture.result(-1, timed_out=True)
 
     async def spawn(
         self,

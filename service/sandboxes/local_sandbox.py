@@ -20,6 +20,7 @@ from service.errors import SandboxError
 from service.sandboxes.base import HOME, BackgroundProcess, ExecResult, FileEntry, OutputCallback
 from service.sandboxes.bwrap import HostView, SandboxLayout, command_tag, sandbox_env
 from service.sandboxes.cgroup import MemoryCgroups
+from service.sandboxes.deadline import wait_or_kill
 from service.sandboxes.hostfs import list_beneath, read_beneath, split_sandbox_path, write_beneath
 from service.sandboxes.local_holder import Holder
 from service.sandboxes.local_process import SandboxedProcess
@@ -186,14 +187,8 @@ class LocalSandbox:
     ) -> ExecResult:
         """Run `bash -c command` in WORKDIR; kill it (timed_out=True) at the deadline."""
         process = await self._start(command, env, on_output)
-        try:
-            return await asyncio.wait_for(process.wait(), timeout_s)
-        except TimeoutError:
-            await process.kill()
-            return replace(await process.wait(), timed_out=True)
-        except asyncio.CancelledError:
-            await asyncio.shield(process.kill())
-            raise
+        result = await wait_or_kill(process, timeout_s)
+        return result if result is not None else replace(await process.wait(), timed_out=True)
 
     async def spawn(
         self,
