@@ -135,25 +135,32 @@ class LocalBackend:
         self, sandbox: LocalSandbox, rollout_id: str, limits: Limits
     ) -> LocalSandbox | None:
         """Rename a warm sandbox's directories and cgroup to the rollout's and set its
-        limits; None (and the sandbox killed) if that failed."""
+        limits; None (and the sandbox killed) if that failed, or cancelled."""
+        warm_name = sandbox.name
         try:
             if self._has_leftovers(rollout_id):
                 await self._discard(rollout_id)
-            layout = SandboxLayout(self._root / rollout_id, sandbox.layout.uid)
-            await asyncio.to_thread(sandbox.layout.root.rename, layout.root)
-            self._sandboxes[rollout_id] = self._sandboxes.pop(sandbox.name)
-            sandbox.adopt(rollout_id, layout, sandbox.cgroup, limits.rlimits)
-            if sandbox.cgroup is not None:
-                group = self._cgroups.rename(sandbox.cgroup.path, rollout_id)
-                sandbox.adopt(
-                    rollout_id, layout, SandboxCgroup(self._cgroups, group), limits.rlimits
-                )
-                self._cgroups.limit(group, limits.memory_bytes)
+            self._rename(sandbox, rollout_id, limits)
         except OSError as exc:
-            _log.warning("could not claim warm sandbox %s: %s", sandbox.name, exc)
+            _log.warning("could not claim warm sandbox %s: %s", warm_name, exc)
             await sandbox.kill()
             return None
+        except BaseException:
+            await asyncio.shield(sandbox.kill())
+            raise
         return sandbox
+
+    def _rename(self, sandbox: LocalSandbox, rollout_id: str, limits: Limits) -> None:
+        """On the loop, awaiting nothing (renames are quick): the sandbox always knows
+        where its directories and cgroup are, so a kill at any point finds them."""
+        layout = SandboxLayout(self._root / rollout_id, sandbox.layout.uid)
+        sandbox.layout.root.rename(layout.root)
+        self._sandboxes[rollout_id] = self._sandboxes.pop(sandbox.name)
+        sandbox.adopt(rollout_id, layout, sandbox.cgroup, limits.rlimits)
+        if sandbox.cgroup is not None:
+            group = self._cgroups.rename(sandbox.cgroup.path, rollout_id)
+            sandbox.adopt(rollout_id, layout, SandboxCgroup(self._cgroups, group), limits.rlimits)
+            self._cgroups.limit(group, limits.memory_bytes)
 
     async def warm_up(
         self, network: NetworkPolicy = NetworkPolicy.NONE, proxy_socket: str | None = None

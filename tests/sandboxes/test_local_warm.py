@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -12,6 +13,7 @@ import pytest
 from service.config import Settings
 from service.models import NetworkPolicy, Resources, SandboxSpec
 from service.sandboxes.base import WORKDIR, SandboxRequest
+from service.sandboxes.cgroup import MemoryCgroups
 from service.sandboxes.local import LocalBackend
 from tests.e2e.processes import eventually
 from tests.sandboxes.conftest import fork_processes
@@ -123,3 +125,26 @@ async def test_warm_sandboxes_survive_the_sweep_and_die_with_the_backend(
     await backend.close()
     assert _names(local_settings) == []
     assert not ours & fork_processes().keys()
+
+
+async def test_a_failed_claim_falls_back_to_a_new_sandbox(
+    warm_backend: LocalBackend,
+    local_settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    [warm] = _warm_names(local_settings)
+    if not MemoryCgroups("probe").enabled:
+        pytest.skip("the fault is injected into the cgroup rename; no memory cgroups here")
+
+    def refuse(self: object, group: Path, name: str) -> Path:
+        raise OSError(errno.EBUSY, "refused", str(group))
+
+    monkeypatch.setattr(MemoryCgroups, "rename", refuse)
+    sandbox = await warm_backend.create(_request("fallback"))
+    assert f"could not claim warm sandbox {warm}" in caplog.text
+    assert (await sandbox.exec("echo made", timeout_s=30)).stdout == "made\n"
+    assert warm not in _names(local_settings)
+    await sandbox.kill()
+    await warm_backend.warm_up()
+    assert [name for name in _names(local_settings) if not name.startswith("warm-")] == []
