@@ -374,7 +374,15 @@ def _serve_forks(sock: socket.socket) -> None:
             os.close(fd)
 
 
+def _default_dispositions() -> None:
+    """Commands start with no signal ignored: an exec keeps what is ignored, and Python
+    ignores SIGPIPE and SIGXFSZ (so would whatever started the server). glibc's own two
+    (32 and 33) are out of Python's reach, and glibc handles them itself."""
+    for number in signal.valid_signals():
+        if signal.getsignal(number) == signal.SIG_IGN:
+            signal.signal(number, signal.SIG_DFL)
+
+
 if __name__ == "__main__":
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # children inherit default dispositions
-    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+    _default_dispositions()
     _serve_forks(socket.socket(fileno=int(sys.argv[1])))
