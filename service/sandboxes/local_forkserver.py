@@ -1,9 +1,9 @@
 """The fork server of the local backend, and the spawner it forks for each sandbox.
 
-Run as its own small process (`python -I -S local_forkserver.py FD`, standard library
-only), so forking never copies the server. Starting a command from the server costs a
-fork of a large multithreaded process plus a chain of execs (nsenter, prlimit, setpriv,
-bash: about 8 ms each here, in a VM where every exec and copy-on-write fault is dear).
+Run as its own small process, so forking never copies the server. Starting a command
+from the server costs a fork of a large multithreaded process plus a chain of execs
+(nsenter, prlimit, setpriv, bash: about 8 ms here, in a VM where every exec and
+copy-on-write fault is dear).
 Instead, per sandbox:
 
 1. The server asks the fork server (one per backend) for a spawner, handing it one end
@@ -22,40 +22,34 @@ Instead, per sandbox:
    and, later, how the command ended; it keeps the exited command unreaped (a zombie
    pins its pid) until the server is done with it, so a tree kill never hits a reused pid.
 
-Messages are JSON on SOCK_SEQPACKET (one datagram each) with descriptors as SCM_RIGHTS.
-The spawner exits when the server closes its socket; the fork server likewise.
+It runs as `python -S -E -s -m service.sandboxes.local_forkserver FD` from the project
+root, importing the standard library and `local_wire` (the messages) only. The spawner
+exits when the server closes its socket; the fork server likewise.
 """
 
 from __future__ import annotations
 
-import array
 import ctypes
-import json
 import os
 import resource
-import select
 import selectors
 import signal
 import socket
 import sys
 from typing import Any
 
-__all__ = ["MAX_MESSAGE_BYTES", "NAMESPACE_TYPES", "receive", "send"]
+from service.sandboxes.local_holder_start import (
+    NAMESPACE_TYPES,
+    SetupError,
+    attach,
+    await_holder,
+    join_cgroup,
+    start_holder,
+)
+from service.sandboxes.local_wire import receive, send
 
-MAX_MESSAGE_BYTES = 1 << 20
-"""Largest message either side sends (a command line plus its environment)."""
-_MAX_FDS = 8
-NAMESPACE_TYPES = {
-    "user": 0x10000000,
-    "mnt": 0x00020000,
-    "net": 0x40000000,
-    "ipc": 0x08000000,
-    "uts": 0x04000000,
-    "pid": 0x20000000,
-}
-"""/proc/<pid>/ns names -> CLONE_NEW* flags, in the order a process must enter them."""
-_READY = b"ready\n"
-"""What the holder prints once bwrap has put every mount in place (`bwrap.holder_argv`)."""
+__all__: list[str] = []  # a program, run by `local_spawner.ForkServer`
+
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
 _CAP_VERSION_3 = 0x20080522
@@ -65,41 +59,6 @@ _RLIMITS = {
     "nproc": resource.RLIMIT_NPROC,
     "fsize": resource.RLIMIT_FSIZE,
 }
-
-
-def send(
-    sock: socket.socket, message: dict[str, Any], fds: list[int] | tuple[int, ...] = ()
-) -> None:
-    """One message, with `fds` passed along."""
-    data = json.dumps(message).encode()
-    if len(data) > MAX_MESSAGE_BYTES:
-        raise ValueError(f"message of {len(data)} bytes exceeds {MAX_MESSAGE_BYTES}")
-    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-    sock.sendmsg([data], ancillary)
-
-
-_buffer = bytearray(MAX_MESSAGE_BYTES)
-"""Every message lands here: a fresh megabyte per receive costs an mmap and its faults."""
-
-
-def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
-    """One message and the descriptors that came with it; (None, []) once the peer closed.
-
-    Not reentrant (one buffer per process): call it from one thread only.
-    """
-    space = socket.CMSG_SPACE(_MAX_FDS * array.array("i").itemsize)
-    size, ancillary, flags, _ = sock.recvmsg_into([_buffer], space, socket.MSG_CMSG_CLOEXEC)
-    fds = array.array("i")
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
-    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-        for fd in fds:
-            os.close(fd)
-        raise ValueError("a message was truncated")
-    if not size:
-        return None, list(fds)
-    return json.loads(_buffer[:size]), list(fds)
 
 
 class _Capabilities(ctypes.Structure):
@@ -141,10 +100,6 @@ def _give_up_privileges(last_cap: int) -> None:
     _check(_libc.capset(ctypes.byref(header), caps), "capset")
 
 
-class _SetupError(Exception):
-    """The sandbox could not be made; the message says why, for the server to pass on."""
-
-
 class _Spawner:
     """One sandbox's spawner: starts its holder, enters it, then forks its commands."""
 
@@ -161,16 +116,16 @@ class _Spawner:
         own = os.pidfd_open(os.getpid())
         bwrap: int | None = None
         try:
-            bwrap, pipes = _start_holder(setup["holder"])
+            bwrap, pipes = start_holder(setup["holder"])
             try:
-                unjoined = _join(setup["cgroup"])
-                init = _await_holder(bwrap, pipes)
+                unjoined = join_cgroup(setup["cgroup"])
+                init = await_holder(bwrap, pipes)
             finally:
                 for fd in pipes:
                     os.close(fd)
-            init_fd, namespaces = _attach(bwrap, init, setup["user_namespace"])
+            init_fd, namespaces = attach(bwrap, init, setup["user_namespace"])
             self._enter(namespaces, setup)
-        except (OSError, _SetupError, ValueError, KeyError) as exc:
+        except (OSError, SetupError, ValueError, KeyError) as exc:
             if bwrap is not None:
                 os.kill(bwrap, signal.SIGKILL)
             send(self._sock, {"id": 0, "error": str(exc)}, [own])
@@ -241,79 +196,6 @@ class _Spawner:
             raise ChildProcessError(pid)
         code = status.si_status if status.si_code == os.CLD_EXITED else -status.si_status
         send(self._sock, {"id": run_id, "exit": code})
-
-
-def _start_holder(argv: list[str]) -> tuple[int, tuple[int, int, int]]:
-    """Fork and exec bwrap; returns its pid and the read ends of its status, stdout and
-    stderr pipes."""
-    ends = [os.pipe() for _ in range(3)]
-    status, stdout, stderr = (write for _, write in ends)
-    full = [argv[0], "--json-status-fd", str(status), *argv[1:]]
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.dup2(stdout, 1)
-            os.dup2(stderr, 2)
-            os.set_inheritable(status, True)
-            os.setsid()  # a Ctrl-C at the server's terminal is not the sandbox's
-            os.execve(argv[0], full, {})  # the holder keeps nothing of ours
-        finally:
-            os._exit(127)
-    for _, write in ends:
-        os.close(write)
-    read_ends = tuple(read for read, _ in ends)
-    return pid, (read_ends[0], read_ends[1], read_ends[2])
-
-
-def _join(cgroup: str | None) -> str | None:
-    """Join the sandbox's memory cgroup; why not, if it failed."""
-    if cgroup is None:
-        return None
-    try:
-        with open(os.path.join(cgroup, "cgroup.procs"), "w") as procs:
-            procs.write(str(os.getpid()))
-    except OSError as exc:
-        return str(exc)
-    return None
-
-
-def _read_line(fd: int) -> bytes:
-    """One line from a blocking pipe, read byte by byte so nothing after it is consumed."""
-    line = bytearray()
-    while not line.endswith(b"\n") and (byte := os.read(fd, 1)):
-        line += byte
-    return bytes(line)
-
-
-def _await_holder(bwrap: int, pipes: tuple[int, int, int]) -> int:
-    """Wait until the holder says its mounts are in place; returns the sandbox's init pid."""
-    status, stdout, stderr = pipes
-    started = _read_line(status)
-    if _read_line(stdout) != _READY:
-        detail = os.read(stderr, 65536).decode(errors="replace").strip()
-        if not detail:
-            detail = f"bwrap exited with status {os.waitpid(bwrap, 0)[1]}"
-        raise _SetupError(f"the sandbox failed to start: {detail}")
-    return int(json.loads(started)["child-pid"])
-
-
-def _attach(bwrap: int, init: int, user_namespace: bool) -> tuple[int, list[tuple[str, int]]]:
-    """A pidfd of the sandbox's init and descriptors of its namespaces, in entering order.
-
-    Everything is read while the pidfd's process is alive and known to be bwrap's child:
-    had init died and its pid been reused, nothing here could be another process's.
-    """
-    init_fd = os.pidfd_open(init)
-    names = [name for name in NAMESPACE_TYPES if user_namespace or name != "user"]
-    flags = os.O_RDONLY | os.O_CLOEXEC
-    namespaces = [(name, os.open(f"/proc/{init}/ns/{name}", flags)) for name in names]
-    with open(f"/proc/{init}/stat") as stat:
-        parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-    if parent != bwrap or select.select([init_fd], [], [], 0)[0]:
-        for _, fd in namespaces:
-            os.close(fd)
-        raise _SetupError("the sandbox's init exited while it was being entered")
-    return init_fd, namespaces
 
 
 def _find_program(name: str, search_path: str) -> str:

@@ -16,15 +16,19 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from service.errors import SandboxError
-from service.sandboxes import local_forkserver
-from service.sandboxes.local_forkserver import MAX_MESSAGE_BYTES, receive, send
 from service.sandboxes.local_tree import await_exits
+from service.sandboxes.local_wire import MAX_MESSAGE_BYTES, receive, send
 
-__all__ = ["Command", "ForkServer", "Spawner", "SpawnerSetup"]
+__all__ = ["FORK_SERVER", "Command", "ForkServer", "Spawner", "SpawnerSetup"]
 
+FORK_SERVER = (sys.executable, "-S", "-E", "-s", "-m", "service.sandboxes.local_forkserver")
+"""Like `-I`, but with the project root (its working directory) on sys.path: it imports
+`local_wire`, and the standard library only (no site-packages)."""
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _EXIT_WAIT_S = 1.0
 _SNDBUF_FORCE = 32
 """SO_SNDBUFFORCE: past the host's cap on SO_SNDBUF, for root."""
@@ -68,7 +72,8 @@ class ForkServer:
         ours, theirs = _socket_pair()
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-I", "-S", local_forkserver.__file__, str(theirs.fileno())],
+                [*FORK_SERVER, str(theirs.fileno())],
+                cwd=_PROJECT_ROOT,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),),

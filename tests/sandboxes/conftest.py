@@ -12,9 +12,9 @@ import pytest
 
 from service.config import Settings
 from service.models import NetworkPolicy, Resources, SandboxSpec
-from service.sandboxes import local_forkserver
 from service.sandboxes.base import SandboxRequest
 from service.sandboxes.local import LocalBackend, LocalSandbox
+from service.sandboxes.local_spawner import FORK_SERVER
 from tests.fakes.e2b_cloud import FakeE2B
 from tests.sandboxes.e2b_support import fake_cloud
 
@@ -68,7 +68,7 @@ class SleepMarker:
 def fork_processes() -> dict[int, int]:
     """pid -> parent pid of every local fork server and spawner on the host."""
     found = {}
-    needle = local_forkserver.__file__.encode()
+    needle = FORK_SERVER[-1].encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue

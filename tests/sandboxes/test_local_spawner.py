@@ -12,7 +12,7 @@ import pytest
 from service.errors import SandboxError
 from service.sandboxes.base import WORKDIR
 from service.sandboxes.local import LocalBackend, LocalSandbox
-from service.sandboxes.local_forkserver import MAX_MESSAGE_BYTES, receive, send
+from service.sandboxes.local_wire import MAX_MESSAGE_BYTES, receive, send
 from tests.sandboxes.conftest import MakeSandbox, SleepMarker, fork_processes
 
 
