@@ -89,11 +89,17 @@ class LocalBackend:
         layout = SandboxLayout(self._root / name, uid)
         if self._has_leftovers(name):
             await self._discard(name)  # a crashed run's, under the same id
+        preparing = asyncio.ensure_future(
+            asyncio.to_thread(self._prepare, layout, key.proxy_socket)
+        )
         try:
-            await asyncio.to_thread(self._prepare, layout, key.proxy_socket)
-        except OSError as exc:
-            await asyncio.to_thread(remove_tree, layout.root)
-            raise SandboxError(f"could not prepare sandbox {name}: {exc}") from exc
+            await asyncio.shield(preparing)
+        except BaseException as exc:
+            await asyncio.wait([preparing])  # its thread runs on if we were cancelled
+            await asyncio.shield(asyncio.to_thread(remove_tree, layout.root))
+            if isinstance(exc, OSError):
+                raise SandboxError(f"could not prepare sandbox {name}: {exc}") from exc
+            raise
         group = self._cgroups.create(name, limits.memory_bytes)
         cgroup = None if group is None else SandboxCgroup(self._cgroups, group)
         holder = holder_argv(

@@ -30,6 +30,7 @@ FORK_SERVER = (sys.executable, "-S", "-E", "-s", "-m", "service.sandboxes.local_
 `local_wire`, and the standard library only (no site-packages)."""
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _EXIT_WAIT_S = 1.0
+_SETUP_WAIT_S = 10.0
 _SNDBUF_FORCE = 32
 """SO_SNDBUFFORCE: past the host's cap on SO_SNDBUF, for root."""
 
@@ -140,6 +141,8 @@ class Spawner:
         self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._exits: dict[int, asyncio.Future[int]] = {}
         self._ready = self._future(self._replies, 0)
+        self._taken = False
+        """Whether `ready` took the reply's descriptors (else `close` closes them)."""
         self._pidfd = -1
         """Of the spawner process, sent with its first message; readable once it exited."""
         self._gone: str | None = None
@@ -156,7 +159,8 @@ class Spawner:
         Returns a pidfd of the sandbox's init (the caller's to close), and why the
         spawner could not join the sandbox's cgroup, if it could not.
         """
-        reply = await self._ready
+        reply = await asyncio.shield(self._ready)  # a cancelled wait must not cancel it
+        self._taken = True
         fds: list[int] = reply.get("fds", [])
         if "error" in reply or len(fds) != 1:
             for fd in fds:
@@ -254,10 +258,18 @@ class Spawner:
             table.clear()
 
     async def close(self) -> None:
-        """Hang up, and wait (a moment at most) until the spawner has exited.
+        """Hang up, and wait (a while at most) until the spawner has exited; its sandbox
+        dies with it (`--die-with-parent`).
 
-        What it started lives on until the sandbox dies.
+        A spawner still making its sandbox is let finish first: a bwrap killed while it
+        starts can leave the sandbox's init blocked for good, waiting for a word from bwrap
+        that never comes, before it has a parent-death signal to end it.
         """
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(self._ready), _SETUP_WAIT_S)
+        if not self._taken and self._ready.done() and self._ready.exception() is None:
+            for fd in self._ready.result().get("fds", []):
+                os.close(fd)  # the sandbox's init, which nobody took
         self._fail("the sandbox was killed")
         self._socket.close()
         if self._pidfd >= 0:  # its cgroup's removal kills it, should it linger

@@ -6,13 +6,17 @@ import asyncio
 import os
 import signal
 import socket
+from pathlib import Path
 
 import pytest
 
+from service.config import Settings
 from service.errors import SandboxError
-from service.sandboxes.base import WORKDIR
+from service.models import SandboxSpec
+from service.sandboxes.base import WORKDIR, SandboxRequest
 from service.sandboxes.local import LocalBackend, LocalSandbox
 from service.sandboxes.local_wire import MAX_MESSAGE_BYTES, receive, send
+from tests.e2e.processes import eventually
 from tests.sandboxes.conftest import MakeSandbox, SleepMarker, fork_processes
 
 
@@ -137,3 +141,37 @@ async def test_a_dead_fork_server_is_started_again(
     await local_backend.close()
     assert new not in fork_processes()
     assert _spawners_of(new) == _spawners_of(old) == []
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.002, 0.005, 0.01, 0.02])
+async def test_a_create_cancelled_midway_leaves_no_process(
+    local_backend: LocalBackend, local_settings: Settings, delay_s: float
+) -> None:
+    """Cancelled while preparing, starting bwrap or entering: nothing of it is left."""
+    marker = str(local_settings.state_dir / "sandboxes" / "cancelled").encode()
+    creating = asyncio.ensure_future(local_backend.create(_request("cancelled")))
+    await asyncio.sleep(delay_s)
+    creating.cancel()
+    try:
+        sandbox = await creating
+    except asyncio.CancelledError:
+        pass
+    else:
+        await sandbox.kill()  # made before the cancel landed
+    await eventually(lambda: not _processes_with(marker))
+    assert not (local_settings.state_dir / "sandboxes" / "cancelled").exists()
+
+
+def _request(rollout_id: str) -> SandboxRequest:
+    return SandboxRequest(rollout_id, SandboxSpec(), 60)
+
+
+def _processes_with(needle: bytes) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and needle in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
