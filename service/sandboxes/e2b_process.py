@@ -7,7 +7,6 @@ died) is a `SandboxError`.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -17,53 +16,26 @@ from e2b.sandbox_async.commands.command_handle import AsyncCommandHandle
 from service.config import Settings
 from service.errors import SandboxError
 from service.sandboxes.base import ExecResult, OutputCallback, OutputStream
-from service.sandboxes.output import HeadTailBuffer
+from service.sandboxes.output import OutputCapture
 
-__all__ = ["KILL_GRACE_S", "E2BProcess", "OutputCapture"]
+__all__ = ["KILL_GRACE_S", "E2BProcess", "TextOutput"]
 
 KILL_GRACE_S = 5.0
 """How long a killed command may take to report its end before we stop listening."""
 
 
-class OutputCapture:
-    """One command's output: bounded head/tail buffers, and the live callback."""
+class TextOutput(OutputCapture):
+    """An E2B command's output: the SDK hands it over as UTF-8 text (invalid bytes
+    replaced), not raw bytes."""
 
     def __init__(self, settings: Settings, on_output: OutputCallback | None) -> None:
-        head, tail = settings.output_head_bytes, settings.output_tail_bytes
-        self._buffers = {stream: HeadTailBuffer(head, tail) for stream in OutputStream}
-        self._on_output = on_output
-        self._started_s = time.monotonic()
-        self._ended_s: float | None = None
-
-    def close(self) -> None:
-        """The command ended: fix its duration."""
-        if self._ended_s is None:
-            self._ended_s = time.monotonic()
+        super().__init__(settings.output_head_bytes, settings.output_tail_bytes, on_output)
 
     def stdout(self, text: str) -> None:
-        self._feed(OutputStream.STDOUT, text)
+        self.feed(OutputStream.STDOUT, text.encode())
 
     def stderr(self, text: str) -> None:
-        self._feed(OutputStream.STDERR, text)
-
-    def _feed(self, stream: OutputStream, text: str) -> None:
-        # The SDK hands output over as UTF-8 text (invalid bytes replaced), not raw bytes.
-        data = text.encode()
-        self._buffers[stream].feed(data)
-        if self._on_output is not None:
-            self._on_output(stream, data)
-
-    def result(self, exit_code: int, *, timed_out: bool = False) -> ExecResult:
-        out, err = self._buffers[OutputStream.STDOUT], self._buffers[OutputStream.STDERR]
-        return ExecResult(
-            exit_code=exit_code,
-            stdout=out.text(),
-            stderr=err.text(),
-            stdout_bytes=out.total_bytes,
-            stderr_bytes=err.total_bytes,
-            duration_s=(self._ended_s or time.monotonic()) - self._started_s,
-            timed_out=timed_out,
-        )
+        self.feed(OutputStream.STDERR, text.encode())
 
 
 class E2BProcess:
@@ -72,7 +44,7 @@ class E2BProcess:
     def __init__(
         self,
         handle: AsyncCommandHandle[None],
-        capture: OutputCapture,
+        capture: TextOutput,
         *,
         sandbox_id: str,
         until_gone: Callable[[], Coroutine[Any, Any, None]],

@@ -27,7 +27,7 @@ from service.config import Settings
 from service.errors import SandboxError
 from service.sandboxes.base import WORKDIR, ExecResult, FileEntry, OutputCallback
 from service.sandboxes.deadline import wait_or_kill
-from service.sandboxes.e2b_process import E2BProcess, OutputCapture
+from service.sandboxes.e2b_process import E2BProcess, TextOutput
 from service.sandboxes.find_listing import list_by_find
 
 __all__ = ["KILL_TIMEOUT_S", "SDK_ERRORS", "E2BSandbox"]
@@ -200,7 +200,7 @@ class E2BSandbox:
         on_output: OutputCallback | None,
         envd_deadline_s: float,
     ) -> E2BProcess:
-        capture = OutputCapture(self._settings, on_output)
+        capture = TextOutput(self._settings, on_output)
         start = asyncio.create_task(
             self._sdk.commands.run(
                 _in_own_session(command),

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
 from service.sandboxes.base import WORKDIR, ExecResult, OutputCallback, OutputStream
 from service.sandboxes.local_spawner import Command, Spawner
 from service.sandboxes.local_tree import ProcessTree, await_exits, kill_tree
-from service.sandboxes.output import HeadTailBuffer
+from service.sandboxes.output import OutputCapture
 
 __all__ = ["SandboxedProcess"]
 
@@ -89,22 +88,15 @@ class SandboxedProcess:
     ) -> None:
         self._command = command
         self._owner = owner
-        self._started = time.monotonic()
-        self._buffers = {stream: HeadTailBuffer(*output_bytes) for stream in OutputStream}
-        self._on_output = on_output
+        self._output = OutputCapture(*output_bytes, on_output)
         self._pipes = [
-            _Reader(pipes[0], partial(self._feed, OutputStream.STDOUT)),
-            _Reader(pipes[1], partial(self._feed, OutputStream.STDERR)),
+            _Reader(pipes[0], partial(self._output.feed, OutputStream.STDOUT)),
+            _Reader(pipes[1], partial(self._output.feed, OutputStream.STDERR)),
         ]
         self._killed = False
         self._reaping: asyncio.Future[None] | None = None
         self._result = asyncio.get_running_loop().create_task(self._finish())
         self._result.add_done_callback(_retrieve)
-
-    def _feed(self, stream: OutputStream, data: bytes) -> None:
-        self._buffers[stream].feed(data)
-        if self._on_output is not None:
-            self._on_output(stream, data)
 
     @classmethod
     async def start(
@@ -151,16 +143,8 @@ class SandboxedProcess:
             for pipe in self._pipes:
                 pipe.drain()
         self._command.release()
-        exit_code = -1 if self._killed else code if code >= 0 else 128 - code
-        stdout, stderr = self._buffers[OutputStream.STDOUT], self._buffers[OutputStream.STDERR]
-        return ExecResult(
-            exit_code=exit_code,
-            stdout=stdout.text(),
-            stderr=stderr.text(),
-            stdout_bytes=stdout.total_bytes,
-            stderr_bytes=stderr.total_bytes,
-            duration_s=time.monotonic() - self._started,
-        )
+        self._output.close()
+        return self._output.result(-1 if self._killed else code if code >= 0 else 128 - code)
 
     def _send_kill(self) -> list[int]:
         """Kill the command's session; returns pidfds of the processes signalled."""

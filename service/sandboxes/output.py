@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-__all__ = ["HeadTailBuffer"]
+import time
+
+from service.sandboxes.base import ExecResult, OutputCallback, OutputStream
+
+__all__ = ["HeadTailBuffer", "OutputCapture"]
 
 
 class HeadTailBuffer:
@@ -40,3 +44,35 @@ class HeadTailBuffer:
             return head + tail.decode("utf-8", errors="replace")
         marker = f"\n[... {self.elided_bytes} bytes elided ...]\n"
         return head + marker + tail.decode("utf-8", errors="replace")
+
+
+class OutputCapture:
+    """One command's output: a bounded buffer per stream, the live callback, its duration."""
+
+    def __init__(self, head_bytes: int, tail_bytes: int, on_output: OutputCallback | None) -> None:
+        self._buffers = {stream: HeadTailBuffer(head_bytes, tail_bytes) for stream in OutputStream}
+        self._on_output = on_output
+        self._started_s = time.monotonic()
+        self._ended_s: float | None = None
+
+    def feed(self, stream: OutputStream, data: bytes) -> None:
+        self._buffers[stream].feed(data)
+        if self._on_output is not None:
+            self._on_output(stream, data)
+
+    def close(self) -> None:
+        """The command ended: fix its duration."""
+        if self._ended_s is None:
+            self._ended_s = time.monotonic()
+
+    def result(self, exit_code: int, *, timed_out: bool = False) -> ExecResult:
+        out, err = self._buffers[OutputStream.STDOUT], self._buffers[OutputStream.STDERR]
+        return ExecResult(
+            exit_code=exit_code,
+            stdout=out.text(),
+            stderr=err.text(),
+            stdout_bytes=out.total_bytes,
+            stderr_bytes=err.total_bytes,
+            duration_s=(self._ended_s or time.monotonic()) - self._started_s,
+            timed_out=timed_out,
+        )
