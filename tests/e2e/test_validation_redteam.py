@@ -27,7 +27,7 @@ CLIENT_METADATA_LIMIT = 16 * 1024
 def violations(error: grpc.aio.AioRpcError) -> list[str]:
     """The BadRequest fields of a failed call (asserting it is INVALID_ARGUMENT)."""
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    status = rpc_status.from_call(error)
     assert status is not None, "no rich status details"
     fields = []
     for detail in status.details:
@@ -163,12 +163,16 @@ async def test_spec_is_refused_naming_the_field(
 async def test_a_request_that_does_not_decode_is_invalid_argument(server_target: str) -> None:
     async with grpc.aio.insecure_channel(server_target) as channel:
         for method in ("StartRollout", "GetRollout", "ListRollouts", "CancelRollout"):
-            call = channel.unary_unary(f"/rollout.v1.RolloutService/{method}")
+            call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
+                f"/rollout.v1.RolloutService/{method}"
+            )
             for data in (b"\xff\xff\xff", b"\x0a\x02\x0a\x01\xff"):  # corrupt; bad UTF-8
                 with pytest.raises(grpc.aio.AioRpcError) as caught:
                     await call(data)
                 assert violations(caught.value) == ["request"], method
-        watch = channel.unary_stream("/rollout.v1.RolloutService/WatchRollout")
+        watch: grpc.aio.UnaryStreamMultiCallable[bytes, bytes] = channel.unary_stream(
+            "/rollout.v1.RolloutService/WatchRollout"
+        )
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             async for _ in watch(b"\x0a\x01\xff"):
                 pass
@@ -179,7 +183,7 @@ async def test_list_filters_are_bounded(small_stub: pb_grpc.RolloutServiceAsyncS
     labels = {f"k{i}": "v" for i in range(10_000)}
     cases = {
         "labels": pb.ListRolloutsRequest(labels=labels),
-        "statuses[1]": pb.ListRolloutsRequest(statuses=[pb.ROLLOUT_STATUS_FAILED, 99]),
+        "statuses[1]": pb.ListRolloutsRequest(statuses=[pb.ROLLOUT_STATUS_FAILED, 99]),  # type: ignore[list-item]
         "statuses[0]": pb.ListRolloutsRequest(statuses=[pb.ROLLOUT_STATUS_UNSPECIFIED]),
         "view": pb.ListRolloutsRequest(view=77),  # type: ignore[arg-type]
     }

@@ -87,7 +87,7 @@ async def test_black_box_never_hands_the_server_key_to_the_sandbox(
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await keyed_stub.RunRollout(pb.RunRolloutRequest(spec=spec))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    status = rpc_status.from_call(caught.value)  # type: ignore[arg-type]
+    status = rpc_status.from_call(caught.value)
     assert status is not None
     bad_request = error_details_pb2.BadRequest()
     assert status.details[0].Unpack(bad_request)
