@@ -132,7 +132,8 @@ async def test_a_database_from_before_tenants_keeps_everything(tmp_path: Path) -
         conn.close()
     assert [(r.id, r.tenant) for r in listed] == [("r0002", ""), ("r0001", "")]
     assert [e.payload for e in events] == [output("r0001", 1).payload]
-    assert found is not None and found.id == "r0002"
+    assert found is not None
+    assert found.id == "r0002"
     assert duplicate.id == "r0001"
 
 
