@@ -50,8 +50,6 @@ class ConnectionOptions:
             raise typer.BadParameter(str(exc), param_hint="--token/--token-file") from exc
 
     def _token(self) -> str:
-        if self.token and self.token_file:
-            raise ValueError("give --token or --token-file, not both")
         if self.token_file is not None:
             return read_token_file(self.token_file)
         return self.token or ""
@@ -95,6 +93,8 @@ def connection_options(
     ] = None,
 ) -> None:
     """Run and inspect coding-agent rollouts on a rollout-service server."""
+    if token and token_file:
+        raise typer.BadParameter("give --token or --token-file, not both", param_hint="--token")
     _options.set(ConnectionOptions(token, token_file, tls, tls_ca, tls_cert, tls_key))
 
 

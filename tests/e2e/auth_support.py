@@ -47,7 +47,10 @@ class Certificates:
     client_cert: Path
     client_key: Path
     other_ca: Path
-    """A CA that signed nothing here: trusting only it must fail."""
+    """Another CA: trusting only it must fail."""
+    stranger_cert: Path
+    """A client certificate the other CA signed."""
+    stranger_key: Path
 
 
 def make_certificates(folder: Path) -> Certificates:
@@ -56,6 +59,7 @@ def make_certificates(folder: Path) -> Certificates:
     _self_signed_ca(folder, "other-ca")
     _signed(folder, "server", "subjectAltName=IP:127.0.0.1,DNS:localhost")
     _signed(folder, "client", "extendedKeyUsage=clientAuth")
+    _signed(folder, "stranger", "extendedKeyUsage=clientAuth", ca="other-ca")
     return Certificates(
         ca=folder / "ca.pem",
         server_cert=folder / "server.pem",
@@ -63,6 +67,8 @@ def make_certificates(folder: Path) -> Certificates:
         client_cert=folder / "client.pem",
         client_key=folder / "client.key",
         other_ca=folder / "other-ca.pem",
+        stranger_cert=folder / "stranger.pem",
+        stranger_key=folder / "stranger.key",
     )
 
 
@@ -78,7 +84,7 @@ def _self_signed_ca(folder: Path, name: str) -> None:
     )  # fmt: skip
 
 
-def _signed(folder: Path, name: str, extension: str) -> None:
+def _signed(folder: Path, name: str, extension: str, *, ca: str = "ca") -> None:
     key, request = folder / f"{name}.key", folder / f"{name}.csr"
     extensions = folder / f"{name}.ext"
     extensions.write_text(extension + "\n")
@@ -88,6 +94,6 @@ def _signed(folder: Path, name: str, extension: str) -> None:
     )  # fmt: skip
     _openssl(
         "x509", "-req", "-in", str(request), "-days", "1",
-        "-CA", str(folder / "ca.pem"), "-CAkey", str(folder / "ca.key"), "-CAcreateserial",
+        "-CA", str(folder / f"{ca}.pem"), "-CAkey", str(folder / f"{ca}.key"), "-CAcreateserial",
         "-extfile", str(extensions), "-out", str(folder / f"{name}.pem"),
     )  # fmt: skip
