@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
@@ -175,7 +176,9 @@ async def test_every_interface_is_served_when_allowed_or_protected(
     assert "serving 0.0.0.0:0 without TLS" in allowed.text()
 
 
-async def test_health_is_open_by_default_while_the_api_needs_a_token(tmp_path: Path) -> None:
+async def test_health_and_reflection_are_open_by_default_while_the_api_needs_a_token(
+    tmp_path: Path,
+) -> None:
     server = ServerProcess(
         tmp_path / "state", env={"ROLLOUT_AUTH_TOKEN_FILE": str(write_token_file(tmp_path / "t"))}
     )
@@ -184,12 +187,17 @@ async def test_health_is_open_by_default_while_the_api_needs_a_token(tmp_path: P
         async with grpc.aio.insecure_channel(server.target) as channel:
             health = health_pb2_grpc.HealthStub(channel)
             checked = await health.Check(health_pb2.HealthCheckRequest(), timeout=20)
+            reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+            listing = reflection_pb2.ServerReflectionRequest(list_services="")
+            answers = [a async for a in reflection.ServerReflectionInfo(iter([listing]))]
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await list_call(server.target, None)
     finally:
         assert server.stop() == 0, server.text()
 
     assert checked.status == health_pb2.HealthCheckResponse.SERVING
+    names = {s.name for s in answers[0].list_services_response.service}
+    assert "rollout.v1.RolloutService" in names
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
