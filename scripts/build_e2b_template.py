@@ -82,7 +82,7 @@ def write_context(context: Path) -> None:
             # tarball is this checkout's own sources, so plain files under the target suffice.
             for member in tar.getmembers():
                 parts = Path(member.name).parts
-                if not (member.isfile() or member.isdir()) or ".." in parts or member.name[:1] == "/":
+                if not (member.isfile() or member.isdir()) or ".." in parts or parts[:1] == ("/",):
                     raise SystemExit(f"unexpected member in the proxy sources: {member.name}")
             tar.extractall(context / PROXY_CONTEXT)
 
