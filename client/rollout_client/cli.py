@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.text import Text
 from rollout.v1 import rollout_pb2 as pb
 
+from rollout_client.cli_connection import connect, connection_options
 from rollout_client.client import RolloutClient
 from rollout_client.errors import (
     InvalidArgumentError,
@@ -33,6 +34,7 @@ from rollout_client.errors import (
     ResourceExhaustedError,
     SpecError,
     StatusError,
+    UnauthenticatedError,
     UnavailableError,
 )
 from rollout_client.live import follow
@@ -62,6 +64,7 @@ app = typer.Typer(
     # A traceback's locals could hold a spec's endpoint.api_key.
     pretty_exceptions_show_locals=False,
 )
+app.callback()(connection_options)
 
 Target = Annotated[
     str, typer.Option("--target", envvar="ROLLOUT_TARGET", help="The server's host:port.")
@@ -98,6 +101,8 @@ def _client_errors(target: str) -> Iterator[None]:
     except ResourceExhaustedError as exc:
         wait = f"{exc.retry_delay_s:g}s" if exc.retry_delay_s is not None else "a while"
         _fail(f"server at capacity ({exc.details}): retry in {wait}")
+    except UnauthenticatedError as exc:
+        _fail(f"not authenticated ({exc.details}): pass --token-file or set ROLLOUT_TOKEN")
     except UnavailableError as exc:
         _fail(f"server unavailable ({exc.details}): is the server running at {target}?")
     except StatusError as exc:
@@ -180,7 +185,7 @@ def run(
     )
     with _client_errors(target):
         spec = build_spec(spec_file, overrides)
-        with RolloutClient(target) as client:
+        with connect(target) as client:
             if as_json:
                 rollout = client.run(spec)
                 typer.echo(message_json(rollout))
@@ -215,7 +220,7 @@ def watch(
 
     --json prints one event per line. Exit codes as for `run`.
     """
-    with _client_errors(target), RolloutClient(target) as client:
+    with _client_errors(target), connect(target) as client:
         events = client.watch(rollout_id, after_seq=after_seq)
         if as_json:
             for event in events:
@@ -240,7 +245,7 @@ def get(
 ) -> None:
     """Show one rollout."""
     view = pb.RESULT_VIEW_SLIM if slim else pb.RESULT_VIEW_FULL
-    with _client_errors(target), RolloutClient(target) as client:
+    with _client_errors(target), connect(target) as client:
         rollout = client.get(rollout_id, view=view)
     if as_json:
         typer.echo(message_json(rollout))
@@ -264,7 +269,7 @@ def list_rollouts(
         statuses = [parse_status(s) for s in status or ()]
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--status") from exc
-    with _client_errors(target), RolloutClient(target) as client:
+    with _client_errors(target), connect(target) as client:
         found = client.list_all(labels=_labels(label), statuses=statuses, page_size=min(limit, 500))
         rollouts = list(itertools.islice(found, limit))
     if as_json:
@@ -285,7 +290,7 @@ def cancel(
     as_json: AsJson = False,
 ) -> None:
     """Cancel a rollout (a finished rollout is left as it is)."""
-    with _client_errors(target), RolloutClient(target) as client:
+    with _client_errors(target), connect(target) as client:
         rollout = client.cancel(rollout_id, reason)
     if as_json:
         typer.echo(message_json(rollout))

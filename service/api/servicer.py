@@ -9,6 +9,7 @@ import grpc
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from service.api.auth import caller_tenant
 from service.api.convert import event_to_proto, rollout_to_proto
 from service.api.errors import translate_errors, translate_stream_errors
 from service.api.inbound import (
@@ -43,14 +44,14 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self, request: pb.RunRolloutRequest, context: Context
     ) -> pb.RunRolloutResponse:
         slim = slim_view(request.view, default_slim=False)
-        rollout = await self._manager.run(spec_from_proto(request.spec))
+        rollout = await self._manager.run(spec_from_proto(request.spec), tenant=caller_tenant())
         return pb.RunRolloutResponse(rollout=rollout_to_proto(rollout, slim=slim))
 
     @translate_errors
     async def StartRollout(
         self, request: pb.StartRolloutRequest, context: Context
     ) -> pb.StartRolloutResponse:
-        rollout = await self._manager.submit(spec_from_proto(request.spec))
+        rollout = await self._manager.submit(spec_from_proto(request.spec), tenant=caller_tenant())
         return pb.StartRolloutResponse(rollout=rollout_to_proto(rollout, slim=True))
 
     @translate_stream_errors
@@ -60,10 +61,11 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         if request.rollout_id:
             rollout_id = rollout_id_from_proto(request.rollout_id)
             after_seq = after_seq_from_proto(request.after_seq)
-            await self._manager.get(rollout_id)
+            await self._manager.get(rollout_id, tenant=caller_tenant())
             events = self._hub.watch(rollout_id, after_seq)
         else:
-            events = self._hub.watch_all(label_filter_from_proto(request.labels))
+            labels = label_filter_from_proto(request.labels)
+            events = self._hub.watch_all(labels, tenant=caller_tenant())
         async for event in events:
             yield pb.WatchRolloutResponse(event=event_to_proto(event))
 
@@ -72,7 +74,8 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self, request: pb.GetRolloutRequest, context: Context
     ) -> pb.GetRolloutResponse:
         slim = slim_view(request.view, default_slim=False)
-        rollout = await self._manager.get(rollout_id_from_proto(request.rollout_id))
+        rollout_id = rollout_id_from_proto(request.rollout_id)
+        rollout = await self._manager.get(rollout_id, tenant=caller_tenant())
         return pb.GetRolloutResponse(rollout=rollout_to_proto(rollout, slim=slim))
 
     @translate_errors
@@ -86,6 +89,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
             statuses=statuses_from_proto(request.statuses),
             page_size=page_size,
             page_token=request.page_token,
+            tenant=caller_tenant(),
         )
         return pb.ListRolloutsResponse(
             rollouts=[rollout_to_proto(r, slim=slim) for r in rollouts], next_page_token=token
@@ -96,6 +100,8 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self, request: pb.CancelRolloutRequest, context: Context
     ) -> pb.CancelRolloutResponse:
         rollout = await self._manager.cancel(
-            rollout_id_from_proto(request.rollout_id), cancel_reason_from_proto(request.reason)
+            rollout_id_from_proto(request.rollout_id),
+            cancel_reason_from_proto(request.reason),
+            tenant=caller_tenant(),
         )
         return pb.CancelRolloutResponse(rollout=rollout_to_proto(rollout, slim=True))
