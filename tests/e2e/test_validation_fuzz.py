@@ -22,13 +22,13 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf.message import Message
-from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from tests.e2e.bad_request import violated_fields
 from tests.e2e.proto_strategies import EDGE_TEXT, messages, mutants
 from tests.e2e.specs import terminal
 from tests.server_process import ServerProcess
@@ -128,16 +128,13 @@ def _bounded(examples: int) -> Callable[[Any], Any]:
 def check_rejection(error: grpc.RpcError, outcomes: Outcomes, *, watching: bool = False) -> None:
     """An RPC error is one of the expected codes; INVALID_ARGUMENT names its fields."""
     code = error.code()
-    status = rpc_status.from_call(error)
     outcomes[code.name] += 1
     if code == grpc.StatusCode.INVALID_ARGUMENT:
-        assert status is not None, f"no rich status: {error.details()}"
-        bad_request = error_details_pb2.BadRequest()
-        assert any(d.Unpack(bad_request) for d in status.details), error.details()
-        fields = [v.field for v in bad_request.field_violations]
+        fields = violated_fields(error)
         assert fields, f"no violation: {error.details()}"
         assert all(fields), f"a violation names no field: {error.details()}"
     elif code == grpc.StatusCode.RESOURCE_EXHAUSTED:  # capacity, never an oversized trailer
+        status = rpc_status.from_call(error)
         assert status is not None, error.details()
         assert status.details, error.details()
     else:

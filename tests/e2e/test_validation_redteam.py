@@ -12,11 +12,10 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from tests.e2e.bad_request import violated_fields
 from tests.e2e.specs import command_spec
 
 pytestmark = pytest.mark.e2e
@@ -27,14 +26,7 @@ CLIENT_METADATA_LIMIT = 16 * 1024
 def violations(error: grpc.aio.AioRpcError) -> list[str]:
     """The BadRequest fields of a failed call (asserting it is INVALID_ARGUMENT)."""
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
-    status = rpc_status.from_call(error)
-    assert status is not None, "no rich status details"
-    fields = []
-    for detail in status.details:
-        bad_request = error_details_pb2.BadRequest()
-        if detail.Unpack(bad_request):
-            fields += [v.field for v in bad_request.field_violations]
-    return fields
+    return violated_fields(error)
 
 
 @pytest.fixture

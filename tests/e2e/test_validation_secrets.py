@@ -11,11 +11,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from tests.e2e.bad_request import violated_fields
 from tests.e2e.specs import command_spec
 from tests.fakes.llm_upstream import FakeUpstream
 from tests.server_process import ServerProcess
@@ -87,11 +86,7 @@ async def test_black_box_never_hands_the_server_key_to_the_sandbox(
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await keyed_stub.RunRollout(pb.RunRolloutRequest(spec=spec))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    status = rpc_status.from_call(caught.value)
-    assert status is not None
-    bad_request = error_details_pb2.BadRequest()
-    assert status.details[0].Unpack(bad_request)
-    assert [v.field for v in bad_request.field_violations] == ["spec.endpoint.api_key"]
+    assert violated_fields(caught.value) == ["spec.endpoint.api_key"]
 
 
 async def test_black_box_to_a_caller_url_runs_without_the_server_key(
