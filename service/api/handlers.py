@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from google.protobuf import message_factory
@@ -47,7 +47,7 @@ def _decoder(message_type: type[Message]) -> Callable[[bytes], Message | Undecod
     return decode
 
 
-async def _refuse(context: Context, request: Undecodable) -> None:
+async def _refuse(context: Context, request: Undecodable) -> NoReturn:
     description = f"is not a valid {request.type_name}: {request.reason}"
     await abort(context, invalid_argument("request", description))
 
