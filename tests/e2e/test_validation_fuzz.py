@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf.message import Message
+from google.protobuf.struct_pb2 import Struct
 from grpc_status import rpc_status
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -59,8 +60,8 @@ SPEC_HINTS: dict[str, st.SearchStrategy[Any]] = {
     "rollout.v1.Endpoint.model": st.sampled_from(("", "m")),
     "rollout.v1.Endpoint.api_key": st.sampled_from(("", "sk-caller")),
     "rollout.v1.SandboxSpec.backend": st.sampled_from(("", "local")),
-    "rollout.v1.SandboxSpec.network": st.sampled_from((0, 1, 2)),
-    "rollout.v1.Capture.mode": st.sampled_from((0, 1, 2)),
+    "rollout.v1.SandboxSpec.network": st.sampled_from((0, 1, 2, 2)),
+    "rollout.v1.Capture.mode": st.sampled_from((0, 1, 1, 2)),
     "rollout.v1.Resources.cpu_count": st.sampled_from((0, 1, 8)),
     "rollout.v1.Resources.memory_mb": st.sampled_from((0, 64, 512)),
     "rollout.v1.Resources.max_processes": st.sampled_from((0, 16, 64)),
@@ -70,6 +71,9 @@ SPEC_HINTS: dict[str, st.SearchStrategy[Any]] = {
     "google.protobuf.Duration.nanos": st.integers(0, 999_999_999),
     "rollout.v1.RolloutSpec.labels": st.dictionaries(st.sampled_from(("a", "b")), st.just("v")),
     "rollout.v1.RolloutSpec.request_id": st.just(""),
+    "rollout.v1.RolloutSpec.task_id": st.sampled_from(("", "task-1")),
+    "rollout.v1.SandboxSpec.template": st.just(""),
+    "rollout.v1.Agent.options": st.just(Struct()),
     "rollout.v1.Capture.top_logprobs": st.integers(0, 20),
 }
 """Biases toward specs that pass admission and run (quickly), mixed with the generic values."""
