@@ -11,20 +11,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from service.errors import SandboxError
-from service.sandboxes.base import HOME, BackgroundProcess, ExecResult, FileEntry, OutputCallback
+from service.errors import SandboxError, VerifierError
+from service.sandboxes.base import (
+    HOME,
+    BackgroundProcess,
+    ExecResult,
+    FileEntry,
+    OutputCallback,
+    Reclaimed,
+)
 from service.sandboxes.bwrap import HostView, SandboxLayout, command_tag, sandbox_env
 from service.sandboxes.cgroup import MemoryCgroups
 from service.sandboxes.deadline import wait_or_kill
 from service.sandboxes.hostfs import list_beneath, read_beneath, split_sandbox_path, write_beneath
+from service.sandboxes.hostfs_clear import clear_beneath, make_dirs_beneath
 from service.sandboxes.local_holder import Holder
 from service.sandboxes.local_process import SandboxedProcess
 from service.sandboxes.local_spawner import Spawner
+from service.sandboxes.local_tree import SandboxProcesses, await_exits, kill_tree
 
 __all__ = ["LIFETIME_MARGIN_S", "LocalSandbox", "SandboxCgroup", "remove_tree"]
 
@@ -35,6 +45,9 @@ engine's lifetime counts command budgets, not preparation and file collection.""
 _INLINE_COMMAND_BYTES = 64 * 1024
 """Longer commands go through a file: one argv string may not exceed 128 KiB (E2BIG)."""
 _COMMANDS_DIR = ".rollout-commands"
+_RECLAIM_ROUNDS = 16
+"""Kill rounds (each stops all it finds, then kills them) before processes that keep
+appearing count as the agent's resistance."""
 
 
 def remove_tree(path: Path) -> None:
@@ -80,6 +93,8 @@ class LocalSandbox:
         self._spawner = spawner
         self._view = view
         self._holder: Holder | None = None
+        self._namespace = ""
+        """Its pid namespace, as /proc names it (`SandboxProcesses`)."""
         self._cgroup = cgroup
         self._output_bytes = output_bytes
         self._roots = {HOME: layout.home, "/tmp": layout.tmp}
@@ -125,6 +140,9 @@ class LocalSandbox:
         """Wait until the spawner has made the sandbox and entered it."""
         init, unjoined = await self._spawner.ready()
         self._holder = Holder(init)
+        self._namespace = _pid_namespace(init)
+        if not self._holder.alive:  # init's pid may have been another's when it was read
+            raise SandboxError(f"sandbox {self.id} is gone: the holder of its namespaces exited")
         if unjoined is not None and self._cgroup is not None:
             _log.warning("commands run outside memory cgroup %s: %s", self._cgroup.path, unjoined)
 
@@ -237,6 +255,43 @@ class LocalSandbox:
         except OSError as exc:
             raise SandboxError(f"could not list {directory} in sandbox {self.id}: {exc}") from exc
 
+    async def reclaim(
+        self, *, remove: Sequence[str] = (), empty_dirs: Sequence[str] = ()
+    ) -> Reclaimed:
+        """Kill every process of the sandbox's pid namespace but its init and holder
+        (`local_tree.SandboxProcesses`), then clear paths host-side (`hostfs_clear`)."""
+        self._check_alive()
+        killed = await self._kill_commands()
+        paths = [*remove, *empty_dirs]
+        targets = [(path, split_sandbox_path(path, self._roots)) for path in paths]
+        made = [split_sandbox_path(path, self._roots) for path in empty_dirs]
+        try:
+            removed = await asyncio.to_thread(self._clear, targets, made)
+        except OSError as exc:
+            raise SandboxError(f"could not clear paths in sandbox {self.id}: {exc}") from exc
+        return Reclaimed(killed, removed)
+
+    async def _kill_commands(self) -> int:
+        selection = SandboxProcesses(self._namespace)
+        killed = 0
+        for _ in range(_RECLAIM_ROUNDS):
+            pidfds = await asyncio.to_thread(kill_tree, selection)
+            if not pidfds:
+                return killed
+            killed += len(pidfds)
+            await await_exits(pidfds)
+        raise VerifierError(f"the agent's processes kept forking after {killed} were killed")
+
+    def _clear(
+        self,
+        targets: list[tuple[str, tuple[Path, tuple[str, ...]]]],
+        made: list[tuple[Path, tuple[str, ...]]],
+    ) -> tuple[str, ...]:
+        removed = tuple(path for path, (root, parts) in targets if clear_beneath(root, parts))
+        for root, parts in made:
+            make_dirs_beneath(root, parts, self._layout.uid)
+        return removed
+
     async def kill(self) -> None:
         """Kill every process of the sandbox and remove its directories. Never raises."""
         await asyncio.shield(self._begin_teardown())
@@ -257,3 +312,13 @@ class LocalSandbox:
             await self._cgroup.remove()
         await asyncio.to_thread(remove_tree, self._layout.root)
         self._on_gone()
+
+
+def _pid_namespace(init_pidfd: int) -> str:
+    """The pid namespace of the process behind a pidfd, as /proc/<pid>/ns/pid names it."""
+    try:
+        with open(f"/proc/self/fdinfo/{init_pidfd}") as info:
+            fields = dict(line.split(":", 1) for line in info if ":" in line)
+        return os.readlink(f"/proc/{int(fields['Pid'])}/ns/pid")
+    except (OSError, KeyError, ValueError):
+        return ""  # init is gone: `Holder.alive` says so

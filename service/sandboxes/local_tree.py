@@ -1,10 +1,15 @@
-"""Finding and killing every process of one local sandbox command, from the host.
+"""Finding and killing processes of a local sandbox from the host: one command's, or all.
 
 A command's processes are its first process (the leader, forked by the sandbox's
 spawner), the leader's session, every descendant of theirs, and, when privileges drop,
 every process of the sandbox's uid carrying the command's supplementary group
 (`bwrap.command_tag`): a daemon that left the session and was orphaned still carries it,
 and no sandboxed process can shed it.
+
+All of a sandbox's processes (`SandboxProcesses`) are every member of its pid namespace
+and every descendant of one (a namespace nested inside included), but for its init and
+holder: whatever a command started, however it hid (setsid, double fork, SIGTERM
+ignored, another uid), lives in that namespace, which no process can leave.
 """
 
 from __future__ import annotations
@@ -13,10 +18,20 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-__all__ = ["ProcessInfo", "ProcessTree", "await_exits", "kill_tree", "process_info", "processes"]
+__all__ = [
+    "ProcessInfo",
+    "ProcessTree",
+    "SandboxProcesses",
+    "await_exits",
+    "kill_tree",
+    "process_info",
+    "processes",
+]
 
 _EXIT_WAIT_S = 10.0
 _STOP_ROUNDS = 8
@@ -30,6 +45,10 @@ class ProcessInfo:
     session: int
     uid: int
     groups: frozenset[int]
+    inner_pid: int
+    """Its pid in its own pid namespace (the host pid outside any)."""
+    zombie: bool
+    """Exited, not yet reaped: nothing left to kill."""
 
 
 def process_info(pid: int) -> ProcessInfo:
@@ -38,7 +57,10 @@ def process_info(pid: int) -> ProcessInfo:
     )
     groups = frozenset(int(gid) for gid in fields["Groups"].split())
     parent, session = int(fields["PPid"]), int(fields["NSsid"].split()[0])
-    return ProcessInfo(parent, session, int(fields["Uid"].split()[0]), groups)
+    inner_pid = int(fields["NSpid"].split()[-1])
+    zombie = fields["State"].split()[0] in {"Z", "X"}
+    uid = int(fields["Uid"].split()[0])
+    return ProcessInfo(parent, session, uid, groups, inner_pid, zombie)
 
 
 def processes() -> dict[int, ProcessInfo]:
@@ -50,6 +72,18 @@ def processes() -> dict[int, ProcessInfo]:
     return found
 
 
+class Selection(Protocol):
+    """Which processes `kill_tree` kills."""
+
+    def find(self, processes: dict[int, ProcessInfo]) -> set[int]:
+        """The selected pids among `processes` (all of the host's)."""
+        ...
+
+    def owns(self, pid: int, info: ProcessInfo, found: set[int]) -> bool:
+        """Whether `pid` is selected, given the pids `found` so far."""
+        ...
+
+
 @dataclass(frozen=True)
 class ProcessTree:
     """A command's processes: its first (`leader`), its session, its descendants, and every
@@ -59,24 +93,63 @@ class ProcessTree:
     owner: tuple[int, int] | None
     """(uid, tag) of the command's processes; None when privileges do not drop."""
 
-    def owns(self, info: ProcessInfo, found: set[int]) -> bool:
+    def owns(self, pid: int, info: ProcessInfo, found: set[int]) -> bool:
         tagged = self.owner is not None and (
             info.uid == self.owner[0] and self.owner[1] in info.groups
         )
-        return tagged or info.session == self.leader or info.parent in found
+        return pid == self.leader or tagged or info.session == self.leader or info.parent in found
 
     def find(self, processes: dict[int, ProcessInfo]) -> set[int]:
-        found = {self.leader}
-        for _ in range(len(processes)):
-            more = {pid for pid, info in processes.items() if self.owns(info, found)} - found
-            if not more:
-                break
-            found |= more
-        return found
+        return _closure({self.leader}, processes, self.owns)
 
 
-def kill_tree(tree: ProcessTree) -> list[int]:
-    """SIGKILL a command's processes; returns the pidfds of those signalled.
+@dataclass(frozen=True)
+class SandboxProcesses:
+    """Every process of a sandbox but its init and holder (pids 1 and 2 of its namespace)."""
+
+    namespace: str
+    """The sandbox's pid namespace, as /proc/<init>/ns/pid names it (`pid:[inode]`)."""
+
+    def _member(self, pid: int) -> bool:
+        try:
+            return os.readlink(f"/proc/{pid}/ns/pid") == self.namespace
+        except OSError:
+            return False
+
+    def owns(self, pid: int, info: ProcessInfo, found: set[int]) -> bool:
+        if info.zombie:
+            return False
+        if info.parent in found:  # a nested namespace's processes descend from a member
+            return True
+        return self._member(pid) and info.inner_pid > _HOLDER_PID
+
+    def find(self, processes: dict[int, ProcessInfo]) -> set[int]:
+        members = {pid for pid in processes if self._member(pid)}
+        spared = {pid for pid in members if processes[pid].inner_pid <= _HOLDER_PID}
+        found = _closure(members, processes, self.owns)
+        return {pid for pid in found - spared if not processes[pid].zombie}
+
+
+_HOLDER_PID = 2
+"""The holder's pid in its sandbox's namespace; bwrap's init is 1 (`bwrap.holder_argv`)."""
+
+
+def _closure(
+    seed: set[int],
+    processes: dict[int, ProcessInfo],
+    owns: Callable[[int, ProcessInfo, set[int]], bool],
+) -> set[int]:
+    found = set(seed)
+    for _ in range(len(processes)):
+        more = {pid for pid, info in processes.items() if owns(pid, info, found)} - found
+        if not more:
+            break
+        found |= more
+    return found
+
+
+def kill_tree(tree: Selection) -> list[int]:
+    """SIGKILL the selected processes; returns the pidfds of those signalled.
 
     Everything found is stopped first, and /proc read again, so nothing forked meanwhile
     escapes. Without a tag (an unprivileged server), a daemon (setsid, orphaned) escapes
@@ -92,7 +165,7 @@ def kill_tree(tree: ProcessTree) -> list[int]:
             with contextlib.suppress(OSError, ValueError, KeyError, IndexError):
                 pidfd = os.pidfd_open(pid)
                 pinned[pid] = pidfd
-                if pid == tree.leader or tree.owns(process_info(pid), found):  # pid now pinned
+                if tree.owns(pid, process_info(pid), found):  # the pid is pinned now
                     signal.pidfd_send_signal(pidfd, signal.SIGSTOP)
                 else:
                     os.close(pinned.pop(pid))
