@@ -3,19 +3,14 @@ influence what the verifier reads, nor turn its loss into an infrastructure fail
 
 from __future__ import annotations
 
-import base64
-
 import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from tests.e2e.cheats import DAEMON, FORGE, HIDDEN, failing_task, notices
 from tests.e2e.specs import command_spec
 
 pytestmark = pytest.mark.e2e
-
-_HIDDEN = "tests/test_hidden.sh"
-_FAILING_TEST = {_HIDDEN: base64.b64encode(b"exit 1\n").decode()}
-_FORGE = "mkdir -p ~/logs/verifier && echo 1 > ~/logs/verifier/reward.txt"
 
 
 async def run(stub: pb_grpc.RolloutServiceAsyncStub, spec: pb.RolloutSpec) -> pb.Rollout:
@@ -23,25 +18,12 @@ async def run(stub: pb_grpc.RolloutServiceAsyncStub, spec: pb.RolloutSpec) -> pb
     return response.rollout
 
 
-async def notices(stub: pb_grpc.RolloutServiceAsyncStub, rollout_id: str) -> dict[str, str]:
-    """topic -> message of the rollout's notices."""
-    request = pb.WatchRolloutRequest(rollout_id=rollout_id)
-    events = [response.event async for response in stub.WatchRollout(request)]
-    return {e.notice.topic: e.notice.message for e in events if e.HasField("notice")}
-
-
-def failing_task(agent: str, **task: object) -> pb.RolloutSpec:
-    """A task whose hidden test fails whatever the agent does, unless the agent cheats."""
-    fields = {"verifierFiles": _FAILING_TEST, **task}
-    return command_spec(agent, verify=(f"bash {_HIDDEN}",), task=fields)
-
-
 @pytest.mark.parametrize("source", ["default", "REWARD_SOURCE_FILE"])
 async def test_a_reward_the_agent_wrote_is_never_read(
     stub: pb_grpc.RolloutServiceAsyncStub, source: str
 ) -> None:
     task = {} if source == "default" else {"rewardSource": source}
-    rollout = await run(stub, failing_task(_FORGE, **task))
+    rollout = await run(stub, failing_task(FORGE, **task))
     if source == "default":
         assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error
         assert rollout.result.reward == 0.0  # passed/total: the hidden test failed
@@ -54,24 +36,13 @@ async def test_a_reward_the_agent_wrote_is_never_read(
     assert "reward.txt" in found["verifier.leftovers"]
 
 
-_DAEMON_LOOP = (
-    "trap '' TERM HUP INT; "
-    "while :; do "
-    f"if [ -f {_HIDDEN} ]; then cp {_HIDDEN} stolen.txt; echo 'exit 0' > {_HIDDEN}; "
-    f"{_FORGE}; fi; sleep 0.01; done"
-)
-_DAEMON = f"( ( setsid bash -c \"{_DAEMON_LOOP}\" >/dev/null 2>&1 & ) & ); sleep 0.2"
-"""A daemon that left the session, was double-forked, ignores SIGTERM, and waits for the
-hidden test to appear, to copy it out, replace it and forge the reward."""
-
-
 @pytest.mark.parametrize("started_by", ["agent", "setup"])
 async def test_a_daemon_cannot_touch_the_verifier_files(
     stub: pb_grpc.RolloutServiceAsyncStub, started_by: str
 ) -> None:
-    agent, setup = (_DAEMON, ()) if started_by == "agent" else ("true", (_DAEMON,))
+    agent, setup = (DAEMON, ()) if started_by == "agent" else ("true", (DAEMON,))
     spec = failing_task(agent, setup=list(setup))
-    spec.task.verify[:] = [f"sleep 1; bash {_HIDDEN}"]  # time enough for a live daemon
+    spec.task.verify[:] = [f"sleep 1; bash {HIDDEN}"]  # time enough for a live daemon
 
     rollout = await run(stub, spec)
 
@@ -83,15 +54,15 @@ async def test_a_daemon_cannot_touch_the_verifier_files(
 
 
 _IN_THE_WAY = {
-    "a directory at the file's path": f"mkdir -p {_HIDDEN}/inner && touch {_HIDDEN}/inner/x",
+    "a directory at the file's path": f"mkdir -p {HIDDEN}/inner && touch {HIDDEN}/inner/x",
     "a file where its directory goes": "echo no > tests",
-    "a link at the file's path": f"mkdir tests && ln -s /etc/hostname {_HIDDEN}",
+    "a link at the file's path": f"mkdir tests && ln -s /etc/hostname {HIDDEN}",
     "a link where its directory goes": "ln -s /etc tests",
     "a read-only file in a read-only directory": (
-        f"mkdir tests && echo 'exit 0' > {_HIDDEN} && chmod 444 {_HIDDEN} && chmod 555 tests"
+        f"mkdir tests && echo 'exit 0' > {HIDDEN} && chmod 444 {HIDDEN} && chmod 555 tests"
     ),
     "a directory too deep to recurse into": (
-        f"d={_HIDDEN}; for i in $(seq 1200); do d=$d/d; done; mkdir -p $d"
+        f"d={HIDDEN}; for i in $(seq 1200); do d=$d/d; done; mkdir -p $d"
     ),
 }
 
