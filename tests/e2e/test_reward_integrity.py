@@ -3,6 +3,7 @@ influence what the verifier reads, nor turn its loss into an infrastructure fail
 
 from __future__ import annotations
 
+import grpc
 import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
@@ -117,3 +118,22 @@ async def test_harbor_reward_json_reward_is_the_key_the_spec_names(
     rollout = await run(stub, spec)
     assert rollout.result.reward == 0.25
     assert dict(rollout.result.metrics) == {"accuracy": 0.5, "f1": 0.25}
+
+
+async def test_a_reward_key_with_commands_as_the_source_is_invalid_argument(
+    stub: pb_grpc.RolloutServiceAsyncStub,
+) -> None:
+    task = {"rewardKey": "f1", "rewardSource": "REWARD_SOURCE_COMMANDS"}
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await run(stub, command_spec(verify=("true",), task=task))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "spec.task.reward_key" in (caught.value.details() or "")
+
+
+async def test_commands_as_the_source_ignore_a_reward_file(
+    stub: pb_grpc.RolloutServiceAsyncStub,
+) -> None:
+    write = "echo 1 > ~/logs/verifier/reward.txt"
+    spec = command_spec(verify=(write, "false"), task={"rewardSource": "REWARD_SOURCE_COMMANDS"})
+    rollout = await run(stub, spec)
+    assert rollout.result.reward == 0.5
