@@ -57,12 +57,15 @@ set -- $killed
 echo "killed $#"
 [ -n "$victims" ] && exit RESISTED
 owner=$(stat -c %u:%g HOME_DIR)
+step() {  # moves the first component of the caller's $rest onto its $p
+  local part=${rest%%/*}
+  if [ "$part" = "$rest" ]; then rest=""; else rest=${rest#*/}; fi
+  p="$p/$part"
+}
 clear_path() {
-  local p="" rest="${1#/}" part
+  local p="" rest="${1#/}"
   while [ -n "$rest" ]; do
-    part=${rest%%/*}
-    if [ "$part" = "$rest" ]; then rest=""; else rest=${rest#*/}; fi
-    p="$p/$part"
+    step
     if [ -z "$rest" ]; then
       if [ -e "$p" ] || [ -L "$p" ]; then rm -rf -- "$p" || exit STUCK; return 0; fi
       return 1
@@ -76,11 +79,9 @@ clear_path() {
   return 1
 }
 make_dir() {
-  local p="" rest="${1#/}" part
+  local p="" rest="${1#/}"
   while [ -n "$rest" ]; do
-    part=${rest%%/*}
-    if [ "$part" = "$rest" ]; then rest=""; else rest=${rest#*/}; fi
-    p="$p/$part"
+    step
     [ -d "$p" ] || { mkdir -- "$p" && chown "$owner" -- "$p"; } || exit STUCK
   done
 }

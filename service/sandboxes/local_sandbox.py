@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -34,7 +33,7 @@ from service.sandboxes.hostfs_clear import clear_beneath, make_dirs_beneath
 from service.sandboxes.local_holder import Holder
 from service.sandboxes.local_process import SandboxedProcess
 from service.sandboxes.local_spawner import Spawner
-from service.sandboxes.local_tree import SandboxProcesses, await_exits, kill_tree
+from service.sandboxes.local_tree import SandboxProcesses, kill_all
 
 __all__ = ["LIFETIME_MARGIN_S", "LocalSandbox", "SandboxCgroup", "remove_tree"]
 
@@ -94,7 +93,6 @@ class LocalSandbox:
         self._view = view
         self._holder: Holder | None = None
         self._namespace = ""
-        """Its pid namespace, as /proc names it (`SandboxProcesses`)."""
         self._cgroup = cgroup
         self._output_bytes = output_bytes
         self._roots = {HOME: layout.home, "/tmp": layout.tmp}
@@ -140,9 +138,7 @@ class LocalSandbox:
         """Wait until the spawner has made the sandbox and entered it."""
         init, unjoined = await self._spawner.ready()
         self._holder = Holder(init)
-        self._namespace = _pid_namespace(init)
-        if not self._holder.alive:  # init's pid may have been another's when it was read
-            raise SandboxError(f"sandbox {self.id} is gone: the holder of its namespaces exited")
+        self._namespace = self._holder.pid_namespace()
         if unjoined is not None and self._cgroup is not None:
             _log.warning("commands run outside memory cgroup %s: %s", self._cgroup.path, unjoined)
 
@@ -272,15 +268,12 @@ class LocalSandbox:
         return Reclaimed(killed, removed)
 
     async def _kill_commands(self) -> int:
-        selection = SandboxProcesses(self._namespace)
-        killed = 0
-        for _ in range(_RECLAIM_ROUNDS):
-            pidfds = await asyncio.to_thread(kill_tree, selection)
-            if not pidfds:
-                return killed
-            killed += len(pidfds)
-            await await_exits(pidfds)
-        raise VerifierError(f"the agent's processes kept forking after {killed} were killed")
+        if not (self._namespace and self.alive):
+            raise SandboxError(f"sandbox {self.id} is gone: the holder of its namespaces exited")
+        killed, done = await kill_all(SandboxProcesses(self._namespace), _RECLAIM_ROUNDS)
+        if not done:  # the agent's doing: never SANDBOX
+            raise VerifierError(f"the agent's processes kept forking after {killed} were killed")
+        return killed
 
     def _clear(
         self,
@@ -312,13 +305,3 @@ class LocalSandbox:
             await self._cgroup.remove()
         await asyncio.to_thread(remove_tree, self._layout.root)
         self._on_gone()
-
-
-def _pid_namespace(init_pidfd: int) -> str:
-    """The pid namespace of the process behind a pidfd, as /proc/<pid>/ns/pid names it."""
-    try:
-        with open(f"/proc/self/fdinfo/{init_pidfd}") as info:
-            fields = dict(line.split(":", 1) for line in info if ":" in line)
-        return os.readlink(f"/proc/{int(fields['Pid'])}/ns/pid")
-    except (OSError, KeyError, ValueError):
-        return ""  # init is gone: `Holder.alive` says so

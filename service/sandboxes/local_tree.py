@@ -28,6 +28,7 @@ __all__ = [
     "ProcessTree",
     "SandboxProcesses",
     "await_exits",
+    "kill_all",
     "kill_tree",
     "process_info",
     "processes",
@@ -173,6 +174,21 @@ def kill_tree(tree: Selection) -> list[int]:
         with contextlib.suppress(OSError):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     return list(pinned.values())
+
+
+async def kill_all(selection: Selection, rounds: int) -> tuple[int, bool]:
+    """Kill the selected processes and wait for them, again until a round finds none.
+
+    Returns how many were killed, and whether a round found none within `rounds`.
+    """
+    killed = 0
+    for _ in range(rounds):
+        pidfds = await asyncio.to_thread(kill_tree, selection)
+        if not pidfds:
+            return killed, True
+        killed += len(pidfds)
+        await await_exits(pidfds)
+    return killed, False
 
 
 async def await_exits(pidfds: list[int], timeout_s: float = _EXIT_WAIT_S) -> None:
