@@ -32,8 +32,8 @@ from service.sandboxes.hostfs import list_beneath, read_beneath, split_sandbox_p
 from service.sandboxes.hostfs_clear import clear_beneath, make_dirs_beneath
 from service.sandboxes.local_holder import Holder
 from service.sandboxes.local_process import SandboxedProcess
+from service.sandboxes.local_reclaim import SandboxProcesses, kill_all
 from service.sandboxes.local_spawner import Spawner
-from service.sandboxes.local_tree import SandboxProcesses, kill_all
 
 __all__ = ["LIFETIME_MARGIN_S", "LocalSandbox", "SandboxCgroup", "remove_tree"]
 
