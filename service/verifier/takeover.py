@@ -1,7 +1,8 @@
 """Taking the sandbox back from the agent before verification, and what is reported of it.
 
 Once the agent has finished, and before any verifier file exists in the sandbox
-(`Sandbox.reclaim` does all of it, in this order):
+(`Sandbox.reclaim`, in this order; what the agent left is listed, for the notice, only
+once its processes are dead, so none can disturb the listing):
 
 1. every process the agent or the setup commands started is killed, daemons included,
    so nothing of the agent's runs while the verifier does;
@@ -30,17 +31,19 @@ _NAMED_AT_MOST = 10
 async def take_back(sandbox: Sandbox, verifier_files: Iterable[str]) -> list[Notice]:
     """Reclaim the sandbox for verification; the notices say what was found."""
     files = sorted(verifier_files)
+    killed = (await sandbox.reclaim()).processes  # first: nothing may disturb the listing
     left = await sandbox.list_files(VERIFIER_DIR, max_entries=_NAMED_AT_MOST)
     reclaimed = await sandbox.reclaim(
         remove=[f"{WORKDIR}/{path}" for path in files], empty_dirs=[VERIFIER_DIR]
     )
+    killed += reclaimed.processes
     notices = []
-    if reclaimed.processes:
+    if killed:
         notices.append(
             Notice(
                 topic="verifier.processes_killed",
-                message=f"killed {reclaimed.processes} processes still running after the "
-                "agent, before verification",
+                message=f"killed {killed} processes still running after the agent, "
+                "before verification",
             )
         )
     if VERIFIER_DIR in reclaimed.removed:
