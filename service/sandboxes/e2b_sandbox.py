@@ -57,6 +57,7 @@ lost stream, never the one that fires first."""
 GONE_AFTER_FAILURES = 3
 """Consecutive failed health probes after which a sandbox counts as gone."""
 RECLAIM_TIMEOUT_S = 120.0
+"""Budget of one run of the reclaim script (killing a fork bomb's worth, removing trees)."""
 
 
 def _in_own_session(command: str) -> str:

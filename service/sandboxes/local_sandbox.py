@@ -255,7 +255,7 @@ class LocalSandbox:
         self, *, remove: Sequence[str] = (), empty_dirs: Sequence[str] = ()
     ) -> Reclaimed:
         """Kill every process of the sandbox's pid namespace but its init and holder
-        (`local_tree.SandboxProcesses`), then clear paths host-side (`hostfs_clear`)."""
+        (`local_reclaim`), then clear paths host-side (`hostfs_clear`)."""
         self._check_alive()
         killed = await self._kill_commands()
         paths = [*remove, *empty_dirs]
