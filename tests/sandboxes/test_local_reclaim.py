@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from service.models import Resources
 from service.sandboxes.base import HOME, VERIFIER_DIR, WORKDIR
 from service.sandboxes.local import LocalSandbox
 from tests.sandboxes.conftest import MakeSandbox, SleepMarker
@@ -86,3 +87,15 @@ async def test_reclaim_empties_a_directory_and_clears_paths_in_the_way(
     )
     assert listed.stdout.split() == ["user", "tests"]  # empty, the sandbox user's; tests/ stays
     await local_sandbox.write_files({f"{WORKDIR}/pkg/module.py": b"ok", f"{HOME}/x": b""})
+
+
+async def test_reclaim_ends_a_fork_bomb(make_local_sandbox: MakeSandbox) -> None:
+    sandbox = await make_local_sandbox("bomb", resources=Resources(max_processes=64))
+    try:
+        await sandbox.exec("(b() { b | b & }; b) >/dev/null 2>&1 &", timeout_s=30)
+        reclaimed = await sandbox.reclaim()
+        assert reclaimed.processes > 0
+        left = await sandbox.exec("ps -e --no-headers | wc -l", timeout_s=30)
+        assert left.stdout.strip() == "5"  # init, holder, and this bash, ps and wc
+    finally:
+        await sandbox.kill()
