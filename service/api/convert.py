@@ -17,8 +17,10 @@ from service.models import (
     CommandResult,
     EndpointSpec,
     NetworkPolicy,
+    Notice,
     PhaseChanged,
     Resources,
+    RewardSource,
     Rollout,
     RolloutEvent,
     RolloutResult,
@@ -88,6 +90,10 @@ def spec_from_proto(message: pb.RolloutSpec) -> RolloutSpec:
             verify=tuple(task.verify),
             files=dict(task.files),
             verifier_files=dict(task.verifier_files),
+            reward_source=_enum_from_proto(
+                task.reward_source, "RewardSource", RewardSource, RewardSource.AUTO
+            ),
+            reward_key=task.reward_key,
         ),
         agent=AgentSpec(
             name=agent.name or "command",
@@ -157,6 +163,8 @@ def _spec_to_proto(spec: RolloutSpec) -> pb.RolloutSpec:
             verify=spec.task.verify,
             files=spec.task.files,
             verifier_files=spec.task.verifier_files,
+            reward_source=_enum_to_proto(spec.task.reward_source, "RewardSource"),  # type: ignore[arg-type]
+            reward_key=spec.task.reward_key,
         ),
         agent=pb.Agent(
             name=spec.agent.name, command=spec.agent.command, options=_struct(spec.agent.options)
@@ -309,6 +317,8 @@ def event_to_proto(event: RolloutEvent) -> pb.RolloutEvent:
                 tool_name=payload.tool_name,
             )
         )
+    elif isinstance(payload, Notice):
+        message.notice.CopyFrom(pb.Notice(topic=payload.topic, message=payload.message))
     else:
         message.finished.CopyFrom(rollout_to_proto(payload, slim=True))
     return message

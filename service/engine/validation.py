@@ -7,7 +7,7 @@ from pathlib import PurePosixPath
 
 from service.config import Settings
 from service.errors import FieldViolation, SpecError
-from service.models import CaptureMode, NetworkPolicy, RolloutSpec
+from service.models import CaptureMode, NetworkPolicy, RewardSource, RolloutSpec, TaskSpec
 from service.registry import AGENTS, BACKENDS
 
 __all__ = ["resolved_timeouts", "validate_spec"]
@@ -62,6 +62,16 @@ def _task(spec: RolloutSpec) -> Iterator[FieldViolation]:
                 )
     yield from _files("spec.task.files", task.files)
     yield from _files("spec.task.verifier_files", task.verifier_files)
+    yield from _reward(task)
+
+
+def _reward(task: TaskSpec) -> Iterator[FieldViolation]:
+    if len(task.reward_key) > _MAX_LABEL_CHARS:
+        yield FieldViolation("spec.task.reward_key", f"exceeds {_MAX_LABEL_CHARS} characters")
+    elif task.reward_key and task.reward_source is RewardSource.COMMANDS:
+        yield FieldViolation(
+            "spec.task.reward_key", "names a reward.json key, but reward_source COMMANDS reads none"
+        )
 
 
 def _files(field: str, files: Mapping[str, bytes]) -> Iterator[FieldViolation]:
