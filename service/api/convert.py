@@ -12,6 +12,7 @@ from rollout.v1 import rollout_pb2 as pb
 from service.models import (
     AgentOutput,
     CommandResult,
+    Notice,
     PhaseChanged,
     Rollout,
     RolloutEvent,
@@ -64,6 +65,8 @@ def _spec_to_proto(spec: RolloutSpec) -> pb.RolloutSpec:
             verify=spec.task.verify,
             files=spec.task.files,
             verifier_files=spec.task.verifier_files,
+            reward_source=_enum_to_proto(spec.task.reward_source, "RewardSource"),  # type: ignore[arg-type]
+            reward_key=spec.task.reward_key,
         ),
         agent=pb.Agent(
             name=spec.agent.name, command=spec.agent.command, options=_struct(spec.agent.options)
@@ -216,6 +219,8 @@ def event_to_proto(event: RolloutEvent) -> pb.RolloutEvent:
                 tool_name=payload.tool_name,
             )
         )
+    elif isinstance(payload, Notice):
+        message.notice.CopyFrom(pb.Notice(topic=payload.topic, message=payload.message))
     else:
         message.finished.CopyFrom(rollout_to_proto(payload, slim=True))
     return message

@@ -27,6 +27,7 @@ from service.models import (
     EndpointSpec,
     NetworkPolicy,
     Resources,
+    RewardSource,
     RolloutSpec,
     RolloutStatus,
     SandboxSpec,
@@ -122,6 +123,15 @@ def spec_from_proto(message: pb.RolloutSpec) -> RolloutSpec:
             verify=tuple(task.verify),
             files=dict(task.files),
             verifier_files=dict(task.verifier_files),
+            reward_source=_enum(
+                task.reward_source,
+                pb.RewardSource.DESCRIPTOR,
+                RewardSource,
+                "spec.task.reward_source",
+                violations,
+            )
+            or RewardSource.AUTO,
+            reward_key=task.reward_key,
         ),
         agent=AgentSpec(
             name=agent.name or "command",

@@ -29,6 +29,7 @@ from service.models import (
     CommandStage,
     ErrorKind,
     EventPayload,
+    Notice,
     Phase,
     PhaseChanged,
     Rollout,
@@ -40,6 +41,7 @@ from service.models import (
 from service.sandboxes.base import WORKDIR, Sandbox, SandboxBackend, SandboxRequest
 from service.verifier.commands import run_commands
 from service.verifier.reward import compute_reward
+from service.verifier.takeover import take_back
 
 __all__ = ["ModelAttachment", "RolloutRun"]
 
@@ -122,13 +124,13 @@ class RolloutRun:
     async def _phases(self) -> None:
         self._sandbox = await self._phase(Phase.CREATING_SANDBOX, self._create_sandbox())
         sandbox = self._sandbox
-        async with contextlib.AsyncExitStack() as stack:
+        async with contextlib.AsyncExitStack() as stack:  # model access ends with the agent
             context = await self._phase(Phase.PREPARING_AGENT, self._prepare_agent(sandbox, stack))
             if not await self._phase(Phase.SETUP, self._setup(sandbox)):
                 return
             await self._phase(Phase.AGENT, self._run_agent(sandbox, context))
-            await self._phase(Phase.VERIFYING, self._verify(sandbox))
-            await self._phase(Phase.COLLECTING, self._collect(sandbox))
+        await self._phase(Phase.VERIFYING, self._verify(sandbox))
+        await self._phase(Phase.COLLECTING, self._collect(sandbox))
 
     async def _phase(self, phase: Phase, work: Awaitable[T]) -> T:
         self._enter(phase)
@@ -243,10 +245,18 @@ class RolloutRun:
             self._record(ErrorKind.AGENT_TIMEOUT, f"agent killed at {self._agent_timeout_s:g}s")
 
     async def _verify(self, sandbox: Sandbox) -> None:
-        await _stage(sandbox, self._spec.task.verifier_files)
-        results = await self._commands(sandbox, self._spec.task.verify, CommandStage.VERIFY)
+        """Verify in a sandbox taken back from the agent (`verifier.takeover`); read the
+        reward once what verification started is dead too."""
+        task = self._spec.task
+        for notice in await take_back(sandbox, task.verifier_files):
+            self._publish(notice)
+        await _stage(sandbox, task.verifier_files)
+        results = await self._commands(sandbox, task.verify, CommandStage.VERIFY)
         self.rollout.result.verify_results = results
-        reward = await compute_reward(sandbox, results)
+        await sandbox.reclaim()
+        reward = await compute_reward(sandbox, results, task)
+        if reward.note:
+            self._publish(Notice(topic="verifier.reward_unset", message=reward.note))
         self.rollout.result.reward = reward.value
         self.rollout.result.metrics = reward.metrics
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from service.config import Settings
 from service.engine.task_paths import path_violations
 from service.errors import FieldViolation, SpecError, excerpt
-from service.models import CaptureMode, NetworkPolicy, RolloutSpec
+from service.models import CaptureMode, NetworkPolicy, RewardSource, RolloutSpec, TaskSpec
 from service.registry import AGENTS, BACKENDS
 
 __all__ = [
@@ -124,6 +124,16 @@ def _task(spec: RolloutSpec) -> Iterator[FieldViolation]:
         if len(files) > _MAX_FILES:
             yield FieldViolation(field, f"has more than {_MAX_FILES} files")
     yield from path_violations(task.files, task.verifier_files)
+    yield from _reward(task)
+
+
+def _reward(task: TaskSpec) -> Iterator[FieldViolation]:
+    violations = text_violations("spec.task.reward_key", task.reward_key, _MAX_LABEL_BYTES)
+    yield from violations
+    if not violations and task.reward_key and task.reward_source is RewardSource.COMMANDS:
+        yield FieldViolation(
+            "spec.task.reward_key", "names a reward.json key, but reward_source COMMANDS reads none"
+        )
 
 
 def _agent(spec: RolloutSpec) -> Iterator[FieldViolation]:

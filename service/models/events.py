@@ -38,7 +38,15 @@ class AgentOutput(BaseModel):
     tool_name: str = ""
 
 
-EventPayload = PhaseChanged | CommandResult | Turn | AgentOutput | Rollout
+class Notice(BaseModel):
+    """Something the service did or decided about a rollout that is not a failure."""
+
+    topic: str
+    """A stable dotted name, e.g. "verifier.leftovers"."""
+    message: str
+
+
+EventPayload = PhaseChanged | CommandResult | Turn | AgentOutput | Notice | Rollout
 
 
 class RolloutEvent(BaseModel):

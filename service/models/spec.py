@@ -30,6 +30,17 @@ class CaptureMode(StrEnum):
     BLACK_BOX = "black_box"
 
 
+class RewardSource(StrEnum):
+    """Where a task's reward comes from (`service.verifier.reward`)."""
+
+    AUTO = "auto"
+    """A reward file if the verifier wrote one, else passed/total of the verify commands."""
+    FILE = "file"
+    """A reward file, which the verifier must write (Harbor tasks)."""
+    COMMANDS = "commands"
+    """Passed/total of the verify commands; reward files are not read."""
+
+
 class TaskSpec(_Model):
     """The task: prompt, commands around the agent, and files."""
 
@@ -43,6 +54,10 @@ class TaskSpec(_Model):
     """Workdir-relative files staged before setup."""
     verifier_files: dict[str, bytes] = Field(default_factory=dict)
     """Workdir-relative files staged only after the agent has finished."""
+    reward_source: RewardSource = RewardSource.AUTO
+    """Where the reward comes from."""
+    reward_key: str = ""
+    """The key of reward.json that is the reward when it has no "reward" key."""
 
 
 class AgentSpec(_Model):

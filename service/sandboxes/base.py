@@ -6,7 +6,7 @@ Every path a backend is given is an absolute path inside the sandbox.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -19,12 +19,14 @@ __all__ = [
     "PROXY_SOCKET",
     "REWARD_JSON",
     "REWARD_TXT",
+    "VERIFIER_DIR",
     "WORKDIR",
     "BackgroundProcess",
     "ExecResult",
     "FileEntry",
     "OutputCallback",
     "OutputStream",
+    "Reclaimed",
     "Sandbox",
     "SandboxBackend",
     "SandboxRequest",
@@ -34,10 +36,12 @@ HOME = "/home/user"
 """The sandbox user's home; private to the rollout."""
 WORKDIR = f"{HOME}/workdir"
 """Where task files are staged and every command runs."""
-REWARD_TXT = f"{HOME}/logs/verifier/reward.txt"
+VERIFIER_DIR = f"{HOME}/logs/verifier"
+"""The verifier's output directory, made fresh and empty by the service before verification."""
+REWARD_TXT = f"{VERIFIER_DIR}/reward.txt"
 """A float written here by a verify command is the reward."""
-REWARD_JSON = f"{HOME}/logs/verifier/reward.json"
-"""Else `reward` here is the reward and other numeric keys are metrics."""
+REWARD_JSON = f"{VERIFIER_DIR}/reward.json"
+"""Else the reward and metrics are read from here (`service.verifier.reward`)."""
 PROXY_SOCKET = "/run/rollout/proxy.sock"
 """Where the local backend binds the capture proxy's Unix socket inside the sandbox."""
 LIST_MAX_DEPTH = 64
@@ -76,6 +80,16 @@ class FileEntry:
     """Relative to the listed directory, "/"-separated; valid UTF-8."""
     size: int
     """Bytes, when it was listed."""
+
+
+@dataclass(frozen=True)
+class Reclaimed:
+    """What `Sandbox.reclaim` found and removed."""
+
+    processes: int
+    """Processes killed."""
+    removed: tuple[str, ...]
+    """The paths asked for at which something was removed."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +159,19 @@ class Sandbox(Protocol):
         LIST_MAX_DEPTH components. Of the rest, the listing is a prefix of the sorted whole
         (`LC_ALL=C sort`): at most `max_entries` entries, fewer where a backend's walk
         reaches a bound of its own (see the backend). A missing directory lists as empty.
+        """
+        ...
+
+    async def reclaim(
+        self, *, remove: Sequence[str] = (), empty_dirs: Sequence[str] = ()
+    ) -> Reclaimed:
+        """Take the sandbox back from its commands before trusting what it holds.
+
+        Kills every process any command started, however it hid (new session, double
+        fork, signals ignored, sudo), and waits until they are gone; the sandbox's own
+        machinery lives on. Then removes whatever is at each path of `remove` and of
+        `empty_dirs`, and every non-directory on the way to one, never following a link;
+        last, makes each of `empty_dirs` an empty directory the sandbox's user owns.
         """
         ...
 

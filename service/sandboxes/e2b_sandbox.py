@@ -14,6 +14,7 @@ import httpx
 from e2b import (
     AsyncSandbox,
     AuthenticationException,
+    CommandExitException,
     FileNotFoundException,
     InvalidArgumentException,
     SandboxException,
@@ -24,10 +25,11 @@ from e2b.sandbox.sandbox_api import SandboxNetworkUpdate
 from e2b.sandbox_async.commands.command_handle import AsyncCommandHandle
 
 from service.config import Settings
-from service.errors import SandboxError
-from service.sandboxes.base import WORKDIR, ExecResult, FileEntry, OutputCallback
+from service.errors import SandboxError, VerifierError
+from service.sandboxes.base import WORKDIR, ExecResult, FileEntry, OutputCallback, Reclaimed
 from service.sandboxes.deadline import wait_or_kill
 from service.sandboxes.e2b_process import E2BProcess, TextOutput
+from service.sandboxes.e2b_reclaim import RESISTED, STUCK, reclaim_runs
 from service.sandboxes.find_listing import list_by_find
 
 __all__ = ["KILL_TIMEOUT_S", "SDK_ERRORS", "E2BSandbox"]
@@ -54,6 +56,8 @@ ENVD_DEADLINE_GRACE_S = 5.0
 lost stream, never the one that fires first."""
 GONE_AFTER_FAILURES = 3
 """Consecutive failed health probes after which a sandbox counts as gone."""
+RECLAIM_TIMEOUT_S = 120.0
+"""Budget of one run of the reclaim script (killing a fork bomb's worth, removing trees)."""
 
 
 def _in_own_session(command: str) -> str:
@@ -159,6 +163,28 @@ class E2BSandbox:
             await self._sdk.update_network(network, request_timeout=CONTROL_TIMEOUT_S)
         except SDK_ERRORS as exc:
             raise SandboxError(f"E2B sandbox {self.id}: could not open egress: {exc}") from exc
+
+    async def reclaim(
+        self, *, remove: Sequence[str] = (), empty_dirs: Sequence[str] = ()
+    ) -> Reclaimed:
+        """Kill every process of the VM but init, the kernel's and envd, then clear paths:
+        a root script (`e2b_reclaim`)."""
+        killed, removed = 0, []
+        for run in reclaim_runs(remove, empty_dirs):
+            try:
+                result = await self._sdk.commands.run(
+                    run.command, user="root", timeout=RECLAIM_TIMEOUT_S
+                )
+            except CommandExitException as exc:
+                if exc.exit_code in (RESISTED, STUCK):  # the agent's doing: never SANDBOX
+                    raise VerifierError(f"could not reclaim the sandbox: {exc}") from exc
+                raise SandboxError(f"E2B sandbox {self.id}: could not reclaim: {exc}") from exc
+            except SDK_ERRORS as exc:
+                raise SandboxError(f"E2B sandbox {self.id}: could not reclaim: {exc}") from exc
+            more_killed, more_removed = run.tally(result.stdout)
+            killed += more_killed
+            removed += more_removed
+        return Reclaimed(killed, tuple(removed))
 
     async def kill(self) -> None:
         """Destroy the sandbox. Idempotent; never raises; finishes even if cancelled."""

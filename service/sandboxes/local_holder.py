@@ -13,6 +13,7 @@ process of the sandbox. `--die-with-parent` does the same when the spawner dies.
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import signal
 
@@ -34,6 +35,20 @@ class Holder:
             return False
         readable, _, _ = select.select([self._pidfd], [], [], 0)
         return not readable
+
+    def pid_namespace(self) -> str:
+        """Init's pid namespace, as /proc/<pid>/ns/pid names it; "" once init is gone.
+
+        Read by pid, then checked alive: had init died and its pid been reused meanwhile,
+        the pidfd would say so.
+        """
+        try:
+            with open(f"/proc/self/fdinfo/{self._pidfd}") as info:
+                fields = dict(line.split(":", 1) for line in info if ":" in line)
+            namespace = os.readlink(f"/proc/{int(fields['Pid'])}/ns/pid")
+        except (OSError, KeyError, ValueError):
+            return ""
+        return namespace if self.alive else ""
 
     async def kill(self) -> None:
         """Kill every process of the sandbox and wait (a while at most) until init is gone.

@@ -12,18 +12,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from service.errors import SandboxError
-from service.sandboxes.base import HOME, BackgroundProcess, ExecResult, FileEntry, OutputCallback
+from service.errors import SandboxError, VerifierError
+from service.sandboxes.base import (
+    HOME,
+    BackgroundProcess,
+    ExecResult,
+    FileEntry,
+    OutputCallback,
+    Reclaimed,
+)
 from service.sandboxes.bwrap import HostView, SandboxLayout, command_tag, sandbox_env
 from service.sandboxes.cgroup import MemoryCgroups
 from service.sandboxes.deadline import wait_or_kill
 from service.sandboxes.hostfs import list_beneath, read_beneath, split_sandbox_path, write_beneath
+from service.sandboxes.hostfs_clear import clear_beneath, make_dirs_beneath
 from service.sandboxes.local_holder import Holder
 from service.sandboxes.local_process import SandboxedProcess
+from service.sandboxes.local_reclaim import SandboxProcesses, kill_all
 from service.sandboxes.local_spawner import Spawner
 
 __all__ = ["LIFETIME_MARGIN_S", "LocalSandbox", "SandboxCgroup", "remove_tree"]
@@ -35,6 +44,9 @@ engine's lifetime counts command budgets, not preparation and file collection.""
 _INLINE_COMMAND_BYTES = 64 * 1024
 """Longer commands go through a file: one argv string may not exceed 128 KiB (E2BIG)."""
 _COMMANDS_DIR = ".rollout-commands"
+_RECLAIM_ROUNDS = 16
+"""Kill rounds (each stops all it finds, then kills them) before processes that keep
+appearing count as the agent's resistance."""
 
 
 def remove_tree(path: Path) -> None:
@@ -80,6 +92,7 @@ class LocalSandbox:
         self._spawner = spawner
         self._view = view
         self._holder: Holder | None = None
+        self._namespace = ""
         self._cgroup = cgroup
         self._output_bytes = output_bytes
         self._roots = {HOME: layout.home, "/tmp": layout.tmp}
@@ -125,6 +138,7 @@ class LocalSandbox:
         """Wait until the spawner has made the sandbox and entered it."""
         init, unjoined = await self._spawner.ready()
         self._holder = Holder(init)
+        self._namespace = self._holder.pid_namespace()
         if unjoined is not None and self._cgroup is not None:
             _log.warning("commands run outside memory cgroup %s: %s", self._cgroup.path, unjoined)
 
@@ -236,6 +250,40 @@ class LocalSandbox:
             return await asyncio.to_thread(list_beneath, root, parts, max_entries)
         except OSError as exc:
             raise SandboxError(f"could not list {directory} in sandbox {self.id}: {exc}") from exc
+
+    async def reclaim(
+        self, *, remove: Sequence[str] = (), empty_dirs: Sequence[str] = ()
+    ) -> Reclaimed:
+        """Kill every process of the sandbox's pid namespace but its init and holder
+        (`local_reclaim`), then clear paths host-side (`hostfs_clear`)."""
+        self._check_alive()
+        killed = await self._kill_commands()
+        paths = [*remove, *empty_dirs]
+        targets = [(path, split_sandbox_path(path, self._roots)) for path in paths]
+        made = [split_sandbox_path(path, self._roots) for path in empty_dirs]
+        try:
+            removed = await asyncio.to_thread(self._clear, targets, made)
+        except OSError as exc:
+            raise SandboxError(f"could not clear paths in sandbox {self.id}: {exc}") from exc
+        return Reclaimed(killed, removed)
+
+    async def _kill_commands(self) -> int:
+        if not (self._namespace and self.alive):
+            raise SandboxError(f"sandbox {self.id} is gone: the holder of its namespaces exited")
+        killed, done = await kill_all(SandboxProcesses(self._namespace), _RECLAIM_ROUNDS)
+        if not done:  # the agent's doing: never SANDBOX
+            raise VerifierError(f"the agent's processes kept forking after {killed} were killed")
+        return killed
+
+    def _clear(
+        self,
+        targets: list[tuple[str, tuple[Path, tuple[str, ...]]]],
+        made: list[tuple[Path, tuple[str, ...]]],
+    ) -> tuple[str, ...]:
+        removed = tuple(path for path, (root, parts) in targets if clear_beneath(root, parts))
+        for root, parts in made:
+            make_dirs_beneath(root, parts, self._layout.uid)
+        return removed
 
     async def kill(self) -> None:
         """Kill every process of the sandbox and remove its directories. Never raises."""

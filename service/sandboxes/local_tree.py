@@ -15,8 +15,17 @@ import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-__all__ = ["ProcessInfo", "ProcessTree", "await_exits", "kill_tree", "process_info", "processes"]
+__all__ = [
+    "ProcessInfo",
+    "ProcessTree",
+    "Selection",
+    "await_exits",
+    "kill_tree",
+    "process_info",
+    "processes",
+]
 
 _EXIT_WAIT_S = 10.0
 _STOP_ROUNDS = 8
@@ -50,6 +59,18 @@ def processes() -> dict[int, ProcessInfo]:
     return found
 
 
+class Selection(Protocol):
+    """Which processes `kill_tree` kills (`ProcessTree`, `local_reclaim.SandboxProcesses`)."""
+
+    def find(self) -> set[int]:
+        """The pids selected now."""
+        ...
+
+    def owns(self, pid: int, found: set[int]) -> bool:
+        """Whether `pid` is selected, given the pids `found` so far."""
+        ...
+
+
 @dataclass(frozen=True)
 class ProcessTree:
     """A command's processes: its first (`leader`), its session, its descendants, and every
@@ -59,24 +80,28 @@ class ProcessTree:
     owner: tuple[int, int] | None
     """(uid, tag) of the command's processes; None when privileges do not drop."""
 
-    def owns(self, info: ProcessInfo, found: set[int]) -> bool:
+    def _owns(self, info: ProcessInfo, found: set[int]) -> bool:
         tagged = self.owner is not None and (
             info.uid == self.owner[0] and self.owner[1] in info.groups
         )
         return tagged or info.session == self.leader or info.parent in found
 
-    def find(self, processes: dict[int, ProcessInfo]) -> set[int]:
+    def owns(self, pid: int, found: set[int]) -> bool:
+        return pid == self.leader or self._owns(process_info(pid), found)
+
+    def find(self) -> set[int]:
+        everyone = processes()
         found = {self.leader}
-        for _ in range(len(processes)):
-            more = {pid for pid, info in processes.items() if self.owns(info, found)} - found
+        for _ in range(len(everyone)):
+            more = {pid for pid, info in everyone.items() if self._owns(info, found)} - found
             if not more:
                 break
             found |= more
         return found
 
 
-def kill_tree(tree: ProcessTree) -> list[int]:
-    """SIGKILL a command's processes; returns the pidfds of those signalled.
+def kill_tree(tree: Selection) -> list[int]:
+    """SIGKILL the selected processes (a command's); returns the pidfds of those signalled.
 
     Everything found is stopped first, and /proc read again, so nothing forked meanwhile
     escapes. Without a tag (an unprivileged server), a daemon (setsid, orphaned) escapes
@@ -84,7 +109,7 @@ def kill_tree(tree: ProcessTree) -> list[int]:
     """
     pinned: dict[int, int] = {}
     for _ in range(_STOP_ROUNDS):
-        found = tree.find(processes())
+        found = tree.find()
         new = found - pinned.keys()
         if not new:
             break
@@ -92,7 +117,7 @@ def kill_tree(tree: ProcessTree) -> list[int]:
             with contextlib.suppress(OSError, ValueError, KeyError, IndexError):
                 pidfd = os.pidfd_open(pid)
                 pinned[pid] = pidfd
-                if pid == tree.leader or tree.owns(process_info(pid), found):  # pid now pinned
+                if tree.owns(pid, found):  # the pid is pinned now
                     signal.pidfd_send_signal(pidfd, signal.SIGSTOP)
                 else:
                     os.close(pinned.pop(pid))

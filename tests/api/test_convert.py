@@ -12,6 +12,8 @@ from service.api.inbound import spec_from_proto
 from service.models import (
     CaptureMode,
     NetworkPolicy,
+    Notice,
+    RewardSource,
     Rollout,
     RolloutEvent,
     RolloutResult,
@@ -26,6 +28,8 @@ REQUEST = {
         "verify": ["b"],
         "files": {"x.txt": "aGk="},
         "verifierFiles": {"t.py": "dA=="},
+        "rewardSource": "REWARD_SOURCE_FILE",
+        "rewardKey": "f1",
     },
     "agent": {"name": "opencode", "options": {"disabled_tools": ["bash"]}},
     "endpoint": {"kind": "vllm", "baseUrl": "http://h/v1", "apiKey": "sk-secret", "model": "m"},
@@ -42,6 +46,7 @@ def test_every_spec_field_reaches_the_domain_model() -> None:
     spec = spec_from_proto(json_format.ParseDict(REQUEST, pb.RolloutSpec()))
     assert spec.task.files == {"x.txt": b"hi"}
     assert spec.task.verifier_files == {"t.py": b"t"}
+    assert (spec.task.reward_source, spec.task.reward_key) == (RewardSource.FILE, "f1")
     assert spec.agent.options == {"disabled_tools": ["bash"]}
     assert spec.endpoint.api_key == "sk-secret"
     assert spec.sandbox.network is NetworkPolicy.FULL
@@ -59,6 +64,7 @@ def test_unset_fields_take_documented_defaults() -> None:
     assert spec.capture.mode is CaptureMode.TRANSPARENT_PROXY
     assert spec.capture.top_logprobs == 1
     assert spec.agent_timeout_s is None
+    assert spec.task.reward_source is RewardSource.AUTO
 
 
 def test_a_rollout_round_trips_the_spec_without_the_key_and_slim_drops_bulk() -> None:
@@ -93,3 +99,10 @@ def test_the_final_event_carries_the_slim_rollout() -> None:
     assert message.WhichOneof("payload") == "finished"
     assert message.finished.result.turn_count == 1
     assert len(message.finished.result.turns) == 0
+
+
+def test_a_notice_event_reaches_the_wire() -> None:
+    notice = Notice(topic="verifier.leftovers", message="removed")
+    event = RolloutEvent(rollout_id="r", seq=3, time=datetime.now(UTC), payload=notice)
+    message = event_to_proto(event)
+    assert (message.notice.topic, message.notice.message) == ("verifier.leftovers", "removed")

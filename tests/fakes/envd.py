@@ -7,10 +7,13 @@
   `GET /health`.
 
 Commands run for real under bubblewrap: the host's root read-only, the sandbox's own
-/home/user and /tmp, no network when internet access is off. Pids are host pids, so one
-command can signal another's process group, as inside a VM. Like envd, a dropped stream
-leaves its process running, `Connect-Timeout-Ms` kills it, and a signal reaches only the
-command's own process, not its children.
+/home/user and /tmp, no network when internet access is off. Like a VM, a sandbox is one
+pid namespace whose init (a small reaper, started with the first command) adopts every
+orphan; each command joins it (`nsenter`), so pids are the sandbox's own, one command can
+signal another's process group, and a root command that kills every process it sees
+kills only the sandbox's. Like envd, a dropped stream leaves its process running,
+`Connect-Timeout-Ms` kills it, and a signal reaches only the command's own process, not
+its children. Commands run as the host's user whatever `user` they ask for.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import os
 import posixpath
 import shutil
 import signal
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -40,21 +44,36 @@ _SIGNALS = {"SIGNAL_SIGKILL": signal.SIGKILL, "SIGNAL_SIGTERM": signal.SIGTERM}
 _SIGNAL_WORDS = {signal.SIGKILL: "killed", signal.SIGTERM: "terminated"}
 _DRAIN_AFTER_EXIT_S = 0.2
 """envd stops reading a command's pipes once it exits; children holding them are cut off."""
+_INIT = (
+    "import os, signal\n"
+    "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})\n"
+    "print('ready', flush=True)\n"
+    "while True:\n"
+    "    try:\n"
+    "        while os.waitpid(-1, os.WNOHANG)[0] > 0: pass\n"
+    "    except ChildProcessError: pass\n"
+    "    signal.sigwait({signal.SIGCHLD})\n"
+)
+"""The sandbox's pid 1: reaps every orphan, as a VM's init does."""
 
 
 class FakeProcess:
     """One command: a bwrap process whose child (the reported pid) runs the command."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, pid: int, config: dict[str, Any]) -> None:
+    def __init__(
+        self, proc: asyncio.subprocess.Process, host_pid: int, config: dict[str, Any]
+    ) -> None:
         self.proc = proc
-        self.pid = pid
+        self.host_pid = host_pid
+        self.pid = _inner_pid(host_pid)
+        """As the sandbox (and envd) sees it."""
         self.config = config
         self.events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self.pump = asyncio.create_task(self._pump())
 
     def signal(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signum)
+            os.kill(self.host_pid, signum)
 
     async def _pump(self) -> None:
         readers = [
@@ -99,6 +118,9 @@ class FakeSandbox:
         self.started: list[dict[str, Any]] = []
         """The config of every command started, in order (envs included)."""
         self.streams: set[HttpResponse] = set()
+        self._init: subprocess.Popen[bytes] | None = None
+        self._init_pid = 0
+        self._booting = asyncio.Lock()
         for writable in _WRITABLE_ROOTS:
             (self.root / writable.lstrip("/")).mkdir(parents=True, exist_ok=True)
 
@@ -115,7 +137,9 @@ class FakeSandbox:
         cwd = config.get("cwd") or _HOME
         if not self.resolve(cwd)[0].is_dir():
             raise RpcError("invalid_argument", f"cwd '{cwd}' does not exist")
-        argv = [*self._bwrap(cwd), "--", config.get("cmd", "/bin/bash"), *config.get("args", [])]
+        init = await self._boot()
+        enter = ["nsenter", f"--target={init}", "--pid", "--mount", "--net", f"--wdns={cwd}"]
+        argv = [*enter, "--", config.get("cmd", "/bin/bash"), *config.get("args", [])]
         proc = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.DEVNULL,
@@ -132,9 +156,30 @@ class FakeSandbox:
             process.pump.add_done_callback(lambda _: timer.cancel())
         return process
 
+    async def _boot(self) -> int:
+        """Host pid of the sandbox's init, started on first use."""
+        async with self._booting:
+            if self._init is None:
+                self._init = await asyncio.to_thread(self._start_init)
+                assert self._init.stdout is not None
+                await asyncio.to_thread(self._init.stdout.readline)  # namespaces and mounts made
+                self._init_pid = _children(self._init.pid)[0]  # bwrap's child: pid 1 inside
+            return self._init_pid
+
+    def _start_init(self) -> subprocess.Popen[bytes]:
+        argv = [*self._bwrap(), "--", "python3", "-c", _INIT]
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True
+        )
+
     def destroy(self, *, drop_connections: bool = True) -> None:
         """Kill every process the sandbox started; drop its open streams (or leave them hanging)."""
         self.alive = False
+        if self._init is not None and self._init.poll() is None:
+            self._init.kill()  # its child, pid 1 inside, dies with it, and then all the rest
+            self._init.wait()
+            assert self._init.stdout is not None
+            self._init.stdout.close()
         marker = f"E2B_SANDBOX_ID={self.id}".encode()
         while _kill_marked(marker):
             pass
@@ -143,11 +188,12 @@ class FakeSandbox:
                 stream.abort()
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def _bwrap(self, cwd: str) -> list[str]:
+    def _bwrap(self) -> list[str]:
         argv = ["bwrap", "--ro-bind", "/", "/", "--tmpfs", "/home"]
         for writable in _WRITABLE_ROOTS:
             argv += ["--bind", str(self.root / writable.lstrip("/")), writable]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--die-with-parent", "--chdir", cwd]
+        argv += ["--unshare-pid", "--as-pid-1", "--proc", "/proc", "--dev", "/dev"]
+        argv += ["--die-with-parent"]
         return argv if self.internet else [*argv, "--unshare-net"]
 
     def _environment(self, extra: dict[str, str]) -> dict[str, str]:
@@ -156,8 +202,18 @@ class FakeSandbox:
         return base | self.envs | extra
 
 
+def _inner_pid(host_pid: int) -> int:
+    """A process's pid in its own pid namespace (its host pid once it is gone)."""
+    try:
+        status = Path(f"/proc/{host_pid}/status").read_text()
+    except OSError:
+        return host_pid
+    fields = dict(line.split(":", 1) for line in status.splitlines())
+    return int(fields["NSpid"].split()[-1])
+
+
 async def _child_pid(proc: asyncio.subprocess.Process) -> int:
-    """The pid of bwrap's child, which execs the command (what envd would report)."""
+    """The host pid of nsenter's child, which execs the command (what envd reports)."""
     while proc.returncode is None:
         if children := _children(proc.pid):
             return children[0]

@@ -13,6 +13,7 @@ from service.models import (
     EndpointSpec,
     ErrorKind,
     EventPayload,
+    Notice,
     Phase,
     PhaseChanged,
     PhaseTimings,
@@ -152,5 +153,6 @@ def payloads() -> list[EventPayload]:
         Turn(index=0),
         AgentOutput(kind=AgentOutputKind.TOOL_CALL, text="x", tool_name="bash"),
         AgentOutput(kind=AgentOutputKind.STDOUT),
+        Notice(topic="verifier.leftovers", message="removed"),
         full_rollout(),
     ]

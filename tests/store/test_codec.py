@@ -52,7 +52,8 @@ def test_a_union_that_json_cannot_tell_apart_is_refused() -> None:
 
 
 def test_payload_types_name_every_event_payload() -> None:
-    assert set(PAYLOAD_TYPES) == {"PhaseChanged", "CommandResult", "Turn", "AgentOutput", "Rollout"}
+    names = {"PhaseChanged", "CommandResult", "Turn", "AgentOutput", "Notice", "Rollout"}
+    assert set(PAYLOAD_TYPES) == names
 
 
 def test_page_tokens_round_trip() -> None:

@@ -25,7 +25,32 @@ def test_reward_json_splits_reward_from_numeric_metrics() -> None:
     assert reward.metrics == {"passed": 3.0}
 
 
-@pytest.mark.parametrize("raw", [b"{", b"[1]", b'{"score": 1}', b'{"reward": "1"}'])
+@pytest.mark.parametrize(
+    "raw", [b"{", b"[1]", b"{}", b'{"note": "x"}', b'{"reward": "1", "score": 1}']
+)
 def test_reward_json_without_a_numeric_reward_is_an_error(raw: bytes) -> None:
     with pytest.raises(VerifierError, match=r"reward\.json"):
         parse_reward_json(raw)
+
+
+def test_harbor_reward_json_with_one_key_gives_that_key_as_reward() -> None:
+    reward = parse_reward_json(b'{"accuracy": 0.5, "note": "x"}')
+    assert (reward.value, reward.metrics, reward.note) == (0.5, {"accuracy": 0.5}, "")
+
+
+def test_harbor_reward_json_names_its_reward_through_the_spec() -> None:
+    reward = parse_reward_json(b'{"accuracy": 0.5, "f1": 0.25}', key="f1")
+    assert (reward.value, reward.metrics) == (0.25, {"accuracy": 0.5, "f1": 0.25})
+
+
+def test_harbor_reward_json_with_several_keys_and_none_named_leaves_the_reward_unset() -> None:
+    reward = parse_reward_json(b'{"accuracy": 0.5, "f1": 0.25}')
+    assert reward.value is None
+    assert reward.metrics == {"accuracy": 0.5, "f1": 0.25}
+    assert "reward_key" in reward.note
+
+
+@pytest.mark.parametrize("raw", [b'{"accuracy": 0.5}', b'{"f1": "high", "accuracy": 1}'])
+def test_a_named_key_that_is_missing_or_not_a_number_is_an_error(raw: bytes) -> None:
+    with pytest.raises(VerifierError, match="f1"):
+        parse_reward_json(raw, key="f1")

@@ -18,6 +18,13 @@ class ResultView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESULT_VIEW_FULL: _ClassVar[ResultView]
     RESULT_VIEW_SLIM: _ClassVar[ResultView]
 
+class RewardSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REWARD_SOURCE_UNSPECIFIED: _ClassVar[RewardSource]
+    REWARD_SOURCE_AUTO: _ClassVar[RewardSource]
+    REWARD_SOURCE_FILE: _ClassVar[RewardSource]
+    REWARD_SOURCE_COMMANDS: _ClassVar[RewardSource]
+
 class NetworkPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     NETWORK_POLICY_UNSPECIFIED: _ClassVar[NetworkPolicy]
@@ -84,6 +91,10 @@ class AgentOutputKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 RESULT_VIEW_UNSPECIFIED: ResultView
 RESULT_VIEW_FULL: ResultView
 RESULT_VIEW_SLIM: ResultView
+REWARD_SOURCE_UNSPECIFIED: RewardSource
+REWARD_SOURCE_AUTO: RewardSource
+REWARD_SOURCE_FILE: RewardSource
+REWARD_SOURCE_COMMANDS: RewardSource
 NETWORK_POLICY_UNSPECIFIED: NetworkPolicy
 NETWORK_POLICY_NONE: NetworkPolicy
 NETWORK_POLICY_FULL: NetworkPolicy
@@ -266,7 +277,7 @@ class RolloutSpec(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., agent: _Optional[_Union[Agent, _Mapping]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ..., sandbox: _Optional[_Union[SandboxSpec, _Mapping]] = ..., capture: _Optional[_Union[Capture, _Mapping]] = ..., agent_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., command_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("instruction", "setup", "verify", "files", "verifier_files")
+    __slots__ = ("instruction", "setup", "verify", "files", "verifier_files", "reward_source", "reward_key")
     class FilesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -286,12 +297,16 @@ class Task(_message.Message):
     VERIFY_FIELD_NUMBER: _ClassVar[int]
     FILES_FIELD_NUMBER: _ClassVar[int]
     VERIFIER_FILES_FIELD_NUMBER: _ClassVar[int]
+    REWARD_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    REWARD_KEY_FIELD_NUMBER: _ClassVar[int]
     instruction: str
     setup: _containers.RepeatedScalarFieldContainer[str]
     verify: _containers.RepeatedScalarFieldContainer[str]
     files: _containers.ScalarMap[str, bytes]
     verifier_files: _containers.ScalarMap[str, bytes]
-    def __init__(self, instruction: _Optional[str] = ..., setup: _Optional[_Iterable[str]] = ..., verify: _Optional[_Iterable[str]] = ..., files: _Optional[_Mapping[str, bytes]] = ..., verifier_files: _Optional[_Mapping[str, bytes]] = ...) -> None: ...
+    reward_source: RewardSource
+    reward_key: str
+    def __init__(self, instruction: _Optional[str] = ..., setup: _Optional[_Iterable[str]] = ..., verify: _Optional[_Iterable[str]] = ..., files: _Optional[_Mapping[str, bytes]] = ..., verifier_files: _Optional[_Mapping[str, bytes]] = ..., reward_source: _Optional[_Union[RewardSource, str]] = ..., reward_key: _Optional[str] = ...) -> None: ...
 
 class Agent(_message.Message):
     __slots__ = ("name", "command", "options")
@@ -562,7 +577,7 @@ class Usage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., total_tokens: _Optional[int] = ...) -> None: ...
 
 class RolloutEvent(_message.Message):
-    __slots__ = ("rollout_id", "seq", "time", "phase", "command", "turn", "output", "finished")
+    __slots__ = ("rollout_id", "seq", "time", "phase", "command", "turn", "output", "finished", "notice")
     ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
@@ -571,6 +586,7 @@ class RolloutEvent(_message.Message):
     TURN_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
+    NOTICE_FIELD_NUMBER: _ClassVar[int]
     rollout_id: str
     seq: int
     time: _timestamp_pb2.Timestamp
@@ -579,7 +595,16 @@ class RolloutEvent(_message.Message):
     turn: Turn
     output: AgentOutput
     finished: Rollout
-    def __init__(self, rollout_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., phase: _Optional[_Union[PhaseChanged, _Mapping]] = ..., command: _Optional[_Union[CommandResult, _Mapping]] = ..., turn: _Optional[_Union[Turn, _Mapping]] = ..., output: _Optional[_Union[AgentOutput, _Mapping]] = ..., finished: _Optional[_Union[Rollout, _Mapping]] = ...) -> None: ...
+    notice: Notice
+    def __init__(self, rollout_id: _Optional[str] = ..., seq: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., phase: _Optional[_Union[PhaseChanged, _Mapping]] = ..., command: _Optional[_Union[CommandResult, _Mapping]] = ..., turn: _Optional[_Union[Turn, _Mapping]] = ..., output: _Optional[_Union[AgentOutput, _Mapping]] = ..., finished: _Optional[_Union[Rollout, _Mapping]] = ..., notice: _Optional[_Union[Notice, _Mapping]] = ...) -> None: ...
+
+class Notice(_message.Message):
+    __slots__ = ("topic", "message")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    message: str
+    def __init__(self, topic: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class PhaseChanged(_message.Message):
     __slots__ = ("phase", "status", "message")

@@ -1,0 +1,73 @@
+"""Taking the sandbox back from the agent before verification, and what is reported of it.
+
+Once the agent has finished, and before any verifier file exists in the sandbox
+(`Sandbox.reclaim`, in this order; what the agent left is listed, for the notice, only
+once its processes are dead, so none can disturb the listing):
+
+1. every process the agent or the setup commands started is killed, daemons included,
+   so nothing of the agent's runs while the verifier does;
+2. VERIFIER_DIR is removed with whatever the agent left in it (never read) and made
+   again, empty;
+3. whatever the agent put at the path of a verifier file (a directory, a link, a
+   read-only file, a file where a directory belongs) is removed, so staging cannot fail
+   for a cause of the agent's: that loss is scored, never reported as infrastructure.
+
+Each step that found something is reported as a `Notice`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from service.models import Notice
+from service.sandboxes.base import VERIFIER_DIR, WORKDIR, Sandbox
+
+__all__ = ["take_back"]
+
+_NAMED_AT_MOST = 10
+"""Paths named in a notice; the rest are counted."""
+
+
+async def take_back(sandbox: Sandbox, verifier_files: Iterable[str]) -> list[Notice]:
+    """Reclaim the sandbox for verification; the notices say what was found."""
+    files = sorted(verifier_files)
+    killed = (await sandbox.reclaim()).processes  # first: nothing may disturb the listing
+    left = await sandbox.list_files(VERIFIER_DIR, max_entries=_NAMED_AT_MOST)
+    reclaimed = await sandbox.reclaim(
+        remove=[f"{WORKDIR}/{path}" for path in files], empty_dirs=[VERIFIER_DIR]
+    )
+    killed += reclaimed.processes
+    notices = []
+    if killed:
+        notices.append(
+            Notice(
+                topic="verifier.processes_killed",
+                message=f"killed {killed} processes still running after the agent, "
+                "before verification",
+            )
+        )
+    if VERIFIER_DIR in reclaimed.removed:
+        held = _named([entry.path for entry in left])
+        notices.append(
+            Notice(
+                topic="verifier.leftovers",
+                message=f"removed {VERIFIER_DIR} as the agent left it, unread"
+                + (f" (it held {held})" if held else ""),
+            )
+        )
+    in_the_way = [path.removeprefix(f"{WORKDIR}/") for path in reclaimed.removed]
+    if in_the_way := [path for path in in_the_way if path in files]:
+        notices.append(
+            Notice(
+                topic="verifier.files_replaced",
+                message=f"removed what was at verifier file paths before staging them: "
+                f"{_named(in_the_way)}",
+            )
+        )
+    return notices
+
+
+def _named(paths: list[str]) -> str:
+    shown = ", ".join(paths[:_NAMED_AT_MOST])
+    more = len(paths) - _NAMED_AT_MOST
+    return f"{shown} and {more} more" if more > 0 else shown
