@@ -123,6 +123,10 @@ SPEC_CASES: dict[str, tuple[Callable[[], pb.RolloutSpec], str]] = {
     ),
     "cpu_count huge": (_resources(cpuCount=100_000), "spec.sandbox.resources.cpu_count"),
     "unknown network": (_with(lambda s: setattr(s.sandbox, "network", 7)), "spec.sandbox.network"),
+    "unknown reward source": (
+        _with(lambda s: setattr(s.task, "reward_source", 5)),
+        "spec.task.reward_source",
+    ),
     "unknown capture mode": (_with(lambda s: setattr(s.capture, "mode", 9)), "spec.capture.mode"),
     "Duration nanos out of range": (
         _with(lambda s: s.agent_timeout.CopyFrom(Duration(seconds=1, nanos=2_000_000_000))),
