@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings"]
@@ -97,6 +97,16 @@ class Settings(BaseSettings):
     """Default process limit of a sandbox."""
     sandbox_max_file_size_mb: int = 1024
     """Default largest file a sandbox may write."""
+    sandbox_memory_mb_max: int = 16 * 1024
+    """Largest `resources.memory_mb` a spec may ask for."""
+    sandbox_cpu_seconds_max: int = 6 * 3600
+    """Largest `resources.cpu_seconds` a spec may ask for."""
+    sandbox_max_processes_max: int = 4096
+    """Largest `resources.max_processes` a spec may ask for (keep it under the host's limit)."""
+    sandbox_max_file_size_mb_max: int = 16 * 1024
+    """Largest `resources.max_file_size_mb` a spec may ask for."""
+    sandbox_cpu_count_max: int = 8
+    """Largest `resources.cpu_count` a spec may ask for (E2B)."""
     local_warm_sandboxes: int = 1
     """Local sandboxes made ahead, per network policy, so a rollout need not wait (0: off)."""
 
@@ -128,3 +138,27 @@ class Settings(BaseSettings):
     @property
     def database_path(self) -> Path:
         return self.database or self.state_dir / "rollouts.db"
+
+    @property
+    def sandbox_resource_maxima(self) -> dict[str, int]:
+        """The largest value a spec may ask for, by `Resources` field."""
+        return {
+            "memory_mb": self.sandbox_memory_mb_max,
+            "cpu_seconds": self.sandbox_cpu_seconds_max,
+            "max_processes": self.sandbox_max_processes_max,
+            "max_file_size_mb": self.sandbox_max_file_size_mb_max,
+            "cpu_count": self.sandbox_cpu_count_max,
+        }
+
+    @model_validator(mode="after")
+    def _defaults_within_maxima(self) -> Settings:
+        defaults = {
+            "memory_mb": self.sandbox_memory_mb,
+            "cpu_seconds": self.sandbox_cpu_seconds,
+            "max_processes": self.sandbox_max_processes,
+            "max_file_size_mb": self.sandbox_max_file_size_mb,
+        }
+        for name, default in defaults.items():
+            if default > self.sandbox_resource_maxima[name]:
+                raise ValueError(f"the sandbox default {name}={default} exceeds its maximum")
+        return self

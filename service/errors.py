@@ -36,7 +36,18 @@ __all__ = [
     "SpecError",
     "UpstreamError",
     "VerifierError",
+    "excerpt",
 ]
+
+_EXCERPT_CHARS = 48
+
+
+def excerpt(value: str, limit: int = _EXCERPT_CHARS) -> str:
+    """`value` quoted for an error message, cut to `limit` characters: input is never echoed
+    whole, so one huge or hostile field cannot blow up a status, a log line or a stored error."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} chars)"
 
 
 class RolloutServiceError(Exception):

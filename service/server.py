@@ -19,9 +19,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from rollout.v1 import rollout_pb2 as pb
-from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.api.auth import BearerAuthInterceptor, TokenTable, load_tokens
+from service.api.handlers import add_servicer
 from service.api.servicer import RolloutServicer
 from service.api.transport import check_exposure, server_credentials
 from service.config import Settings
@@ -125,7 +125,7 @@ def _grpc_server(
         # Tracing first, so that refused calls are traced too.
         interceptors=[aio_server_interceptor(), *security.interceptors(settings)],  # type: ignore[no-untyped-call]
     )
-    pb_grpc.add_RolloutServiceServicer_to_server(RolloutServicer(manager, hub), server)
+    add_servicer(RolloutServicer(manager, hub), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

@@ -1,39 +1,27 @@
-"""Translation between protobuf messages and the domain model: the only place that does it."""
+"""Responses out: domain values to protobuf messages (requests come in through `inbound`)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any
 
-from google.protobuf import duration_pb2, json_format, struct_pb2, timestamp_pb2
+from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 from rollout.v1 import rollout_pb2 as pb
 
 from service.models import (
     AgentOutput,
-    AgentSpec,
-    CaptureMode,
-    CaptureSpec,
     CommandResult,
-    EndpointSpec,
-    NetworkPolicy,
     Notice,
     PhaseChanged,
-    Resources,
-    RewardSource,
     Rollout,
     RolloutEvent,
     RolloutResult,
     RolloutSpec,
-    RolloutStatus,
-    SandboxSpec,
-    TaskSpec,
     Turn,
 )
 
-__all__ = ["event_to_proto", "rollout_to_proto", "spec_from_proto", "statuses_from_proto"]
-
-E = TypeVar("E", bound=Enum)
+__all__ = ["event_to_proto", "rollout_to_proto"]
 
 
 def _enum_to_proto(value: Enum, prefix: str) -> int:
@@ -44,19 +32,8 @@ def _enum_to_proto(value: Enum, prefix: str) -> int:
     )
 
 
-def _enum_from_proto(number: int, prefix: str, domain: type[E], default: E) -> E:
-    descriptor = pb.DESCRIPTOR.enum_types_by_name[prefix].values_by_number.get(number)
-    if descriptor is None or number == 0:
-        return default
-    return domain[descriptor.name.removeprefix(f"{_snake_upper(prefix)}_")]
-
-
 def _snake_upper(name: str) -> str:
     return "".join(f"_{c}" if c.isupper() and i else c for i, c in enumerate(name)).upper()
-
-
-def _seconds(message: duration_pb2.Duration) -> float:
-    return message.seconds + message.nanos / 1e9
 
 
 def _duration(seconds: float) -> duration_pb2.Duration:
@@ -77,81 +54,6 @@ def _struct(value: dict[str, Any]) -> struct_pb2.Struct:
     message = struct_pb2.Struct()
     message.update(value)
     return message
-
-
-def spec_from_proto(message: pb.RolloutSpec) -> RolloutSpec:
-    """A request's spec as the domain model (still unvalidated)."""
-    task, agent = message.task, message.agent
-    return RolloutSpec(
-        task_id=message.task_id,
-        task=TaskSpec(
-            instruction=task.instruction,
-            setup=tuple(task.setup),
-            verify=tuple(task.verify),
-            files=dict(task.files),
-            verifier_files=dict(task.verifier_files),
-            reward_source=_enum_from_proto(
-                task.reward_source, "RewardSource", RewardSource, RewardSource.AUTO
-            ),
-            reward_key=task.reward_key,
-        ),
-        agent=AgentSpec(
-            name=agent.name or "command",
-            command=agent.command,
-            options=json_format.MessageToDict(agent.options),
-        ),
-        endpoint=EndpointSpec(
-            kind=message.endpoint.kind,
-            base_url=message.endpoint.base_url,
-            api_key=message.endpoint.api_key,
-            model=message.endpoint.model,
-        ),
-        sandbox=_sandbox_from_proto(message.sandbox),
-        capture=_capture_from_proto(message.capture),
-        agent_timeout_s=_seconds(message.agent_timeout)
-        if message.HasField("agent_timeout")
-        else None,
-        command_timeout_s=(
-            _seconds(message.command_timeout) if message.HasField("command_timeout") else None
-        ),
-        labels=dict(message.labels),
-        request_id=message.request_id,
-    )
-
-
-def _sandbox_from_proto(message: pb.SandboxSpec) -> SandboxSpec:
-    r = message.resources
-    return SandboxSpec(
-        backend=message.backend,
-        template=message.template,
-        network=_enum_from_proto(
-            message.network, "NetworkPolicy", NetworkPolicy, NetworkPolicy.NONE
-        ),
-        resources=Resources(
-            memory_mb=r.memory_mb,
-            cpu_seconds=r.cpu_seconds,
-            max_processes=r.max_processes,
-            max_file_size_mb=r.max_file_size_mb,
-            cpu_count=r.cpu_count,
-        ),
-    )
-
-
-def _capture_from_proto(message: pb.Capture) -> CaptureSpec:
-    return CaptureSpec(
-        mode=_enum_from_proto(
-            message.mode, "CaptureMode", CaptureMode, CaptureMode.TRANSPARENT_PROXY
-        ),
-        max_tokens_cap=message.max_tokens_cap,
-        top_logprobs=message.top_logprobs if message.HasField("top_logprobs") else 1,
-        disable_thinking=message.disable_thinking,
-    )
-
-
-def statuses_from_proto(values: Any) -> list[RolloutStatus]:
-    return [
-        _enum_from_proto(v, "RolloutStatus", RolloutStatus, RolloutStatus.QUEUED) for v in values
-    ]
 
 
 def _spec_to_proto(spec: RolloutSpec) -> pb.RolloutSpec:

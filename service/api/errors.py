@@ -1,4 +1,11 @@
-"""The one place where service errors become gRPC status codes (google.rpc rich status)."""
+"""The one place where service errors become gRPC status codes (google.rpc rich status).
+
+A status travels in the response's trailers, which clients cap (16 KiB is common): the
+message and the BadRequest details are cut to a fixed budget here, whatever the error says,
+so a request made of huge or many bad fields still gets a readable INVALID_ARGUMENT. An
+error this service did not raise on purpose is logged and answered INTERNAL with no text of
+its own (gRPC would answer UNKNOWN and echo the exception, input and all).
+"""
 
 from __future__ import annotations
 
@@ -34,22 +41,45 @@ _CODES: dict[type[RolloutServiceError], int] = {
 
 R = TypeVar("R")
 
+MESSAGE_MAX_BYTES = 1024
+"""UTF-8 bytes of a status message (percent-encoded on the wire: at most three times this)."""
+DETAILS_MAX_BYTES = 6 * 1024
+"""Serialized bytes of the BadRequest violations (base64 on the wire: four thirds of this)."""
+_FIELD_MAX_BYTES = 256
+_DESCRIPTION_MAX_BYTES = 512
+
+
+def _clip(text: str, max_bytes: int) -> str:
+    data = text.encode()
+    if len(data) <= max_bytes:
+        return text
+    return data[: max_bytes - 3].decode(errors="ignore") + "..."
+
+
+def _bad_request(violations: list[FieldViolation]) -> tuple[error_details_pb2.BadRequest, int]:
+    """The violations that fit the details budget, and how many were left out."""
+    bad_request = error_details_pb2.BadRequest()
+    for shown, violation in enumerate(violations):
+        entry = error_details_pb2.BadRequest.FieldViolation(
+            field=_clip(violation.field, _FIELD_MAX_BYTES),
+            description=_clip(violation.description, _DESCRIPTION_MAX_BYTES),
+        )
+        if bad_request.ByteSize() + entry.ByteSize() + 8 > DETAILS_MAX_BYTES:
+            return bad_request, len(violations) - shown
+        bad_request.field_violations.append(entry)
+    return bad_request, 0
+
 
 def _status(exc: RolloutServiceError) -> status_pb2.Status:
     code = next((c for kind, c in _CODES.items() if isinstance(exc, kind)), code_pb2.INTERNAL)
-    status = status_pb2.Status(code=code, message=str(exc))
+    status = status_pb2.Status(code=code, message=_clip(str(exc), MESSAGE_MAX_BYTES))
     detail = any_pb2.Any()
     if isinstance(exc, SpecError):
-        detail.Pack(
-            error_details_pb2.BadRequest(
-                field_violations=[
-                    error_details_pb2.BadRequest.FieldViolation(
-                        field=v.field, description=v.description
-                    )
-                    for v in exc.violations
-                ]
-            )
-        )
+        bad_request, left_out = _bad_request(exc.violations)
+        if left_out:
+            note = f" ({left_out} more violations not shown)"
+            status.message = _clip(str(exc), MESSAGE_MAX_BYTES - len(note)) + note
+        detail.Pack(bad_request)
         status.details.append(detail)
     elif isinstance(exc, CapacityError):
         detail.Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=1)))
@@ -60,6 +90,15 @@ def _status(exc: RolloutServiceError) -> status_pb2.Status:
 async def abort(context: grpc.aio.ServicerContext[Any, Any], exc: RolloutServiceError) -> NoReturn:
     await context.abort_with_status(rpc_status.to_status(_status(exc)))
     raise AssertionError("abort_with_status returned")  # pragma: no cover
+
+
+async def _internal(
+    context: grpc.aio.ServicerContext[Any, Any], method: str, exc: Exception
+) -> NoReturn:
+    if isinstance(exc, grpc.aio.AbortError):
+        raise exc  # a status already chosen: let gRPC send it
+    log.error("%s failed", method, exc_info=exc)
+    await abort(context, RolloutServiceError(f"internal error in {method}; see the server log"))
 
 
 def invalid_argument(field: str, description: str) -> SpecError:
@@ -77,6 +116,8 @@ def translate_errors(
             return await method(self, request, context)
         except RolloutServiceError as exc:
             await abort(context, exc)
+        except Exception as exc:  # noqa: BLE001 - answered INTERNAL and logged, never swallowed
+            await _internal(context, method.__name__, exc)
 
     return wrapper
 
@@ -95,5 +136,7 @@ def translate_stream_errors(
                 yield item
         except RolloutServiceError as exc:
             await abort(context, exc)
+        except Exception as exc:  # noqa: BLE001 - answered INTERNAL and logged, never swallowed
+            await _internal(context, method.__name__, exc)
 
     return wrapper

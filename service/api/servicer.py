@@ -10,13 +10,17 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.api.auth import caller_tenant
-from service.api.convert import (
-    event_to_proto,
-    rollout_to_proto,
+from service.api.convert import event_to_proto, rollout_to_proto
+from service.api.errors import translate_errors, translate_stream_errors
+from service.api.inbound import (
+    after_seq_from_proto,
+    cancel_reason_from_proto,
+    label_filter_from_proto,
+    rollout_id_from_proto,
+    slim_view,
     spec_from_proto,
     statuses_from_proto,
 )
-from service.api.errors import invalid_argument, translate_errors, translate_stream_errors
 from service.engine.events import EventHub
 from service.engine.manager import RolloutManager
 
@@ -26,12 +30,6 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 _DEFAULT_PAGE_SIZE = 50
 _MAX_PAGE_SIZE = 500
-
-
-def _required_id(rollout_id: str) -> str:
-    if not rollout_id:
-        raise invalid_argument("rollout_id", "is required")
-    return rollout_id
 
 
 class RolloutServicer(pb_grpc.RolloutServiceServicer):
@@ -45,8 +43,8 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
     async def RunRollout(
         self, request: pb.RunRolloutRequest, context: Context
     ) -> pb.RunRolloutResponse:
+        slim = slim_view(request.view, default_slim=False)
         rollout = await self._manager.run(spec_from_proto(request.spec), tenant=caller_tenant())
-        slim = request.view == pb.RESULT_VIEW_SLIM
         return pb.RunRolloutResponse(rollout=rollout_to_proto(rollout, slim=slim))
 
     @translate_errors
@@ -61,10 +59,13 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self, request: pb.WatchRolloutRequest, context: Context
     ) -> AsyncIterator[pb.WatchRolloutResponse]:
         if request.rollout_id:
-            await self._manager.get(request.rollout_id, tenant=caller_tenant())
-            events = self._hub.watch(request.rollout_id, request.after_seq)
+            rollout_id = rollout_id_from_proto(request.rollout_id)
+            after_seq = after_seq_from_proto(request.after_seq)
+            await self._manager.get(rollout_id, tenant=caller_tenant())
+            events = self._hub.watch(rollout_id, after_seq)
         else:
-            events = self._hub.watch_all(request.labels, tenant=caller_tenant())
+            labels = label_filter_from_proto(request.labels)
+            events = self._hub.watch_all(labels, tenant=caller_tenant())
         async for event in events:
             yield pb.WatchRolloutResponse(event=event_to_proto(event))
 
@@ -72,8 +73,9 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
     async def GetRollout(
         self, request: pb.GetRolloutRequest, context: Context
     ) -> pb.GetRolloutResponse:
-        rollout = await self._manager.get(_required_id(request.rollout_id), tenant=caller_tenant())
-        slim = request.view == pb.RESULT_VIEW_SLIM
+        slim = slim_view(request.view, default_slim=False)
+        rollout_id = rollout_id_from_proto(request.rollout_id)
+        rollout = await self._manager.get(rollout_id, tenant=caller_tenant())
         return pb.GetRolloutResponse(rollout=rollout_to_proto(rollout, slim=slim))
 
     @translate_errors
@@ -81,14 +83,14 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self, request: pb.ListRolloutsRequest, context: Context
     ) -> pb.ListRolloutsResponse:
         page_size = min(request.page_size or _DEFAULT_PAGE_SIZE, _MAX_PAGE_SIZE)
+        slim = slim_view(request.view, default_slim=True)
         rollouts, token = await self._manager.list(
-            labels=request.labels,
+            labels=label_filter_from_proto(request.labels),
             statuses=statuses_from_proto(request.statuses),
             page_size=page_size,
             page_token=request.page_token,
             tenant=caller_tenant(),
         )
-        slim = request.view != pb.RESULT_VIEW_FULL
         return pb.ListRolloutsResponse(
             rollouts=[rollout_to_proto(r, slim=slim) for r in rollouts], next_page_token=token
         )
@@ -98,6 +100,8 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self, request: pb.CancelRolloutRequest, context: Context
     ) -> pb.CancelRolloutResponse:
         rollout = await self._manager.cancel(
-            _required_id(request.rollout_id), request.reason, tenant=caller_tenant()
+            rollout_id_from_proto(request.rollout_id),
+            cancel_reason_from_proto(request.reason),
+            tenant=caller_tenant(),
         )
         return pb.CancelRolloutResponse(rollout=rollout_to_proto(rollout, slim=True))

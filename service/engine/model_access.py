@@ -66,7 +66,11 @@ class ModelRouter:
                     [FieldViolation("spec.endpoint", f"the {spec.agent.name} agent needs an LLM")]
                 )
             return None
-        return resolve_endpoint(endpoint, self._environ)
+        key_in_sandbox = (
+            spec.capture.mode is CaptureMode.BLACK_BOX
+            or self._placement(spec) is Placement.IN_SANDBOX
+        )
+        return resolve_endpoint(endpoint, self._environ, key_in_sandbox=key_in_sandbox)
 
     def _proxied(self, spec: RolloutSpec, upstream: ResolvedEndpoint | None) -> bool:
         return upstream is not None and spec.capture.mode is CaptureMode.TRANSPARENT_PROXY

@@ -1,25 +1,56 @@
-"""Admission checks of a RolloutSpec: every violation found, each naming its proto field."""
+"""Admission checks of a RolloutSpec: every violation found, each naming its proto field.
+
+A spec that passes runs to a terminal state whose error, if any, is about the task, the
+agent or the caller's endpoint, never SANDBOX or INTERNAL for something the spec said. So
+everything a sandbox, a shell, an environment variable or an HTTP header cannot hold is
+refused here: NUL in text (argv, environ and C strings end at it), sizes past what the
+kernel takes (one argv string: 128 KiB), file paths (`task_paths`), resources outside the
+server's minimum..maximum, an `api_key` with nowhere to go. Endpoint URLs and keys are
+checked where they are resolved (`service.proxy.endpoints`). Messages quote input only as a
+short excerpt.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
-from pathlib import PurePosixPath
 
 from service.config import Settings
-from service.errors import FieldViolation, SpecError
+from service.engine.task_paths import path_violations
+from service.errors import FieldViolation, SpecError, excerpt
 from service.models import CaptureMode, NetworkPolicy, RewardSource, RolloutSpec, TaskSpec
 from service.registry import AGENTS, BACKENDS
 
-__all__ = ["resolved_timeouts", "validate_spec"]
+__all__ = [
+    "RESOURCE_MINIMUMS",
+    "label_violations",
+    "resolved_timeouts",
+    "text_violations",
+    "validate_spec",
+]
 
 _MAX_INSTRUCTION_BYTES = 1024 * 1024
 _MAX_COMMANDS = 256
 _MAX_COMMAND_BYTES = 64 * 1024
+_MAX_OPTIONS_BYTES = 64 * 1024
 _MAX_FILES = 4096
 _MAX_LABELS = 64
-_MAX_LABEL_CHARS = 256
-_MAX_ID_CHARS = 256
+_MAX_LABEL_BYTES = 256
+_MAX_NAME_BYTES = 256
+_MAX_URL_BYTES = 2048
+_MAX_KEY_BYTES = 4096
 _MAX_TOP_LOGPROBS = 20
+
+RESOURCE_MINIMUMS = {
+    "memory_mb": 64,
+    "cpu_seconds": 1,
+    "max_processes": 16,
+    "max_file_size_mb": 1,
+    "cpu_count": 1,
+}
+"""Smallest non-zero value of each Resources field: what a sandbox needs to start and run a
+shell, Python and the model forwarder (memory_mb=1 killed the sandbox's own spawner, a
+SANDBOX failure caused by the spec)."""
 
 
 def validate_spec(spec: RolloutSpec, settings: Settings) -> None:
@@ -27,7 +58,9 @@ def validate_spec(spec: RolloutSpec, settings: Settings) -> None:
     violations = [
         *_task(spec),
         *_agent(spec),
+        *_endpoint(spec),
         *_sandbox(spec),
+        *_resources(spec, settings),
         *_timeouts(spec, settings),
         *_bookkeeping(spec),
         *_size(spec, settings),
@@ -43,55 +76,95 @@ def resolved_timeouts(spec: RolloutSpec, settings: Settings) -> tuple[float, flo
     return agent, command
 
 
+def text_violations(field: str, value: str, max_bytes: int) -> list[FieldViolation]:
+    """A text field longer than `max_bytes` (UTF-8), or holding NUL (where argv, environ and
+    C strings end)."""
+    if len(value) > max_bytes or len(value.encode()) > max_bytes:
+        return [FieldViolation(field, f"exceeds {max_bytes} bytes")]
+    if "\x00" in value:
+        return [FieldViolation(field, "must not contain NUL characters")]
+    return []
+
+
+def label_violations(field: str, labels: Mapping[str, str]) -> list[FieldViolation]:
+    """The rules of a label set, for a spec's labels and for List/Watch filters alike."""
+    if len(labels) > _MAX_LABELS:
+        return [FieldViolation(field, f"has {len(labels)} labels; at most {_MAX_LABELS}")]
+    violations = []
+    for key, value in labels.items():
+        named = f"{field}[{excerpt(key)}]"
+        if not key:
+            violations.append(FieldViolation(named, "keys must not be empty"))
+        violations += text_violations(named, key, _MAX_LABEL_BYTES)
+        violations += text_violations(named, value, _MAX_LABEL_BYTES)
+    return violations
+
+
+def _commands(field: str, commands: tuple[str, ...]) -> Iterator[FieldViolation]:
+    if len(commands) > _MAX_COMMANDS:
+        yield FieldViolation(field, f"has more than {_MAX_COMMANDS} commands")
+        return
+    for i, command in enumerate(commands):
+        if not command.strip():
+            yield FieldViolation(f"{field}[{i}]", "is empty")
+        yield from text_violations(f"{field}[{i}]", command, _MAX_COMMAND_BYTES)
+
+
 def _task(spec: RolloutSpec) -> Iterator[FieldViolation]:
     task = spec.task
     if not task.instruction.strip():
         yield FieldViolation("spec.task.instruction", "is required")
-    elif len(task.instruction.encode()) > _MAX_INSTRUCTION_BYTES:
-        yield FieldViolation("spec.task.instruction", f"exceeds {_MAX_INSTRUCTION_BYTES} bytes")
-    for name in ("setup", "verify"):
-        commands = getattr(task, name)
-        if len(commands) > _MAX_COMMANDS:
-            yield FieldViolation(f"spec.task.{name}", f"has more than {_MAX_COMMANDS} commands")
-        for i, command in enumerate(commands):
-            if not command.strip():
-                yield FieldViolation(f"spec.task.{name}[{i}]", "is empty")
-            elif len(command.encode()) > _MAX_COMMAND_BYTES:
-                yield FieldViolation(
-                    f"spec.task.{name}[{i}]", f"exceeds {_MAX_COMMAND_BYTES} bytes"
-                )
-    yield from _files("spec.task.files", task.files)
-    yield from _files("spec.task.verifier_files", task.verifier_files)
+    yield from text_violations("spec.task.instruction", task.instruction, _MAX_INSTRUCTION_BYTES)
+    yield from _commands("spec.task.setup", task.setup)
+    yield from _commands("spec.task.verify", task.verify)
+    for field, files in (
+        ("spec.task.files", task.files),
+        ("spec.task.verifier_files", task.verifier_files),
+    ):
+        if len(files) > _MAX_FILES:
+            yield FieldViolation(field, f"has more than {_MAX_FILES} files")
+    yield from path_violations(task.files, task.verifier_files)
     yield from _reward(task)
 
 
 def _reward(task: TaskSpec) -> Iterator[FieldViolation]:
-    if len(task.reward_key) > _MAX_LABEL_CHARS:
-        yield FieldViolation("spec.task.reward_key", f"exceeds {_MAX_LABEL_CHARS} characters")
-    elif task.reward_key and task.reward_source is RewardSource.COMMANDS:
+    violations = text_violations("spec.task.reward_key", task.reward_key, _MAX_LABEL_BYTES)
+    yield from violations
+    if not violations and task.reward_key and task.reward_source is RewardSource.COMMANDS:
         yield FieldViolation(
             "spec.task.reward_key", "names a reward.json key, but reward_source COMMANDS reads none"
         )
-
-
-def _files(field: str, files: Mapping[str, bytes]) -> Iterator[FieldViolation]:
-    if len(files) > _MAX_FILES:
-        yield FieldViolation(field, f"has more than {_MAX_FILES} files")
-    for path in files:
-        parts = PurePosixPath(path).parts
-        if not path or path.startswith("/") or ".." in parts or "\x00" in path:
-            yield FieldViolation(f"{field}[{path!r}]", "must be a relative path inside the workdir")
 
 
 def _agent(spec: RolloutSpec) -> Iterator[FieldViolation]:
     agent = spec.agent
     if agent.name not in AGENTS:
         known = ", ".join(sorted(AGENTS))
-        yield FieldViolation("spec.agent.name", f"unknown agent {agent.name!r} (known: {known})")
+        yield FieldViolation(
+            "spec.agent.name", f"unknown agent {excerpt(agent.name)} (known: {known})"
+        )
     if agent.name == "command" and not agent.command.strip():
         yield FieldViolation("spec.agent.command", "is required for the command agent")
+    yield from text_violations("spec.agent.command", agent.command, _MAX_COMMAND_BYTES)
+    if len(json.dumps(agent.options).encode()) > _MAX_OPTIONS_BYTES:
+        yield FieldViolation("spec.agent.options", f"exceeds {_MAX_OPTIONS_BYTES} bytes as JSON")
     if not 0 <= spec.capture.top_logprobs <= _MAX_TOP_LOGPROBS:
         yield FieldViolation("spec.capture.top_logprobs", f"must be 0..{_MAX_TOP_LOGPROBS}")
+
+
+def _endpoint(spec: RolloutSpec) -> Iterator[FieldViolation]:
+    endpoint = spec.endpoint
+    for name, value, limit in (
+        ("kind", endpoint.kind, _MAX_NAME_BYTES),
+        ("base_url", endpoint.base_url, _MAX_URL_BYTES),
+        ("api_key", endpoint.api_key, _MAX_KEY_BYTES),
+        ("model", endpoint.model, _MAX_NAME_BYTES),
+    ):
+        yield from text_violations(f"spec.endpoint.{name}", value, limit)
+    if endpoint.api_key and not (endpoint.base_url or endpoint.kind):
+        yield FieldViolation(
+            "spec.endpoint.api_key", "is given with no base_url or kind to send it to"
+        )
 
 
 def _sandbox(spec: RolloutSpec) -> Iterator[FieldViolation]:
@@ -106,8 +179,21 @@ def _sandbox(spec: RolloutSpec) -> Iterator[FieldViolation]:
     if backend and backend not in BACKENDS:
         known = ", ".join(sorted(BACKENDS))
         yield FieldViolation(
-            "spec.sandbox.backend", f"unknown backend {backend!r} (known: {known})"
+            "spec.sandbox.backend", f"unknown backend {excerpt(backend)} (known: {known})"
         )
+    yield from text_violations("spec.sandbox.template", spec.sandbox.template, _MAX_NAME_BYTES)
+
+
+def _resources(spec: RolloutSpec, settings: Settings) -> Iterator[FieldViolation]:
+    """Each limit 0 (the server default) or within minimum..the server's maximum."""
+    maxima = settings.sandbox_resource_maxima
+    for name, minimum in RESOURCE_MINIMUMS.items():
+        asked, maximum = getattr(spec.sandbox.resources, name), maxima[name]
+        if asked and not minimum <= asked <= maximum:
+            yield FieldViolation(
+                f"spec.sandbox.resources.{name}",
+                f"must be 0 (server default) or {minimum}..{maximum}; got {asked}",
+            )
 
 
 def _timeouts(spec: RolloutSpec, settings: Settings) -> Iterator[FieldViolation]:
@@ -128,18 +214,12 @@ def _size(spec: RolloutSpec, settings: Settings) -> Iterator[FieldViolation]:
     task = spec.task
     total = sum(len(data) for data in (*task.files.values(), *task.verifier_files.values()))
     total += sum(len(command) for command in (*task.setup, *task.verify)) + len(task.instruction)
+    total += len(spec.agent.command)
     if total > settings.max_spec_bytes:
         yield FieldViolation("spec.task", f"{total} bytes exceeds {settings.max_spec_bytes}")
 
 
 def _bookkeeping(spec: RolloutSpec) -> Iterator[FieldViolation]:
     for field, value in (("spec.task_id", spec.task_id), ("spec.request_id", spec.request_id)):
-        if len(value) > _MAX_ID_CHARS:
-            yield FieldViolation(field, f"exceeds {_MAX_ID_CHARS} characters")
-    if len(spec.labels) > _MAX_LABELS:
-        yield FieldViolation("spec.labels", f"has more than {_MAX_LABELS} labels")
-    for key, value in spec.labels.items():
-        if not key or len(key) > _MAX_LABEL_CHARS or len(value) > _MAX_LABEL_CHARS:
-            yield FieldViolation(
-                f"spec.labels[{key!r}]", f"keys must be 1..{_MAX_LABEL_CHARS} chars, values at most"
-            )
+        yield from text_violations(field, value, _MAX_NAME_BYTES)
+    yield from label_violations("spec.labels", spec.labels)

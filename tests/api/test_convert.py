@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 from google.protobuf import json_format
 from rollout.v1 import rollout_pb2 as pb
 
-from service.api.convert import event_to_proto, rollout_to_proto, spec_from_proto
+from service.api.convert import event_to_proto, rollout_to_proto
+from service.api.inbound import spec_from_proto
 from service.models import (
     CaptureMode,
     NetworkPolicy,

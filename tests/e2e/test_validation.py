@@ -4,25 +4,13 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from tests.e2e.bad_request import violated_fields
 from tests.e2e.specs import command_spec
 
 pytestmark = pytest.mark.e2e
-
-
-def _violations(error: grpc.aio.AioRpcError) -> list[str]:
-    status = rpc_status.from_call(error)
-    assert status is not None, "no rich status details"
-    fields = []
-    for detail in status.details:
-        bad_request = error_details_pb2.BadRequest()
-        if detail.Unpack(bad_request):
-            fields += [v.field for v in bad_request.field_violations]
-    return fields
 
 
 def _no_instruction() -> pb.RolloutSpec:
@@ -90,7 +78,7 @@ async def test_bad_spec_is_invalid_argument(
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.StartRollout(pb.StartRolloutRequest(spec=build()))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert field in _violations(caught.value), caught.value.details()
+    assert field in violated_fields(caught.value), caught.value.details()
 
 
 async def test_every_violation_is_reported_at_once(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
@@ -98,7 +86,7 @@ async def test_every_violation_is_reported_at_once(stub: pb_grpc.RolloutServiceA
     spec.agent.name = "nope"
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.RunRollout(pb.RunRolloutRequest(spec=spec))
-    assert {"spec.task.instruction", "spec.agent.name"} <= set(_violations(caught.value))
+    assert {"spec.task.instruction", "spec.agent.name"} <= set(violated_fields(caught.value))
 
 
 async def test_unknown_rollout_is_not_found(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
@@ -121,11 +109,11 @@ async def test_missing_rollout_id_is_invalid_argument(
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.GetRollout(pb.GetRolloutRequest())
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert _violations(caught.value) == ["rollout_id"]
+    assert violated_fields(caught.value) == ["rollout_id"]
 
 
 async def test_bad_page_token_is_invalid_argument(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.ListRollouts(pb.ListRolloutsRequest(page_token="!!garbage!!"))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "page_token" in _violations(caught.value)
+    assert "page_token" in violated_fields(caught.value)

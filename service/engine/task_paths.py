@@ -1,0 +1,69 @@
+"""Admission rules for the paths of a task's files: each one a file the sandbox can hold.
+
+A path is a key of `task.files` or `task.verifier_files`, relative to the workdir. It is
+accepted only in its one canonical spelling, so what is staged is what was asked for and
+no two keys name the same file:
+
+| rule                                   | refused, e.g.             | would have failed as  |
+| -------------------------------------- | ------------------------- | --------------------- |
+| relative, inside the workdir           | `/etc/x`, `../x`          | an escape             |
+| canonical: no empty, `.` or `..` parts | `.`, `./`, `a//b`, `a/`   | SANDBOX (a directory) |
+| no control characters (NUL included)   | `a\x00b`, `a\nb`          | SANDBOX               |
+| each part at most 255 bytes (NAME_MAX) | a 300-character name      | SANDBOX               |
+| at most 1024 bytes in all              | a very deep path          | SANDBOX               |
+| never both a file and a directory      | `a` beside `a/b`          | SANDBOX               |
+
+The last rule spans both maps: verifier files land in the same workdir after the agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from service.errors import FieldViolation, excerpt
+
+__all__ = ["path_violations"]
+
+_MAX_PART_BYTES = 255
+_MAX_PATH_BYTES = 1024
+_MAX_REPORTED = 16
+"""Violations reported per map: enough to fix a spec, never a flood."""
+
+
+def _problem(path: str) -> str:
+    """What is wrong with `path` on its own; "" when nothing is."""
+    if not path:
+        return "is empty"
+    if path.startswith("/"):
+        return "must be relative to the workdir"
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in path):
+        return "must not contain control characters"
+    if len(path.encode()) > _MAX_PATH_BYTES:
+        return f"exceeds {_MAX_PATH_BYTES} bytes"
+    parts = path.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return "must be canonical: no empty, '.' or '..' parts (e.g. 'src/main.py')"
+    if any(len(part.encode()) > _MAX_PART_BYTES for part in parts):
+        return f"has a part longer than {_MAX_PART_BYTES} bytes"
+    return ""
+
+
+def _directories(paths: Mapping[str, bytes]) -> set[str]:
+    """Every directory the paths need (their proper prefixes)."""
+    return {path.rsplit("/", i)[0] for path in paths for i in range(1, path.count("/") + 1)}
+
+
+def path_violations(
+    files: Mapping[str, bytes], verifier_files: Mapping[str, bytes]
+) -> Iterator[FieldViolation]:
+    """Every path of either map that breaks a rule, named by its map and (short) key."""
+    directories = _directories(files) | _directories(verifier_files)
+    for field, paths in (("spec.task.files", files), ("spec.task.verifier_files", verifier_files)):
+        reported = 0
+        for path in paths:
+            problem = _problem(path)
+            if not problem and path in directories:
+                problem = "is a file here but a directory of another path"
+            if problem and reported < _MAX_REPORTED:
+                reported += 1
+                yield FieldViolation(f"{field}[{excerpt(path)}]", problem)
