@@ -14,8 +14,8 @@ Instead, per sandbox:
    joins the sandbox's memory cgroup (a migration costs a slow RCU grace period), so the
    holder stays out of it and every command is born in it. It then enters the
    namespaces and gives up what no command may have: no_new_privs, an empty capability
-   bounding set, no inheritable capability. It stays root, outside the sandbox's pid
-   namespace: no sandboxed process can name it.
+   bounding set, no inheritable capability, no user namespace (`local_seccomp`). It
+   stays root, outside the sandbox's pid namespace: no sandboxed process can name it.
 3. Each command is one fork of the spawner: the child leads a session of its own, sets
    the sandbox's rlimits, takes the command's supplementary group (`bwrap.command_tag`)
    and the sandbox uid, and execs bash in WORKDIR. The spawner reports the host pid
@@ -23,7 +23,8 @@ Instead, per sandbox:
    pins its pid) until the server is done with it, so a tree kill never hits a reused pid.
 
 It runs as `python -S -E -s -m service.sandboxes.local_forkserver FD` from the project
-root, importing the standard library and `local_wire` (the messages) only. The spawner
+root, importing the standard library and its siblings `local_wire` (the messages),
+`local_holder_start` and `local_seccomp` only. The spawner
 exits when the server closes its socket; the fork server likewise.
 """
 
@@ -46,6 +47,7 @@ from service.sandboxes.local_holder_start import (
     join_cgroup,
     start_holder,
 )
+from service.sandboxes.local_seccomp import forbid_user_namespaces
 from service.sandboxes.local_wire import receive, send
 
 __all__: list[str] = []  # a program, run by `local_spawner.ForkServer`
@@ -144,6 +146,7 @@ class _Spawner:
                 os.close(fd)
         self._uid = setup["uid"]
         _give_up_privileges(self._last_cap)
+        forbid_user_namespaces()
         self._stdin = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
 
     def serve(self) -> None:
