@@ -34,7 +34,8 @@ from service.sandboxes.bwrap import (
 )
 from service.sandboxes.cgroup import MemoryCgroups
 from service.sandboxes.limits import Limits
-from service.sandboxes.local_sandbox import LocalSandbox, SandboxCgroup, remove_tree
+from service.sandboxes.local_removal import remove_tree
+from service.sandboxes.local_sandbox import LocalSandbox, SandboxCgroup
 from service.sandboxes.local_spawner import ForkServer, SpawnerSetup
 from service.sandboxes.local_warm import WarmKey, WarmPool
 
@@ -226,12 +227,23 @@ class LocalBackend:
         await asyncio.to_thread(remove_tree, self._root / name)
 
     async def sweep_orphans(self, live_rollout_ids: set[str]) -> int:
-        """Remove the directories and cgroups of sandboxes no live rollout owns."""
-        names = set(self._cgroups.names()) | await asyncio.to_thread(self._directory_names)
+        """Remove the directories and cgroups of sandboxes no live rollout owns.
+
+        Whatever a sandbox left, the sweep logs what it could not remove and goes on:
+        it runs at start-up, which nothing a sandbox made may stop.
+        """
+        try:
+            names = set(self._cgroups.names()) | await asyncio.to_thread(self._directory_names)
+        except OSError as exc:
+            _log.warning("could not list orphaned local sandboxes: %s", exc)
+            return 0
         orphans = names - live_rollout_ids - self._sandboxes.keys()
         for name in orphans:
             _log.info("removing orphaned local sandbox %s", name)
-            await self._discard(name)
+            try:
+                await self._discard(name)
+            except OSError as exc:
+                _log.warning("could not remove orphaned local sandbox %s: %s", name, exc)
         if not self._sandboxes:
             self._cgroups.prune()
         return len(orphans)
