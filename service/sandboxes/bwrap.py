@@ -17,6 +17,8 @@ Mounts inside a local sandbox, in order (a later mount covers an earlier one):
                            dir hidden again below them)
     <cache dir>            the service's downloads (opencode), read-only, wherever it lives
     /etc/passwd, /group    the host's plus a line naming the sandbox user
+    /etc/resolv.conf       under network FULL: the one resolver it can reach
+                           (`local_network`)
     PROXY_SOCKET           the capture proxy's Unix socket, when the rollout has one
 
 When the server runs as root, every sandboxed process runs as a host uid of its own
@@ -108,6 +110,21 @@ class SandboxLayout:
     def group(self) -> Path:
         return self.root / "group"
 
+    @property
+    def resolv_conf(self) -> Path:
+        """/etc/resolv.conf under network FULL (`local_network`)."""
+        return self.root / "resolv.conf"
+
+    @property
+    def network_ready(self) -> Path:
+        """A FIFO pasta writes its pid to once the sandbox's interface exists."""
+        return self.root / "network.ready"
+
+    @property
+    def network_log(self) -> Path:
+        """pasta's errors, read when it fails to start."""
+        return self.root / "network.log"
+
 
 @dataclass(frozen=True)
 class HostView:
@@ -189,7 +206,9 @@ def _bind(option: str, source: str, dest: str) -> list[str]:
     return [*(arg for parent in ancestors for arg in ("--dir", str(parent))), option, source, dest]
 
 
-def _mounts(view: HostView, layout: SandboxLayout, proxy_socket: str | None) -> list[str]:
+def _mounts(
+    view: HostView, layout: SandboxLayout, network: NetworkPolicy, proxy_socket: str | None
+) -> list[str]:
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for tree in HIDDEN_TREES:
         args += ["--tmpfs", tree]
@@ -210,6 +229,8 @@ def _mounts(view: HostView, layout: SandboxLayout, proxy_socket: str | None) -> 
     if layout.uid is not None:
         args += ["--ro-bind", str(layout.passwd), "/etc/passwd"]
         args += ["--ro-bind", str(layout.group), "/etc/group"]
+    if network is NetworkPolicy.FULL:
+        args += ["--ro-bind", str(layout.resolv_conf), "/etc/resolv.conf"]
     if proxy_socket is not None:
         args += _bind("--ro-bind", proxy_socket, PROXY_SOCKET)
     return args
@@ -239,11 +260,11 @@ def holder_argv(
     leaves every sandboxed process) so that the sandbox user cannot kill it.
     """
     args = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
-    args += ["--hostname", "sandbox"]
-    if network is NetworkPolicy.NONE:
-        args.append("--unshare-net")  # bwrap brings up loopback only
+    # A network namespace of its own whatever the policy: bwrap brings up loopback only;
+    # under FULL the spawner connects it to the internet (`local_network`).
+    args += ["--hostname", "sandbox", "--unshare-net"]
     if layout.uid is None:
         args.append("--unshare-user")
-    args += _mounts(view, layout, proxy_socket)
+    args += _mounts(view, layout, network, proxy_socket)
     args += ["--chdir", WORKDIR, "--clearenv", "--"]
     return [*args, "sh", "-c", "echo ready && exec sleep infinity"]

@@ -34,6 +34,7 @@ from service.sandboxes.bwrap import (
 )
 from service.sandboxes.cgroup import MemoryCgroups
 from service.sandboxes.limits import Limits
+from service.sandboxes.local_network import FullNetwork, full_network, resolv_conf
 from service.sandboxes.local_removal import remove_tree
 from service.sandboxes.local_sandbox import LocalSandbox, SandboxCgroup
 from service.sandboxes.local_spawner import ForkServer, SpawnerSetup
@@ -88,11 +89,10 @@ class LocalBackend:
         limits = limits or Limits.resolve(Resources(), self._settings)
         uid = sandbox_uid(self._state_dir, name) if self._privileged else None
         layout = SandboxLayout(self._root / name, uid)
+        network = self._network(key.network, layout)
         if self._has_leftovers(name):
             await self._discard(name)  # a crashed run's, under the same id
-        preparing = asyncio.ensure_future(
-            asyncio.to_thread(self._prepare, layout, key.proxy_socket)
-        )
+        preparing = asyncio.ensure_future(asyncio.to_thread(self._prepare, layout, key))
         try:
             await asyncio.shield(preparing)
         except BaseException as exc:
@@ -111,6 +111,7 @@ class LocalBackend:
             user_namespace=uid is None,
             cgroup=None if group is None else str(group),
             uid=uid,
+            network=network,
         )
         try:
             spawner = await self._forks.spawner(setup)
@@ -183,7 +184,12 @@ class LocalBackend:
             del self._sandboxes[sandbox.name]
         self._warm.forget(sandbox)
 
-    def _prepare(self, layout: SandboxLayout, proxy_socket: str | None) -> None:
+    def _network(self, network: NetworkPolicy, layout: SandboxLayout) -> FullNetwork | None:
+        if network is NetworkPolicy.NONE:
+            return None
+        return full_network(layout, self._privileged)
+
+    def _prepare(self, layout: SandboxLayout, key: WarmKey) -> None:
         self._root.mkdir(parents=True, exist_ok=True)
         os.chmod(self._root, 0o700)  # sandbox files must not be reachable by host users
         layout.root.mkdir(mode=0o700)
@@ -196,8 +202,11 @@ class LocalBackend:
         os.chmod(layout.tmp, 0o1777)
         if layout.uid is not None:
             self._write_accounts(layout)
-        if proxy_socket is not None:
-            self._check_proxy_socket(proxy_socket)
+        if key.network is NetworkPolicy.FULL:
+            layout.resolv_conf.write_text(resolv_conf())
+            os.mkfifo(layout.network_ready, 0o600)
+        if key.proxy_socket is not None:
+            self._check_proxy_socket(key.proxy_socket)
 
     @staticmethod
     def _write_accounts(layout: SandboxLayout) -> None:

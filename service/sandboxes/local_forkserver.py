@@ -12,10 +12,12 @@ Instead, per sandbox:
 2. The spawner starts bwrap, whose sleeping holder keeps the sandbox's namespaces alive
    (`--die-with-parent`: the sandbox dies with its spawner). While bwrap builds them it
    joins the sandbox's memory cgroup (a migration costs a slow RCU grace period), so the
-   holder stays out of it and every command is born in it. It then enters the
-   namespaces and gives up what no command may have: no_new_privs, an empty capability
-   bounding set, no inheritable capability, no user namespace (`local_seccomp`). It
-   stays root, outside the sandbox's pid namespace: no sandboxed process can name it.
+   holder stays out of it and every command is born in it. Under network FULL it
+   starts pasta for the sandbox (in the cgroup too) and routes the sandbox's network
+   namespace (`local_network`). It then enters the namespaces and gives up what no
+   command may have: no_new_privs, an empty capability bounding set, no inheritable
+   capability, no user namespace (`local_seccomp`). It stays root, outside the
+   sandbox's pid namespace: no sandboxed process can name it.
 3. Each command is one fork of the spawner: the child leads a session of its own, sets
    the sandbox's rlimits, takes the command's supplementary group (`bwrap.command_tag`)
    and the sandbox uid, and execs bash in WORKDIR. The spawner reports the host pid
@@ -44,6 +46,7 @@ from service.sandboxes.local_holder_start import (
     SetupError,
     attach,
     await_holder,
+    connect_network,
     join_cgroup,
     start_holder,
 )
@@ -125,6 +128,9 @@ class _Spawner:
             finally:
                 for fd in pipes:
                     os.close(fd)
+            if setup["network"] is not None:
+                pasta = connect_network(init, setup["network"], setup["user_namespace"])
+                self._selector.register(os.pidfd_open(pasta), selectors.EVENT_READ, (0, pasta))
             init_fd, namespaces = attach(bwrap, init, setup["user_namespace"])
             self._enter(namespaces, setup)
         except (OSError, SetupError, ValueError, KeyError) as exc:

@@ -115,6 +115,8 @@ class SpawnerSetup:
     """The sandbox's memory cgroup directory, if any."""
     uid: int | None
     """Host uid (and gid) of every command; None keeps the server's."""
+    network: dict[str, list[str]] | None = None
+    """Under network FULL: pasta and the namespace's routes (`local_network.full_network`)."""
 
 
 @dataclass
