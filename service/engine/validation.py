@@ -20,6 +20,8 @@ _MAX_LABELS = 64
 _MAX_LABEL_CHARS = 256
 _MAX_ID_CHARS = 256
 _MAX_TOP_LOGPROBS = 20
+_MIN_DISK_MB = 64
+"""The smallest filesystem worth making for a sandbox."""
 
 
 def validate_spec(spec: RolloutSpec, settings: Settings) -> None:
@@ -28,6 +30,7 @@ def validate_spec(spec: RolloutSpec, settings: Settings) -> None:
         *_task(spec),
         *_agent(spec),
         *_sandbox(spec),
+        *_disk(spec, settings),
         *_timeouts(spec, settings),
         *_bookkeeping(spec),
         *_size(spec, settings),
@@ -97,6 +100,15 @@ def _sandbox(spec: RolloutSpec) -> Iterator[FieldViolation]:
         known = ", ".join(sorted(BACKENDS))
         yield FieldViolation(
             "spec.sandbox.backend", f"unknown backend {backend!r} (known: {known})"
+        )
+
+
+def _disk(spec: RolloutSpec, settings: Settings) -> Iterator[FieldViolation]:
+    disk_mb = spec.sandbox.resources.disk_mb
+    if disk_mb and not _MIN_DISK_MB <= disk_mb <= settings.sandbox_disk_max_mb:
+        yield FieldViolation(
+            "spec.sandbox.resources.disk_mb",
+            f"must be {_MIN_DISK_MB}..{settings.sandbox_disk_max_mb} (MiB), or 0 for the default",
         )
 
 

@@ -95,12 +95,22 @@ class SandboxLayout:
     """Host uid (and gid) of every sandboxed process; None keeps the server's own."""
 
     @property
+    def disk(self) -> Path:
+        """Everything the sandbox can write lives here: its own size-limited filesystem
+        when the server may mount one (`local_disk`), else a plain directory."""
+        return self.root / "disk"
+
+    @property
+    def disk_image(self) -> Path:
+        return self.root / "disk.img"
+
+    @property
     def home(self) -> Path:
-        return self.root / "home"
+        return self.disk / "home"
 
     @property
     def tmp(self) -> Path:
-        return self.root / "tmp"
+        return self.disk / "tmp"
 
     @property
     def passwd(self) -> Path:

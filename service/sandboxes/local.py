@@ -1,8 +1,10 @@
 """The `local` sandbox backend: bubblewrap on this host, the embedded default.
 
 A local sandbox is a pair of private host directories (`<state_dir>/sandboxes/<id>/`
-holds its home and /tmp), a host uid of its own when the server runs as root, a memory
-cgroup where the host allows one, one long-lived bwrap holding its namespaces
+holds its home and /tmp, on a size-limited filesystem of its own: `local_disk`), a
+network namespace of its own (`local_network` under FULL), a host uid of its own when
+the server runs as root, a memory cgroup where the host allows one, one long-lived
+bwrap holding its namespaces
 (`local_holder`), and a spawner inside them, forked from the backend's fork server
 (`local_forkserver`), which forks every exec and spawn there (`local_process`), like
 `docker exec`: a background daemon a command starts may outlive that command, until
@@ -34,6 +36,7 @@ from service.sandboxes.bwrap import (
 )
 from service.sandboxes.cgroup import MemoryCgroups
 from service.sandboxes.limits import Limits
+from service.sandboxes.local_disk import make_disk
 from service.sandboxes.local_network import FullNetwork, full_network, resolv_conf
 from service.sandboxes.local_removal import remove_tree
 from service.sandboxes.local_sandbox import LocalSandbox, SandboxCgroup
@@ -63,6 +66,11 @@ class LocalBackend:
         self._sandboxes: dict[str, LocalSandbox] = {}
         self._forks = ForkServer()
         self._warm = WarmPool(settings.local_warm_sandboxes, self._build)
+        if not self._privileged:
+            _log.warning(
+                "local sandboxes have no disk quota: mounting their filesystems needs a "
+                "server running as root; only the per-file limit holds"
+            )
 
     def check_ready(self) -> None:
         """Always ready: bwrap was found when the backend was built."""
@@ -75,7 +83,7 @@ class LocalBackend:
         if rollout_id in self._sandboxes:
             raise SandboxError(f"a local sandbox for rollout {rollout_id} already exists")
         limits = Limits.resolve(request.spec.resources, self._settings)
-        key = WarmKey(request.spec.network, request.proxy_socket)
+        key = WarmKey(request.spec.network, request.proxy_socket, limits.disk_bytes)
         warm = await self._warm.take(key)
         sandbox = None if warm is None else await self._adopt(warm, rollout_id, limits)
         if sandbox is None:
@@ -175,7 +183,8 @@ class LocalBackend:
     ) -> None:
         """Make the warm sandboxes of this kind now and wait for them (rather than after
         the first rollout that asks for one)."""
-        key = WarmKey(network, proxy_socket)
+        disk_bytes = Limits.resolve(Resources(), self._settings).disk_bytes
+        key = WarmKey(network, proxy_socket, disk_bytes)
         self._warm.refill(key)
         await self._warm.wait(key)
 
@@ -193,6 +202,10 @@ class LocalBackend:
         self._root.mkdir(parents=True, exist_ok=True)
         os.chmod(self._root, 0o700)  # sandbox files must not be reachable by host users
         layout.root.mkdir(mode=0o700)
+        if self._privileged:
+            make_disk(layout, key.disk_bytes)
+        else:
+            layout.disk.mkdir()
         workdir = layout.home / PurePosixPath(WORKDIR).relative_to(HOME)
         for directory in (layout.home, workdir):
             directory.mkdir(mode=0o755)

@@ -6,8 +6,9 @@ names that are not UTF-8, and links into the host. So the walk here is a loop, n
 recursion; every step is relative to an open directory (no long paths) and never
 follows a link; a directory it cannot enter or empty is given owner permissions first;
 at most `_MAX_OPEN` directories are open at once: a deeper one is moved up to the top
-directory and emptied from there. What still will not go is logged, never raised:
-teardown and the start-up sweep must go on.
+directory and emptied from there. A filesystem mounted below (the sandbox's disk) is
+detached first. What still will not go is logged, never raised: teardown and the
+start-up sweep must go on.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from service.sandboxes.local_disk import detach_mounts_below
 
 __all__ = ["remove_tree"]
 
@@ -34,6 +37,7 @@ _REPORTED = 5
 def remove_tree(path: Path) -> None:
     """Remove `path` and everything beneath it; log (never raise) what would not go."""
     removal = _Removal(path)
+    removal.failures += detach_mounts_below(path)  # the sandbox's disk (`local_disk`)
     try:
         removal.run()
     except FileNotFoundError:

@@ -65,7 +65,7 @@ async def test_cannot_read_the_state_dir_or_other_sandboxes(
         other = await backend.create(_request("other"))
         await other.write_files({f"{WORKDIR}/answer.txt": b"other rollout's secret"})
         mine = await backend.create(_request("mine"))
-        other_workdir = state_dir / "sandboxes" / "other" / "home" / "workdir"
+        other_workdir = state_dir / "sandboxes" / "other" / "disk" / "home" / "workdir"
         result = await mine.exec(
             f"cat {state_dir}/rollouts.db || echo no-db; "
             f"cat {other_workdir}/answer.txt || echo no-other; "

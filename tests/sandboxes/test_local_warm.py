@@ -102,7 +102,7 @@ async def test_a_warm_sandbox_that_died_is_not_handed_out(
     warm_backend: LocalBackend, local_settings: Settings
 ) -> None:
     [warm] = _warm_names(local_settings)
-    home = str(local_settings.state_dir / "sandboxes" / warm / "home").encode()
+    home = str(local_settings.state_dir / "sandboxes" / warm / "disk" / "home").encode()
     holder = _bwrap_of(home)
     assert holder
     for pid in holder:

@@ -1,0 +1,69 @@
+"""A local sandbox writes to a filesystem of its own size: past it, ENOSPC; the host's
+filesystem grows by the quota at most."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from service.models import Resources
+from service.sandboxes.base import WORKDIR
+from service.sandboxes.local import LocalSandbox
+from tests.sandboxes.conftest import MakeSandbox
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="disk quotas need a root server")
+
+_QUOTA_MB = 64
+_MIB = 1024 * 1024
+
+
+def _host_bytes(sandbox: LocalSandbox) -> int:
+    """Bytes the sandbox's directory takes on the host's filesystem (du -x: the
+    sandbox's own filesystem is not walked, its image is counted)."""
+    done = subprocess.run(
+        ["du", "-sx", "--block-size=1", str(sandbox.layout.root)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(done.stdout.split()[0])
+
+
+async def test_writing_past_the_quota_is_enospc(make_local_sandbox: MakeSandbox) -> None:
+    sandbox = await make_local_sandbox(resources=Resources(disk_mb=_QUOTA_MB))
+    fill = await sandbox.exec(
+        "head -c 40M /dev/zero > a.bin; echo home=$?; "
+        "head -c 40M /dev/zero > /tmp/b.bin; echo tmp=$?; "
+        "head -c 200M /dev/urandom > c.bin; echo more=$?",
+        timeout_s=120,
+    )
+    assert fill.stdout.splitlines() == ["home=0", "tmp=1", "more=1"], fill.stderr
+    assert "No space left on device" in fill.stderr
+    written = _host_bytes(sandbox)
+    assert written <= (_QUOTA_MB + 1) * _MIB, written
+    print(f"\ndisk written by a sandbox at its {_QUOTA_MB} MiB quota: {written / _MIB:.1f} MiB")
+    await sandbox.kill()
+    assert not sandbox.layout.root.exists()
+
+
+async def test_staged_files_count_against_the_quota(make_local_sandbox: MakeSandbox) -> None:
+    sandbox = await make_local_sandbox(resources=Resources(disk_mb=_QUOTA_MB))
+    await sandbox.write_files({f"{WORKDIR}/big.bin": b"x" * (50 * _MIB)})
+    result = await sandbox.exec("head -c 20M /dev/zero > more.bin", timeout_s=60)
+    assert result.exit_code != 0
+    assert "No space left on device" in result.stderr
+    await sandbox.kill()
+
+
+async def test_the_default_quota_applies_when_the_spec_sets_none(
+    make_local_sandbox: MakeSandbox,
+) -> None:
+    sandbox = await make_local_sandbox()
+    result = await sandbox.exec("df --output=size -B1M /tmp ~ | tail -n 2", timeout_s=30)
+    sizes = [int(line) for line in result.stdout.split()]
+    assert len(sizes) == 2
+    assert sizes[0] == sizes[1]  # one filesystem for both
+    assert 3900 <= sizes[0] <= 4096  # the 4 GiB default, less ext4's own metadata
+    await sandbox.kill()
