@@ -19,13 +19,12 @@ the directory and the image with it (`local_removal`).
 
 from __future__ import annotations
 
-import ctypes
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 from service.sandboxes.bwrap import SandboxLayout
+from service.sandboxes.local_mounts import detach, mount_points_below
 
 __all__ = ["detach_mounts_below", "make_disk"]
 
@@ -38,7 +37,6 @@ _MKFS = (
     *("-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard"),
 )
 _MOUNT_OPTIONS = "loop,nosuid,nodev,noatime"
-_MNT_DETACH = 2
 _TOOL_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -62,26 +60,12 @@ def _run(argv: list[str]) -> None:
         raise OSError(f"{argv[0]} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
 
 
-def _unescape(field: str) -> str:
-    """A mountinfo path: space, tab, newline and backslash come octal-escaped."""
-    for escaped, raw in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
-        field = field.replace(escaped, raw)
-    return field
-
-
 def detach_mounts_below(path: Path) -> list[str]:
     """Lazily unmount every mount at or below `path` (deepest first); returns what could
     not be detached, each with why."""
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return []
-    top = str(path)
-    points = [_unescape(line.split()[4]) for line in lines]
-    below = [p for p in points if p == top or p.startswith(top.rstrip("/") + "/")]
-    libc = ctypes.CDLL(None, use_errno=True)
     failed = []
-    for point in sorted(set(below), key=len, reverse=True):
-        if libc.umount2(os.fsencode(point), _MNT_DETACH) != 0:
-            failed.append(f"{point}: cannot unmount: {os.strerror(ctypes.get_errno())}")
+    for point in mount_points_below(str(path)):
+        why = detach(point)
+        if why is not None:
+            failed.append(f"{point}: cannot unmount: {why}")
     return failed

@@ -9,7 +9,8 @@ Instead, per sandbox:
 1. The server asks the fork server (one per backend) for a spawner, handing it one end
    of a socket pair and the sandbox's bwrap command line. The fork server forks; the
    child is the sandbox's spawner.
-2. The spawner starts bwrap, whose sleeping holder keeps the sandbox's namespaces alive
+2. The spawner leaves the other sandboxes' disks behind (`local_holder_start`) and
+   starts bwrap, whose sleeping holder keeps the sandbox's namespaces alive
    (`--die-with-parent`: the sandbox dies with its spawner). While bwrap builds them it
    joins the sandbox's memory cgroup (a migration costs a slow RCU grace period), so the
    holder stays out of it and every command is born in it. Under network FULL it
@@ -26,7 +27,7 @@ Instead, per sandbox:
 
 It runs as `python -S -E -s -m service.sandboxes.local_forkserver FD` from the project
 root, importing the standard library and its siblings `local_wire` (the messages),
-`local_holder_start` and `local_seccomp` only. The spawner
+`local_holder_start`, `local_mounts` and `local_seccomp` only. The spawner
 exits when the server closes its socket; the fork server likewise.
 """
 
@@ -48,6 +49,7 @@ from service.sandboxes.local_holder_start import (
     await_holder,
     connect_network,
     join_cgroup,
+    leave_other_disks,
     start_holder,
 )
 from service.sandboxes.local_seccomp import forbid_user_namespaces
@@ -121,6 +123,8 @@ class _Spawner:
         own = os.pidfd_open(os.getpid())
         bwrap: int | None = None
         try:
+            if setup["disk"] is not None:
+                leave_other_disks(*setup["disk"])
             bwrap, pipes = start_holder(setup["holder"])
             try:
                 unjoined = join_cgroup(setup["cgroup"])

@@ -11,6 +11,8 @@ import os
 import select
 import signal
 
+from service.sandboxes.local_mounts import detach, mount_points_below
+
 __all__ = [
     "NAMESPACE_TYPES",
     "SetupError",
@@ -18,6 +20,7 @@ __all__ = [
     "await_holder",
     "connect_network",
     "join_cgroup",
+    "leave_other_disks",
     "start_holder",
 ]
 
@@ -34,6 +37,9 @@ _READY = b"ready\n"
 """What the holder prints once bwrap has put every mount in place (`bwrap.holder_argv`)."""
 _NETWORK_WAIT_S = 10.0
 _PR_SET_PDEATHSIG = 1
+_CLONE_NEWNS = 0x00020000
+_MS_REC = 0x4000
+_MS_PRIVATE = 0x40000
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -61,6 +67,24 @@ def start_holder(argv: list[str]) -> tuple[int, tuple[int, int, int]]:
         os.close(write)
     read_ends = tuple(read for read, _ in ends)
     return pid, (read_ends[0], read_ends[1], read_ends[2])
+
+
+def leave_other_disks(sandboxes: str, own: str) -> None:
+    """Move to a mount namespace of our own without any other sandbox's disk in it.
+
+    bwrap binds the host's root recursively, then remounts every mount below it
+    read-only: a sibling's disk torn down meanwhile made that fail, and a copy in this
+    sandbox's namespace would pin the sibling's filesystem for as long as this sandbox
+    lives. So the spawner starts bwrap from a private copy of the host's mounts holding
+    only its own disk (`local_disk`).
+    """
+    if _libc.unshare(_CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), "unsharing the mount namespace")
+    if _libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        raise OSError(ctypes.get_errno(), "making the mount namespace private")
+    for point in mount_points_below(sandboxes):
+        if point != sandboxes and point != own and not point.startswith(own + "/"):
+            detach(point)  # one that is gone meanwhile is as good as detached
 
 
 def join_cgroup(cgroup: str | None) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -134,3 +135,31 @@ async def test_server_starts_over_what_the_sweep_cannot_remove(
     assert sorted(path.name for path in orphan.iterdir()) == ["stuck"]
     assert "could not remove all of sandbox directory" in fresh_server.text()
     assert "immutable: Operation not permitted" in fresh_server.text()
+
+
+def _mounts_under(path: Path) -> list[str]:
+    text = Path("/proc/self/mountinfo").read_text()
+    return [line.split()[4] for line in text.splitlines() if str(path) in line.split()[4]]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="disk quotas need a root server")
+async def test_a_killed_servers_mounted_disks_are_swept_at_restart(
+    fresh_server: ServerProcess,
+) -> None:
+    target = fresh_server.start()
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = pb_grpc.RolloutServiceStub(channel)
+        started = await stub.StartRollout(
+            pb.StartRolloutRequest(spec=command_spec("head -c 8M /dev/zero > f; sleep 300"))
+        )
+        await wait_for_phase(stub, started.rollout.id, pb.PHASE_AGENT)
+    sandboxes = Path(os.path.realpath(fresh_server.state_dir)) / "sandboxes"
+    assert _mounts_under(sandboxes)  # its disk, and the warm sandbox's
+    fresh_server.stop(signal.SIGKILL)
+    assert _mounts_under(sandboxes)  # a crash leaves them mounted
+    fresh_server.start()
+    assert (await _run_one(fresh_server)).status == pb.ROLLOUT_STATUS_SUCCEEDED
+    assert not sandbox_dir(fresh_server, started.rollout.id).exists()
+    live = {entry.name for entry in sandboxes.iterdir()}
+    assert all(name.startswith("warm-") for name in live), live  # the new server's own
+    assert all(any(name in point for name in live) for point in _mounts_under(sandboxes))

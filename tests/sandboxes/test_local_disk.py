@@ -3,14 +3,17 @@ filesystem grows by the quota at most."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from service.models import Resources
 from service.sandboxes.base import WORKDIR
 from service.sandboxes.local import LocalSandbox
+from tests.e2e.processes import eventually
 from tests.sandboxes.conftest import MakeSandbox
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="disk quotas need a root server")
@@ -67,3 +70,29 @@ async def test_the_default_quota_applies_when_the_spec_sets_none(
     assert sizes[0] == sizes[1]  # one filesystem for both
     assert 3900 <= sizes[0] <= 4096  # the 4 GiB default, less ext4's own metadata
     await sandbox.kill()
+
+
+def _loop_images() -> list[str]:
+    """The image file behind every attached loop device."""
+    images = []
+    for path in Path("/sys/block").glob("loop*/loop/backing_file"):
+        with contextlib.suppress(FileNotFoundError):  # detached while we looked
+            images.append(path.read_text().strip())
+    return images
+
+
+async def test_a_sandbox_holds_no_copy_of_another_sandboxs_disk(
+    make_local_sandbox: MakeSandbox,
+) -> None:
+    """Else a sibling's teardown could fail this sandbox's bwrap, and this sandbox would
+    keep the sibling's filesystem (and its image's blocks) alive after its teardown."""
+    first = await make_local_sandbox("first")
+    second = await make_local_sandbox("second")
+    mounts = await second.exec("cat /proc/self/mountinfo", timeout_s=30)
+    assert str(second.layout.disk) in mounts.stdout  # its own, under its home and /tmp
+    assert str(first.layout.root) not in mounts.stdout
+    image = first.layout.disk_image
+    await first.kill()
+    # Freed (the kernel lets go of a loop device a moment later), though the second lives on.
+    await eventually(lambda: str(image) not in _loop_images())
+    await second.kill()
