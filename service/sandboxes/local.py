@@ -204,7 +204,7 @@ class LocalBackend:
         os.chmod(self._root, 0o700)  # sandbox files must not be reachable by host users
         layout.root.mkdir(mode=0o700)
         if self._privileged:
-            make_disk(layout, key.disk_bytes)
+            make_disk(layout, key.disk_bytes, self._state_dir / "disk-images")
         else:
             layout.disk.mkdir()
         workdir = layout.home / PurePosixPath(WORKDIR).relative_to(HOME)
