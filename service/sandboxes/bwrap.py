@@ -21,6 +21,17 @@ Mounts inside a local sandbox, in order (a later mount covers an earlier one):
                            (`local_network`)
     PROXY_SOCKET           the capture proxy's Unix socket, when the rollout has one
 
+What else a sandbox has of its own, and where that is decided:
+
+    network namespace      always (bwrap --unshare-net): loopback only under NONE; under
+                           FULL the internet through pasta, never the host's loopback,
+                           its own addresses or private ranges (`local_network`)
+    home and /tmp          on a size-limited filesystem of its own when the server is
+                           root: ENOSPC past `disk_mb` (`local_disk`)
+    mounts                 none of another sandbox's disks (`local_holder_start`)
+    user namespaces        none can be made inside: unshare and clone with
+                           CLONE_NEWUSER fail with EPERM (`local_seccomp`)
+
 When the server runs as root, every sandboxed process runs as a host uid of its own
 (`sandbox_uid`), dropped to by the spawner's child inside the namespaces: no capability,
 no_new_privs, no access to root-only files, and RLIMIT_NPROC (counted per real uid)

@@ -15,10 +15,10 @@ Instead, per sandbox:
    joins the sandbox's memory cgroup (a migration costs a slow RCU grace period), so the
    holder stays out of it and every command is born in it. Under network FULL it
    starts pasta for the sandbox (in the cgroup too) and routes the sandbox's network
-   namespace (`local_network`). It then enters the namespaces and gives up what no
-   command may have: no_new_privs, an empty capability bounding set, no inheritable
-   capability, no user namespace (`local_seccomp`). It stays root, outside the
-   sandbox's pid namespace: no sandboxed process can name it.
+   namespace (`local_network`, `local_network_start`). It then enters the namespaces
+   and gives up what no command may have: no_new_privs, an empty capability bounding
+   set, no inheritable capability, no user namespace (`local_seccomp`). It stays root,
+   outside the sandbox's pid namespace: no sandboxed process can name it.
 3. Each command is one fork of the spawner: the child leads a session of its own, sets
    the sandbox's rlimits, takes the command's supplementary group (`bwrap.command_tag`)
    and the sandbox uid, and execs bash in WORKDIR. The spawner reports the host pid
@@ -27,8 +27,8 @@ Instead, per sandbox:
 
 It runs as `python -S -E -s -m service.sandboxes.local_forkserver FD` from the project
 root, importing the standard library and its siblings `local_wire` (the messages),
-`local_holder_start`, `local_mounts` and `local_seccomp` only. The spawner
-exits when the server closes its socket; the fork server likewise.
+`local_holder_start`, `local_network_start`, `local_mounts` and `local_seccomp` only.
+The spawner exits when the server closes its socket; the fork server likewise.
 """
 
 from __future__ import annotations
@@ -47,11 +47,11 @@ from service.sandboxes.local_holder_start import (
     SetupError,
     attach,
     await_holder,
-    connect_network,
     join_cgroup,
     leave_other_disks,
     start_holder,
 )
+from service.sandboxes.local_network_start import connect_network
 from service.sandboxes.local_seccomp import forbid_user_namespaces
 from service.sandboxes.local_wire import receive, send
 

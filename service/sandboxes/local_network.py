@@ -59,7 +59,7 @@ _PRIVATE = (
 _FIB_TRIE = Path("/proc/net/fib_trie")
 
 FullNetwork = dict[str, list[str]]
-"""What the spawner needs (`local_holder_start.connect_network`): pasta's argv without
+"""What the spawner needs (`local_network_start.connect_network`): pasta's argv without
 its target namespace, ip's argv, and the `ip -batch` lines to run in the namespace."""
 
 

@@ -27,8 +27,8 @@ __all__ = ["FORK_SERVER", "Command", "ForkServer", "Spawner", "SpawnerSetup"]
 
 FORK_SERVER = (sys.executable, "-S", "-E", "-s", "-m", "service.sandboxes.local_forkserver")
 """Like `-I`, but with the project root (its working directory) on sys.path: it imports
-its siblings `local_wire`, `local_holder_start`, `local_mounts` and `local_seccomp` and
-the standard library, nothing from site-packages."""
+its siblings (`local_wire`, `local_holder_start`, `local_network_start`, `local_mounts`,
+`local_seccomp`) and the standard library, nothing from site-packages."""
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _EXIT_WAIT_S = 1.0
 _SETUP_WAIT_S = 10.0
