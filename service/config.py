@@ -81,8 +81,9 @@ class Settings(BaseSettings):
     """Default process limit of a sandbox."""
     sandbox_max_file_size_mb: int = 1024
     """Default largest file a sandbox may write."""
-    sandbox_disk_mb: int = Field(default=4096, ge=64)
-    """Default disk quota of a local sandbox (home, workdir, /tmp), in MiB."""
+    sandbox_disk_mb: int = Field(default=4096, ge=0)
+    """Default disk quota of a local sandbox (home, workdir, /tmp), in MiB; 0: none unless
+    the spec asks (plain directories: faster to make and remove)."""
     sandbox_disk_max_mb: int = Field(default=65536, ge=64)
     """Largest disk quota a spec may ask for, in MiB."""
     local_warm_sandboxes: int = 1

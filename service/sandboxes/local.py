@@ -203,7 +203,7 @@ class LocalBackend:
         self._root.mkdir(parents=True, exist_ok=True)
         os.chmod(self._root, 0o700)  # sandbox files must not be reachable by host users
         layout.root.mkdir(mode=0o700)
-        if self._privileged:
+        if self._privileged and key.disk_bytes > 0:
             make_disk(layout, key.disk_bytes, self._state_dir / "disk-images")
         else:
             layout.disk.mkdir()

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from service.models import Resources
-from service.sandboxes.base import WORKDIR
-from service.sandboxes.local import LocalSandbox
+from service.config import Settings
+from service.models import Resources, SandboxSpec
+from service.sandboxes.base import WORKDIR, SandboxRequest
+from service.sandboxes.local import LocalBackend, LocalSandbox
 from tests.e2e.processes import eventually
 from tests.sandboxes.conftest import MakeSandbox
 
@@ -96,3 +97,19 @@ async def test_a_sandbox_holds_no_copy_of_another_sandboxs_disk(
     # Freed (the kernel lets go of a loop device a moment later), though the second lives on.
     await eventually(lambda: str(image) not in _loop_images())
     await second.kill()
+
+
+async def test_no_default_quota_leaves_plain_directories(
+    local_settings: Settings,
+) -> None:
+    """ROLLOUT_SANDBOX_DISK_MB=0: no filesystem of its own unless the spec asks for one."""
+    backend = LocalBackend(local_settings.model_copy(update={"sandbox_disk_mb": 0}))
+    try:
+        plain = await backend.create(SandboxRequest("plain", SandboxSpec(), 300))
+        asked = await backend.create(
+            SandboxRequest("asked", SandboxSpec(resources=Resources(disk_mb=_QUOTA_MB)), 300)
+        )
+        assert not os.path.ismount(plain.layout.disk)
+        assert os.path.ismount(asked.layout.disk)
+    finally:
+        await backend.close()
