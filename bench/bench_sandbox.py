@@ -52,16 +52,22 @@ def sandboxed_true(sandbox: LocalSandbox) -> Case:
 
 
 def sandbox_life(
-    backend: LocalBackend, name: str, network: NetworkPolicy = NetworkPolicy.NONE
+    backend: LocalBackend,
+    name: str,
+    network: NetworkPolicy = NetworkPolicy.NONE,
+    creates: list[float] | None = None,
 ) -> Case:
-    """Create, exec `true`, kill."""
+    """Create, exec `true`, kill; the create alone (ms) is appended to `creates`."""
     count = 0
     spec = SandboxSpec(network=network)
 
     async def run() -> None:
         nonlocal count
         count += 1
+        began = time.perf_counter()
         sandbox = await backend.create(SandboxRequest(f"{name}-{count}", spec, 60))
+        if creates is not None:
+            creates.append((time.perf_counter() - began) * 1000)
         await sandbox.exec("true", timeout_s=30)
         await sandbox.kill()
 
@@ -93,20 +99,29 @@ async def main(rounds: int) -> dict[str, dict[str, float]]:
         cold = LocalBackend(settings)
         warm = LocalBackend(settings.model_copy(update={"local_warm_sandboxes": 1}))
         sandbox = await cold.create(SandboxRequest("bench", SandboxSpec(), 3600))
+        creates: dict[str, list[float]] = {
+            "create alone (made now), network NONE": [],
+            "create alone (made now), network FULL": [],
+        }
+        none_creates, full_creates = creates.values()
         cases = {
             "plain subprocess `true` (baseline)": plain_true,
             "LocalSandbox.exec(`true`)": sandboxed_true(sandbox),
-            "create (made now) + exec `true` + kill": sandbox_life(cold, "cold"),
+            "create (made now) + exec `true` + kill": sandbox_life(
+                cold, "cold", creates=none_creates
+            ),
             "create (warm, renamed) + exec `true` + kill": sandbox_life(warm, "warm"),
             "network FULL: create (made now) + exec `true` + kill": sandbox_life(
-                cold, "cold-full", NetworkPolicy.FULL
+                cold, "cold-full", NetworkPolicy.FULL, full_creates
             ),
             "network FULL: create (warm, renamed) + exec `true` + kill": sandbox_life(
                 warm, "warm-full", NetworkPolicy.FULL
             ),
         }
         await measure(cases, 5, warm)  # warm-up: page cache, first bwrap
-        timings = await measure(cases, rounds, warm)
+        for values in creates.values():
+            values.clear()
+        timings = {**await measure(cases, rounds, warm), **creates}
         await cold.close()
         await warm.close()
     baseline = percentile(timings["plain subprocess `true` (baseline)"], 0.5)
