@@ -54,6 +54,7 @@ from service.config import Settings
 from service.models import NetworkPolicy
 from service.registry import MissingDependencyError
 from service.sandboxes.base import HOME, PROXY_SOCKET, WORKDIR
+from service.sandboxes.local_mounts import SANDBOX_DISK
 
 __all__ = [
     "HIDDEN_TREES",
@@ -109,7 +110,7 @@ class SandboxLayout:
     def disk(self) -> Path:
         """Everything the sandbox can write lives here: its own size-limited filesystem
         when the server may mount one (`local_disk`), else a plain directory."""
-        return self.root / "disk"
+        return self.root / SANDBOX_DISK
 
     @property
     def disk_image(self) -> Path:

@@ -119,7 +119,7 @@ class LocalBackend:
             user_namespace=uid is None,
             cgroup=None if group is None else str(group),
             uid=uid,
-            disk=(str(self._root), str(layout.disk)) if self._privileged else None,
+            disk=str(layout.disk) if self._privileged else None,
             network=network,
         )
         try:

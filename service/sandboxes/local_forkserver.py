@@ -124,7 +124,7 @@ class _Spawner:
         bwrap: int | None = None
         try:
             if setup["disk"] is not None:
-                leave_other_disks(*setup["disk"])
+                leave_other_disks(setup["disk"])
             bwrap, pipes = start_holder(setup["holder"])
             try:
                 unjoined = join_cgroup(setup["cgroup"])

@@ -10,7 +10,7 @@ import json
 import os
 import select
 
-from service.sandboxes.local_mounts import detach, mount_points_below
+from service.sandboxes.local_mounts import detach, sandbox_disks
 
 __all__ = [
     "NAMESPACE_TYPES",
@@ -65,21 +65,21 @@ def start_holder(argv: list[str]) -> tuple[int, tuple[int, int, int]]:
     return pid, (read_ends[0], read_ends[1], read_ends[2])
 
 
-def leave_other_disks(sandboxes: str, own: str) -> None:
+def leave_other_disks(own: str) -> None:
     """Move to a mount namespace of our own without any other sandbox's disk in it.
 
     bwrap binds the host's root recursively, then remounts every mount below it
     read-only: a sibling's disk torn down meanwhile made that fail, and a copy in this
     sandbox's namespace would pin the sibling's filesystem for as long as this sandbox
     lives. So the spawner starts bwrap from a private copy of the host's mounts holding
-    only its own disk (`local_disk`).
+    only its own disk (`local_disk`), whichever server on this host the others belong to.
     """
     if _libc.unshare(_CLONE_NEWNS) != 0:
         raise OSError(ctypes.get_errno(), "unsharing the mount namespace")
     if _libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
         raise OSError(ctypes.get_errno(), "making the mount namespace private")
-    for point in mount_points_below(sandboxes):
-        if point != sandboxes and point != own and not point.startswith(own + "/"):
+    for point in sandbox_disks():
+        if point != own:
             detach(point)  # one that is gone meanwhile is as good as detached
 
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 import ctypes
 import os
 
-__all__ = ["detach", "mount_points_below"]
+__all__ = ["SANDBOX_DISK", "detach", "mount_points_below", "sandbox_disks"]
+
+SANDBOX_DISK = "disk"
+"""A sandbox's disk is mounted at `<state_dir>/sandboxes/<name>/disk` (`bwrap.SandboxLayout`)."""
 
 _MNT_DETACH = 2
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -21,15 +24,29 @@ def _unescape(field: str) -> str:
     return field
 
 
-def mount_points_below(path: str) -> list[str]:
-    """Mount points at or below `path` in this process's mount namespace, deepest first."""
+def _mount_points() -> set[str]:
     try:
         with open("/proc/self/mountinfo") as mountinfo:
-            points = {_unescape(line.split()[4]) for line in mountinfo}
+            return {_unescape(line.split()[4]) for line in mountinfo}
     except OSError:
-        return []
+        return set()
+
+
+def mount_points_below(path: str) -> list[str]:
+    """Mount points at or below `path` in this process's mount namespace, deepest first."""
     inside = path.rstrip("/") + "/"
-    return sorted((p for p in points if p == path or p.startswith(inside)), key=len, reverse=True)
+    points = (p for p in _mount_points() if p == path or p.startswith(inside))
+    return sorted(points, key=len, reverse=True)
+
+
+def sandbox_disks() -> list[str]:
+    """The mount points of every local sandbox's disk on this host, whichever server's."""
+    found = []
+    for point in _mount_points():
+        parts = point.split("/")
+        if len(parts) > 3 and parts[-1] == SANDBOX_DISK and parts[-3] == "sandboxes":
+            found.append(point)
+    return found
 
 
 def detach(point: str) -> str | None:

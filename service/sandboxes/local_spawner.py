@@ -115,9 +115,9 @@ class SpawnerSetup:
     """The sandbox's memory cgroup directory, if any."""
     uid: int | None
     """Host uid (and gid) of every command; None keeps the server's."""
-    disk: tuple[str, str] | None = None
-    """(the directory of every sandbox, this sandbox's disk) when disks are mounted:
-    the spawner starts bwrap without the other sandboxes' disks in view."""
+    disk: str | None = None
+    """This sandbox's disk (`bwrap.SandboxLayout.disk`) when the server may mount disks:
+    the spawner starts bwrap without any other sandbox's disk in view."""
     network: dict[str, list[str]] | None = None
     """Under network FULL: pasta and the namespace's routes (`local_network.full_network`)."""
 

@@ -83,20 +83,26 @@ def _loop_images() -> list[str]:
 
 
 async def test_a_sandbox_holds_no_copy_of_another_sandboxs_disk(
-    make_local_sandbox: MakeSandbox,
+    make_local_sandbox: MakeSandbox, local_settings: Settings, tmp_path: Path
 ) -> None:
     """Else a sibling's teardown could fail this sandbox's bwrap, and this sandbox would
-    keep the sibling's filesystem (and its image's blocks) alive after its teardown."""
+    keep the sibling's filesystem (and its image's blocks) alive after its teardown;
+    siblings of another server on the host included."""
     first = await make_local_sandbox("first")
-    second = await make_local_sandbox("second")
-    mounts = await second.exec("cat /proc/self/mountinfo", timeout_s=30)
-    assert str(second.layout.disk) in mounts.stdout  # its own, under its home and /tmp
-    assert str(first.layout.root) not in mounts.stdout
-    image = first.layout.disk_image
-    await first.kill()
-    # Freed (the kernel lets go of a loop device a moment later), though the second lives on.
-    await eventually(lambda: str(image) not in _loop_images())
-    await second.kill()
+    other_server = LocalBackend(local_settings.model_copy(update={"state_dir": tmp_path / "b"}))
+    try:
+        second = await make_local_sandbox("second")
+        third = await other_server.create(SandboxRequest("third", SandboxSpec(), 300))
+        for sandbox in (second, third):
+            mounts = await sandbox.exec("cat /proc/self/mountinfo", timeout_s=30)
+            assert str(sandbox.layout.disk) in mounts.stdout  # its own, under home and /tmp
+            assert str(first.layout.root) not in mounts.stdout
+        image = first.layout.disk_image
+        await first.kill()
+        # Freed (the kernel lets go of a loop device a moment later), though the others live.
+        await eventually(lambda: str(image) not in _loop_images())
+    finally:
+        await other_server.close()
 
 
 async def test_no_default_quota_leaves_plain_directories(
