@@ -25,8 +25,10 @@ and cannot make a user namespace, `local_seccomp`):
                                or not, is reachable
     every other IPv4 address   through pasta, as connections of the host
 
-pasta runs as root (--runas 0, so it may enter the namespace), in the sandbox's memory
-cgroup, as a child of the sandbox's spawner, and dies with it (parent-death signal).
+pasta runs as root (--runas 0, so it may enter the namespace; it keeps only
+CAP_SYS_ADMIN and CAP_NET_BIND_SERVICE, under its own seccomp filter and no_new_privs, in
+a mount namespace of its own), in the sandbox's memory cgroup, as a child of the
+sandbox's spawner, and dies with it (parent-death signal).
 """
 
 from __future__ import annotations
