@@ -4,7 +4,8 @@ Both are measured in the same run, interleaved so a busy machine slows both alik
 N plain `asyncio.create_subprocess_exec("true")` (the baseline), N `LocalSandbox.exec("true")`
 (one fork of the sandbox's spawner, inside its namespaces, per command), and a sandbox's
 whole life (create, one exec, kill), made on the spot and taken warm (the warm one is made
-before the clock starts, as it is while the previous rollout runs). Prints a markdown
+before the clock starts, as it is while the previous rollout runs), under network NONE
+and FULL (a network namespace routed by pasta: `local_network`). Prints a markdown
 table and writes bench/results/sandbox.json.
 
     python bench/bench_sandbox.py [-n 300]
@@ -24,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.config import Settings
-from service.models import SandboxSpec
+from service.models import NetworkPolicy, SandboxSpec
 from service.sandboxes.base import SandboxRequest
 from service.sandboxes.local import LocalBackend, LocalSandbox
 
@@ -50,14 +51,23 @@ def sandboxed_true(sandbox: LocalSandbox) -> Case:
     return run
 
 
-def sandbox_life(backend: LocalBackend, name: str) -> Case:
-    """Create, exec `true`, kill."""
+def sandbox_life(
+    backend: LocalBackend,
+    name: str,
+    network: NetworkPolicy = NetworkPolicy.NONE,
+    creates: list[float] | None = None,
+) -> Case:
+    """Create, exec `true`, kill; the create alone (ms) is appended to `creates`."""
     count = 0
+    spec = SandboxSpec(network=network)
 
     async def run() -> None:
         nonlocal count
         count += 1
-        sandbox = await backend.create(SandboxRequest(f"{name}-{count}", SandboxSpec(), 60))
+        began = time.perf_counter()
+        sandbox = await backend.create(SandboxRequest(f"{name}-{count}", spec, 60))
+        if creates is not None:
+            creates.append((time.perf_counter() - began) * 1000)
         await sandbox.exec("true", timeout_s=30)
         await sandbox.kill()
 
@@ -72,6 +82,7 @@ async def measure(
     for _ in range(rounds):
         for name, case in cases.items():
             await warm.warm_up()
+            await warm.warm_up(NetworkPolicy.FULL)
             began = time.perf_counter()
             await case()
             timings[name].append((time.perf_counter() - began) * 1000)
@@ -88,14 +99,29 @@ async def main(rounds: int) -> dict[str, dict[str, float]]:
         cold = LocalBackend(settings)
         warm = LocalBackend(settings.model_copy(update={"local_warm_sandboxes": 1}))
         sandbox = await cold.create(SandboxRequest("bench", SandboxSpec(), 3600))
+        creates: dict[str, list[float]] = {
+            "create alone (made now), network NONE": [],
+            "create alone (made now), network FULL": [],
+        }
+        none_creates, full_creates = creates.values()
         cases = {
             "plain subprocess `true` (baseline)": plain_true,
             "LocalSandbox.exec(`true`)": sandboxed_true(sandbox),
-            "create (made now) + exec `true` + kill": sandbox_life(cold, "cold"),
+            "create (made now) + exec `true` + kill": sandbox_life(
+                cold, "cold", creates=none_creates
+            ),
             "create (warm, renamed) + exec `true` + kill": sandbox_life(warm, "warm"),
+            "network FULL: create (made now) + exec `true` + kill": sandbox_life(
+                cold, "cold-full", NetworkPolicy.FULL, full_creates
+            ),
+            "network FULL: create (warm, renamed) + exec `true` + kill": sandbox_life(
+                warm, "warm-full", NetworkPolicy.FULL
+            ),
         }
         await measure(cases, 5, warm)  # warm-up: page cache, first bwrap
-        timings = await measure(cases, rounds, warm)
+        for values in creates.values():
+            values.clear()
+        timings = {**await measure(cases, rounds, warm), **creates}
         await cold.close()
         await warm.close()
     baseline = percentile(timings["plain subprocess `true` (baseline)"], 0.5)

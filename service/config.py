@@ -107,6 +107,11 @@ class Settings(BaseSettings):
     """Largest `resources.max_file_size_mb` a spec may ask for."""
     sandbox_cpu_count_max: int = 8
     """Largest `resources.cpu_count` a spec may ask for (E2B)."""
+    sandbox_disk_mb: int = Field(default=4096, ge=0)
+    """Default disk quota of a local sandbox (home, workdir, /tmp), in MiB; 0: none unless
+    the spec asks (plain directories: faster to make and remove)."""
+    sandbox_disk_mb_max: int = Field(default=65536, ge=64)
+    """Largest disk quota a spec may ask for, in MiB."""
     local_warm_sandboxes: int = 1
     """Local sandboxes made ahead, per network policy, so a rollout need not wait (0: off)."""
 
@@ -148,6 +153,7 @@ class Settings(BaseSettings):
             "max_processes": self.sandbox_max_processes_max,
             "max_file_size_mb": self.sandbox_max_file_size_mb_max,
             "cpu_count": self.sandbox_cpu_count_max,
+            "disk_mb": self.sandbox_disk_mb_max,
         }
 
     @model_validator(mode="after")
@@ -157,6 +163,7 @@ class Settings(BaseSettings):
             "cpu_seconds": self.sandbox_cpu_seconds,
             "max_processes": self.sandbox_max_processes,
             "max_file_size_mb": self.sandbox_max_file_size_mb,
+            "disk_mb": self.sandbox_disk_mb,
         }
         for name, default in defaults.items():
             if default > self.sandbox_resource_maxima[name]:

@@ -182,6 +182,7 @@ def _sandbox_from_proto(message: pb.SandboxSpec, violations: _Violations) -> San
             max_processes=r.max_processes,
             max_file_size_mb=r.max_file_size_mb,
             cpu_count=r.cpu_count,
+            disk_mb=r.disk_mb,
         ),
     )
 

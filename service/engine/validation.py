@@ -47,10 +47,11 @@ RESOURCE_MINIMUMS = {
     "max_processes": 16,
     "max_file_size_mb": 1,
     "cpu_count": 1,
+    "disk_mb": 64,
 }
 """Smallest non-zero value of each Resources field: what a sandbox needs to start and run a
 shell, Python and the model forwarder (memory_mb=1 killed the sandbox's own spawner, a
-SANDBOX failure caused by the spec)."""
+SANDBOX failure caused by the spec); a smaller disk is no filesystem worth making."""
 
 
 def validate_spec(spec: RolloutSpec, settings: Settings) -> None:

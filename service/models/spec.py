@@ -97,6 +97,8 @@ class Resources(_Model):
     """Largest file a process may write, in MiB."""
     cpu_count: int = 0
     """CPUs (E2B)."""
+    disk_mb: int = 0
+    """Disk quota in MiB for everything the sandbox can write (local sandbox)."""
 
 
 class SandboxSpec(_Model):

@@ -17,7 +17,20 @@ Mounts inside a local sandbox, in order (a later mount covers an earlier one):
                            dir hidden again below them)
     <cache dir>            the service's downloads (opencode), read-only, wherever it lives
     /etc/passwd, /group    the host's plus a line naming the sandbox user
+    /etc/resolv.conf       under network FULL: the one resolver it can reach
+                           (`local_network`)
     PROXY_SOCKET           the capture proxy's Unix socket, when the rollout has one
+
+What else a sandbox has of its own, and where that is decided:
+
+    network namespace      always (bwrap --unshare-net): loopback only under NONE; under
+                           FULL the internet through pasta, never the host's loopback,
+                           its own addresses or private ranges (`local_network`)
+    home and /tmp          on a size-limited filesystem of its own when the server is
+                           root: ENOSPC past `disk_mb` (`local_disk`)
+    mounts                 none of another sandbox's disks (`local_holder_start`)
+    user namespaces        none can be made inside: unshare and clone with
+                           CLONE_NEWUSER fail with EPERM (`local_seccomp`)
 
 When the server runs as root, every sandboxed process runs as a host uid of its own
 (`sandbox_uid`), dropped to by the spawner's child inside the namespaces: no capability,
@@ -41,6 +54,7 @@ from service.config import Settings
 from service.models import NetworkPolicy
 from service.registry import MissingDependencyError
 from service.sandboxes.base import HOME, PROXY_SOCKET, WORKDIR
+from service.sandboxes.local_mounts import SANDBOX_DISK
 
 __all__ = [
     "HIDDEN_TREES",
@@ -93,12 +107,22 @@ class SandboxLayout:
     """Host uid (and gid) of every sandboxed process; None keeps the server's own."""
 
     @property
+    def disk(self) -> Path:
+        """Everything the sandbox can write lives here: its own size-limited filesystem
+        when the server may mount one (`local_disk`), else a plain directory."""
+        return self.root / SANDBOX_DISK
+
+    @property
+    def disk_image(self) -> Path:
+        return self.root / "disk.img"
+
+    @property
     def home(self) -> Path:
-        return self.root / "home"
+        return self.disk / "home"
 
     @property
     def tmp(self) -> Path:
-        return self.root / "tmp"
+        return self.disk / "tmp"
 
     @property
     def passwd(self) -> Path:
@@ -107,6 +131,21 @@ class SandboxLayout:
     @property
     def group(self) -> Path:
         return self.root / "group"
+
+    @property
+    def resolv_conf(self) -> Path:
+        """/etc/resolv.conf under network FULL (`local_network`)."""
+        return self.root / "resolv.conf"
+
+    @property
+    def network_ready(self) -> Path:
+        """A FIFO pasta writes its pid to once the sandbox's interface exists."""
+        return self.root / "network.ready"
+
+    @property
+    def network_log(self) -> Path:
+        """pasta's errors, read when it fails to start."""
+        return self.root / "network.log"
 
 
 @dataclass(frozen=True)
@@ -189,7 +228,9 @@ def _bind(option: str, source: str, dest: str) -> list[str]:
     return [*(arg for parent in ancestors for arg in ("--dir", str(parent))), option, source, dest]
 
 
-def _mounts(view: HostView, layout: SandboxLayout, proxy_socket: str | None) -> list[str]:
+def _mounts(
+    view: HostView, layout: SandboxLayout, network: NetworkPolicy, proxy_socket: str | None
+) -> list[str]:
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for tree in HIDDEN_TREES:
         args += ["--tmpfs", tree]
@@ -210,6 +251,8 @@ def _mounts(view: HostView, layout: SandboxLayout, proxy_socket: str | None) -> 
     if layout.uid is not None:
         args += ["--ro-bind", str(layout.passwd), "/etc/passwd"]
         args += ["--ro-bind", str(layout.group), "/etc/group"]
+    if network is NetworkPolicy.FULL:
+        args += ["--ro-bind", str(layout.resolv_conf), "/etc/resolv.conf"]
     if proxy_socket is not None:
         args += _bind("--ro-bind", proxy_socket, PROXY_SOCKET)
     return args
@@ -239,11 +282,11 @@ def holder_argv(
     leaves every sandboxed process) so that the sandbox user cannot kill it.
     """
     args = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
-    args += ["--hostname", "sandbox"]
-    if network is NetworkPolicy.NONE:
-        args.append("--unshare-net")  # bwrap brings up loopback only
+    # A network namespace of its own whatever the policy: bwrap brings up loopback only;
+    # under FULL the spawner connects it to the internet (`local_network`).
+    args += ["--hostname", "sandbox", "--unshare-net"]
     if layout.uid is None:
         args.append("--unshare-user")
-    args += _mounts(view, layout, proxy_socket)
+    args += _mounts(view, layout, network, proxy_socket)
     args += ["--chdir", WORKDIR, "--clearenv", "--"]
     return [*args, "sh", "-c", "echo ready && exec sleep infinity"]

@@ -8,6 +8,7 @@ inherits them.
   Node and Bun reserve large address ranges up front and WebAssembly fails under it.
   The memory cgroup, where the host allows one, bounds the sandbox as a whole.
 - CPU seconds and file size: per process.
+- disk: the size of the sandbox's own filesystem (`local_disk`), fixed at birth.
 - processes: RLIMIT_NPROC counts every process of the real uid, that is of the whole
   sandbox when the server runs as root (each sandbox has a host uid of its own).
 """
@@ -32,6 +33,8 @@ class Limits:
     cpu_seconds: int
     max_processes: int
     max_file_bytes: int
+    disk_bytes: int
+    """Quota of the sandbox's filesystem (`local_disk`)."""
 
     @classmethod
     def resolve(cls, resources: Resources, settings: Settings) -> Limits:
@@ -46,6 +49,7 @@ class Limits:
             max_processes=pick(resources.max_processes, settings.sandbox_max_processes),
             max_file_bytes=pick(resources.max_file_size_mb, settings.sandbox_max_file_size_mb)
             * _MIB,
+            disk_bytes=pick(resources.disk_mb, settings.sandbox_disk_mb) * _MIB,
         )
 
     @property

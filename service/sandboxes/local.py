@@ -1,8 +1,10 @@
 """The `local` sandbox backend: bubblewrap on this host, the embedded default.
 
 A local sandbox is a pair of private host directories (`<state_dir>/sandboxes/<id>/`
-holds its home and /tmp), a host uid of its own when the server runs as root, a memory
-cgroup where the host allows one, one long-lived bwrap holding its namespaces
+holds its home and /tmp, on a size-limited filesystem of its own: `local_disk`), a
+network namespace of its own (`local_network` under FULL), a host uid of its own when
+the server runs as root, a memory cgroup where the host allows one, one long-lived
+bwrap holding its namespaces
 (`local_holder`), and a spawner inside them, forked from the backend's fork server
 (`local_forkserver`), which forks every exec and spawn there (`local_process`), like
 `docker exec`: a background daemon a command starts may outlive that command, until
@@ -34,7 +36,10 @@ from service.sandboxes.bwrap import (
 )
 from service.sandboxes.cgroup import MemoryCgroups
 from service.sandboxes.limits import Limits
-from service.sandboxes.local_sandbox import LocalSandbox, SandboxCgroup, remove_tree
+from service.sandboxes.local_disk import make_disk
+from service.sandboxes.local_network import FullNetwork, full_network, resolv_conf
+from service.sandboxes.local_removal import remove_tree
+from service.sandboxes.local_sandbox import LocalSandbox, SandboxCgroup
 from service.sandboxes.local_spawner import ForkServer, SpawnerSetup
 from service.sandboxes.local_warm import WarmKey, WarmPool
 
@@ -61,6 +66,11 @@ class LocalBackend:
         self._sandboxes: dict[str, LocalSandbox] = {}
         self._forks = ForkServer()
         self._warm = WarmPool(settings.local_warm_sandboxes, self._build)
+        if not self._privileged:
+            _log.warning(
+                "local sandboxes have no disk quota: mounting their filesystems needs a "
+                "server running as root; only the per-file limit holds"
+            )
 
     def check_ready(self) -> None:
         """Always ready: bwrap was found when the backend was built."""
@@ -73,7 +83,7 @@ class LocalBackend:
         if rollout_id in self._sandboxes:
             raise SandboxError(f"a local sandbox for rollout {rollout_id} already exists")
         limits = Limits.resolve(request.spec.resources, self._settings)
-        key = WarmKey(request.spec.network, request.proxy_socket)
+        key = WarmKey(request.spec.network, request.proxy_socket, limits.disk_bytes)
         warm = await self._warm.take(key)
         sandbox = None if warm is None else await self._adopt(warm, rollout_id, limits)
         if sandbox is None:
@@ -87,11 +97,10 @@ class LocalBackend:
         limits = limits or Limits.resolve(Resources(), self._settings)
         uid = sandbox_uid(self._state_dir, name) if self._privileged else None
         layout = SandboxLayout(self._root / name, uid)
+        network = self._network(key.network, layout)
         if self._has_leftovers(name):
             await self._discard(name)  # a crashed run's, under the same id
-        preparing = asyncio.ensure_future(
-            asyncio.to_thread(self._prepare, layout, key.proxy_socket)
-        )
+        preparing = asyncio.ensure_future(asyncio.to_thread(self._prepare, layout, key))
         try:
             await asyncio.shield(preparing)
         except BaseException as exc:
@@ -110,6 +119,8 @@ class LocalBackend:
             user_namespace=uid is None,
             cgroup=None if group is None else str(group),
             uid=uid,
+            disk=str(layout.disk) if self._privileged else None,
+            network=network,
         )
         try:
             spawner = await self._forks.spawner(setup)
@@ -173,7 +184,8 @@ class LocalBackend:
     ) -> None:
         """Make the warm sandboxes of this kind now and wait for them (rather than after
         the first rollout that asks for one)."""
-        key = WarmKey(network, proxy_socket)
+        disk_bytes = Limits.resolve(Resources(), self._settings).disk_bytes
+        key = WarmKey(network, proxy_socket, disk_bytes)
         self._warm.refill(key)
         await self._warm.wait(key)
 
@@ -182,10 +194,19 @@ class LocalBackend:
             del self._sandboxes[sandbox.name]
         self._warm.forget(sandbox)
 
-    def _prepare(self, layout: SandboxLayout, proxy_socket: str | None) -> None:
+    def _network(self, network: NetworkPolicy, layout: SandboxLayout) -> FullNetwork | None:
+        if network is NetworkPolicy.NONE:
+            return None
+        return full_network(layout, self._privileged)
+
+    def _prepare(self, layout: SandboxLayout, key: WarmKey) -> None:
         self._root.mkdir(parents=True, exist_ok=True)
         os.chmod(self._root, 0o700)  # sandbox files must not be reachable by host users
         layout.root.mkdir(mode=0o700)
+        if self._privileged and key.disk_bytes > 0:
+            make_disk(layout, key.disk_bytes, self._state_dir / "disk-images")
+        else:
+            layout.disk.mkdir()
         workdir = layout.home / PurePosixPath(WORKDIR).relative_to(HOME)
         for directory in (layout.home, workdir):
             directory.mkdir(mode=0o755)
@@ -195,8 +216,11 @@ class LocalBackend:
         os.chmod(layout.tmp, 0o1777)
         if layout.uid is not None:
             self._write_accounts(layout)
-        if proxy_socket is not None:
-            self._check_proxy_socket(proxy_socket)
+        if key.network is NetworkPolicy.FULL:
+            layout.resolv_conf.write_text(resolv_conf())
+            os.mkfifo(layout.network_ready, 0o600)
+        if key.proxy_socket is not None:
+            self._check_proxy_socket(key.proxy_socket)
 
     @staticmethod
     def _write_accounts(layout: SandboxLayout) -> None:
@@ -226,12 +250,23 @@ class LocalBackend:
         await asyncio.to_thread(remove_tree, self._root / name)
 
     async def sweep_orphans(self, live_rollout_ids: set[str]) -> int:
-        """Remove the directories and cgroups of sandboxes no live rollout owns."""
-        names = set(self._cgroups.names()) | await asyncio.to_thread(self._directory_names)
+        """Remove the directories and cgroups of sandboxes no live rollout owns.
+
+        Whatever a sandbox left, the sweep logs what it could not remove and goes on:
+        it runs at start-up, which nothing a sandbox made may stop.
+        """
+        try:
+            names = set(self._cgroups.names()) | await asyncio.to_thread(self._directory_names)
+        except OSError as exc:
+            _log.warning("could not list orphaned local sandboxes: %s", exc)
+            return 0
         orphans = names - live_rollout_ids - self._sandboxes.keys()
         for name in orphans:
             _log.info("removing orphaned local sandbox %s", name)
-            await self._discard(name)
+            try:
+                await self._discard(name)
+            except OSError as exc:
+                _log.warning("could not remove orphaned local sandbox %s: %s", name, exc)
         if not self._sandboxes:
             self._cgroups.prune()
         return len(orphans)

@@ -9,13 +9,16 @@ Instead, per sandbox:
 1. The server asks the fork server (one per backend) for a spawner, handing it one end
    of a socket pair and the sandbox's bwrap command line. The fork server forks; the
    child is the sandbox's spawner.
-2. The spawner starts bwrap, whose sleeping holder keeps the sandbox's namespaces alive
+2. The spawner leaves the other sandboxes' disks behind (`local_holder_start`) and
+   starts bwrap, whose sleeping holder keeps the sandbox's namespaces alive
    (`--die-with-parent`: the sandbox dies with its spawner). While bwrap builds them it
    joins the sandbox's memory cgroup (a migration costs a slow RCU grace period), so the
-   holder stays out of it and every command is born in it. It then enters the
-   namespaces and gives up what no command may have: no_new_privs, an empty capability
-   bounding set, no inheritable capability. It stays root, outside the sandbox's pid
-   namespace: no sandboxed process can name it.
+   holder stays out of it and every command is born in it. Under network FULL it
+   starts pasta for the sandbox (in the cgroup too) and routes the sandbox's network
+   namespace (`local_network`, `local_network_start`). It then enters the namespaces
+   and gives up what no command may have: no_new_privs, an empty capability bounding
+   set, no inheritable capability, no user namespace (`local_seccomp`). It stays root,
+   outside the sandbox's pid namespace: no sandboxed process can name it.
 3. Each command is one fork of the spawner: the child leads a session of its own, sets
    the sandbox's rlimits, takes the command's supplementary group (`bwrap.command_tag`)
    and the sandbox uid, and execs bash in WORKDIR. The spawner reports the host pid
@@ -23,8 +26,9 @@ Instead, per sandbox:
    pins its pid) until the server is done with it, so a tree kill never hits a reused pid.
 
 It runs as `python -S -E -s -m service.sandboxes.local_forkserver FD` from the project
-root, importing the standard library and `local_wire` (the messages) only. The spawner
-exits when the server closes its socket; the fork server likewise.
+root, importing the standard library and its siblings `local_wire` (the messages),
+`local_holder_start`, `local_network_start`, `local_mounts` and `local_seccomp` only.
+The spawner exits when the server closes its socket; the fork server likewise.
 """
 
 from __future__ import annotations
@@ -44,8 +48,11 @@ from service.sandboxes.local_holder_start import (
     attach,
     await_holder,
     join_cgroup,
+    leave_other_disks,
     start_holder,
 )
+from service.sandboxes.local_network_start import connect_network
+from service.sandboxes.local_seccomp import forbid_user_namespaces
 from service.sandboxes.local_wire import receive, send
 
 __all__: list[str] = []  # a program, run by `local_spawner.ForkServer`
@@ -116,6 +123,8 @@ class _Spawner:
         own = os.pidfd_open(os.getpid())
         bwrap: int | None = None
         try:
+            if setup["disk"] is not None:
+                leave_other_disks(setup["disk"])
             bwrap, pipes = start_holder(setup["holder"])
             try:
                 unjoined = join_cgroup(setup["cgroup"])
@@ -123,6 +132,9 @@ class _Spawner:
             finally:
                 for fd in pipes:
                     os.close(fd)
+            if setup["network"] is not None:
+                pasta = connect_network(init, setup["network"], setup["user_namespace"])
+                self._selector.register(os.pidfd_open(pasta), selectors.EVENT_READ, (0, pasta))
             init_fd, namespaces = attach(bwrap, init, setup["user_namespace"])
             self._enter(namespaces, setup)
         except (OSError, SetupError, ValueError, KeyError) as exc:
@@ -144,6 +156,7 @@ class _Spawner:
                 os.close(fd)
         self._uid = setup["uid"]
         _give_up_privileges(self._last_cap)
+        forbid_user_namespaces()
         self._stdin = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
 
     def serve(self) -> None:

@@ -5,11 +5,22 @@ Standard library only (it runs in the fork server's processes, `local_forkserver
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import select
 
-__all__ = ["NAMESPACE_TYPES", "SetupError", "attach", "await_holder", "join_cgroup", "start_holder"]
+from service.sandboxes.local_mounts import detach, sandbox_disks
+
+__all__ = [
+    "NAMESPACE_TYPES",
+    "SetupError",
+    "attach",
+    "await_holder",
+    "join_cgroup",
+    "leave_other_disks",
+    "start_holder",
+]
 
 NAMESPACE_TYPES = {
     "user": 0x10000000,
@@ -22,6 +33,10 @@ NAMESPACE_TYPES = {
 """/proc/<pid>/ns names -> CLONE_NEW* flags, in the order a process must enter them."""
 _READY = b"ready\n"
 """What the holder prints once bwrap has put every mount in place (`bwrap.holder_argv`)."""
+_CLONE_NEWNS = 0x00020000
+_MS_REC = 0x4000
+_MS_PRIVATE = 0x40000
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class SetupError(Exception):
@@ -48,6 +63,24 @@ def start_holder(argv: list[str]) -> tuple[int, tuple[int, int, int]]:
         os.close(write)
     read_ends = tuple(read for read, _ in ends)
     return pid, (read_ends[0], read_ends[1], read_ends[2])
+
+
+def leave_other_disks(own: str) -> None:
+    """Move to a mount namespace of our own without any other sandbox's disk in it.
+
+    bwrap binds the host's root recursively, then remounts every mount below it
+    read-only: a sibling's disk torn down meanwhile made that fail, and a copy in this
+    sandbox's namespace would pin the sibling's filesystem for as long as this sandbox
+    lives. So the spawner starts bwrap from a private copy of the host's mounts holding
+    only its own disk (`local_disk`), whichever server on this host the others belong to.
+    """
+    if _libc.unshare(_CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), "unsharing the mount namespace")
+    if _libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        raise OSError(ctypes.get_errno(), "making the mount namespace private")
+    for point in sandbox_disks():
+        if point != own:
+            detach(point)  # one that is gone meanwhile is as good as detached
 
 
 def join_cgroup(cgroup: str | None) -> str | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,9 +32,10 @@ from service.sandboxes.hostfs_clear import clear_beneath, make_dirs_beneath
 from service.sandboxes.local_holder import Holder
 from service.sandboxes.local_process import SandboxedProcess
 from service.sandboxes.local_reclaim import SandboxProcesses, kill_all
+from service.sandboxes.local_removal import remove_tree
 from service.sandboxes.local_spawner import Spawner
 
-__all__ = ["LIFETIME_MARGIN_S", "LocalSandbox", "SandboxCgroup", "remove_tree"]
+__all__ = ["LIFETIME_MARGIN_S", "LocalSandbox", "SandboxCgroup"]
 
 _log = logging.getLogger(__name__)
 LIFETIME_MARGIN_S = 300.0
@@ -47,16 +47,6 @@ _COMMANDS_DIR = ".rollout-commands"
 _RECLAIM_ROUNDS = 16
 """Kill rounds (each stops all it finds, then kills them) before processes that keep
 appearing count as the agent's resistance."""
-
-
-def remove_tree(path: Path) -> None:
-    """Remove a sandbox's host directory (rmtree never follows the links it planted)."""
-    try:
-        shutil.rmtree(path)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        _log.warning("could not remove sandbox directory %s: %s", path, exc)
 
 
 @dataclass(frozen=True)
@@ -100,6 +90,7 @@ class LocalSandbox:
         self._commands = 0
         self._serial = 0
         self._teardown: asyncio.Task[None] | None = None
+        self._writes: set[asyncio.Future[None]] = set()
         self._expiry: asyncio.TimerHandle | None = None
 
     @property
@@ -220,10 +211,22 @@ class LocalSandbox:
         targets = [
             (path, split_sandbox_path(path, self._roots), data) for path, data in files.items()
         ]
-        await asyncio.to_thread(self._write_all, targets)
+        # A cancelled caller leaves the thread writing: teardown waits for it (`_destroy`)
+        # and it stops at the next file, so no file lands after the directory is gone.
+        writing = asyncio.ensure_future(asyncio.to_thread(self._write_all, targets))
+        self._writes.add(writing)
+        writing.add_done_callback(self._written)
+        await asyncio.shield(writing)
+
+    def _written(self, writing: asyncio.Future[None]) -> None:
+        self._writes.discard(writing)
+        if not writing.cancelled():
+            writing.exception()  # its caller may be gone; it had the error if not
 
     def _write_all(self, targets: list[tuple[str, tuple[Path, tuple[str, ...]], bytes]]) -> None:
         for path, (root, parts), data in targets:
+            if self._teardown is not None:
+                raise SandboxError(f"sandbox {self.id} was killed while {path} was being written")
             try:
                 write_beneath(root, parts, data, self._layout.uid)
             except OSError as exc:
@@ -303,5 +306,7 @@ class LocalSandbox:
         await self._spawner.close()  # out of the cgroup before its removal
         if self._cgroup is not None:
             await self._cgroup.remove()
+        if self._writes:
+            await asyncio.wait(self._writes)
         await asyncio.to_thread(remove_tree, self._layout.root)
         self._on_gone()

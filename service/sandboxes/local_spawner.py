@@ -27,8 +27,8 @@ __all__ = ["FORK_SERVER", "Command", "ForkServer", "Spawner", "SpawnerSetup"]
 
 FORK_SERVER = (sys.executable, "-S", "-E", "-s", "-m", "service.sandboxes.local_forkserver")
 """Like `-I`, but with the project root (its working directory) on sys.path: it imports
-its siblings `local_wire` and `local_holder_start` and the standard library, nothing from
-site-packages."""
+its siblings (`local_wire`, `local_holder_start`, `local_network_start`, `local_mounts`,
+`local_seccomp`) and the standard library, nothing from site-packages."""
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _EXIT_WAIT_S = 1.0
 _SETUP_WAIT_S = 10.0
@@ -115,6 +115,11 @@ class SpawnerSetup:
     """The sandbox's memory cgroup directory, if any."""
     uid: int | None
     """Host uid (and gid) of every command; None keeps the server's."""
+    disk: str | None = None
+    """This sandbox's disk (`bwrap.SandboxLayout.disk`) when the server may mount disks:
+    the spawner starts bwrap without any other sandbox's disk in view."""
+    network: dict[str, list[str]] | None = None
+    """Under network FULL: pasta and the namespace's routes (`local_network.full_network`)."""
 
 
 @dataclass

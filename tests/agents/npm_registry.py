@@ -17,6 +17,7 @@ import hashlib
 import io
 import json
 import platform
+import socket
 import tarfile
 from collections import Counter
 from types import TracebackType
@@ -47,7 +48,9 @@ def _tarball(manifest: dict[str, Any], files: dict[str, tuple[bytes, int]]) -> b
 class FakeNpmRegistry:
     """`publish_opencode(version)` adds opencode-ai and its platform packages."""
 
-    def __init__(self) -> None:
+    def __init__(self, sock: socket.socket | None = None) -> None:
+        """On loopback, or on `sock` (a test host's, for sandboxes under network FULL)."""
+        self._sock = sock
         self.hits: Counter[str] = Counter()
         self._packuments: dict[str, dict[str, Any]] = {}
         self._tarballs: dict[str, bytes] = {}
@@ -98,10 +101,14 @@ class FakeNpmRegistry:
         app.router.add_route("GET", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site: web.BaseSite
+        if self._sock is None:
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        else:
+            site = web.SockSite(self._runner, self._sock)
         await site.start()
-        port = self._runner.addresses[0][1]
-        self.url = f"http://127.0.0.1:{port}/"
+        host, port = self._runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}/"
         return self
 
     async def __aexit__(

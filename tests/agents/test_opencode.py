@@ -26,6 +26,7 @@ from service.sandboxes.local import LocalBackend
 from tests.agents.conftest import UPSTREAM_KEY, Rig
 from tests.agents.npm_registry import FakeNpmRegistry, host_npm_arch
 from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
+from tests.fakes.public_host import public_host
 
 pytestmark = pytest.mark.opencode
 
@@ -193,12 +194,14 @@ async def test_a_remote_style_sandbox_installs_the_pinned_version_with_npm(
     request = SandboxRequest("oc-npm", SandboxSpec(network=NetworkPolicy.FULL), lifetime_s=300)
     sandbox = await backend.create(request)
     try:
-        async with FakeNpmRegistry() as registry:
-            registry.publish_opencode("0.0.2-test")
-            env = {"npm_config_registry": registry.url, "npm_config_cache": "/tmp/npm-cache"}
-            context = AgentContext("oc-npm", "x", "", {}, 60.0, env=env)
+        # A FULL sandbox reaches the internet, never the host: the registry is on a test host.
+        with public_host() as host:
+            async with FakeNpmRegistry(host.listen()) as registry:
+                registry.publish_opencode("0.0.2-test")
+                env = {"npm_config_registry": registry.url, "npm_config_cache": "/tmp/npm-cache"}
+                context = AgentContext("oc-npm", "x", "", {}, 60.0, env=env)
 
-            await OpencodeAgent(settings).prepare(sandbox, context)
+                await OpencodeAgent(settings).prepare(sandbox, context)
 
         launcher = await sandbox.read_file(LAUNCHER, max_bytes=4096)
         assert launcher is not None

@@ -239,7 +239,7 @@ async def test_bwrap_failure_is_a_sandbox_error(
 async def test_a_sandbox_whose_holder_died_refuses_commands(
     local_settings: Settings, local_sandbox: LocalSandbox
 ) -> None:
-    home = str(local_settings.state_dir / "sandboxes" / "r1" / "home").encode()
+    home = str(local_sandbox.layout.home).encode()
     for entry in Path("/proc").iterdir():
         with contextlib.suppress(OSError):
             argv = (entry / "cmdline").read_bytes().split(b"\0")

@@ -343,18 +343,20 @@ class SandboxSpec(_message.Message):
     def __init__(self, backend: _Optional[str] = ..., template: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
 
 class Resources(_message.Message):
-    __slots__ = ("memory_mb", "cpu_seconds", "max_processes", "max_file_size_mb", "cpu_count")
+    __slots__ = ("memory_mb", "cpu_seconds", "max_processes", "max_file_size_mb", "cpu_count", "disk_mb")
     MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
     CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MAX_PROCESSES_FIELD_NUMBER: _ClassVar[int]
     MAX_FILE_SIZE_MB_FIELD_NUMBER: _ClassVar[int]
     CPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DISK_MB_FIELD_NUMBER: _ClassVar[int]
     memory_mb: int
     cpu_seconds: int
     max_processes: int
     max_file_size_mb: int
     cpu_count: int
-    def __init__(self, memory_mb: _Optional[int] = ..., cpu_seconds: _Optional[int] = ..., max_processes: _Optional[int] = ..., max_file_size_mb: _Optional[int] = ..., cpu_count: _Optional[int] = ...) -> None: ...
+    disk_mb: int
+    def __init__(self, memory_mb: _Optional[int] = ..., cpu_seconds: _Optional[int] = ..., max_processes: _Optional[int] = ..., max_file_size_mb: _Optional[int] = ..., cpu_count: _Optional[int] = ..., disk_mb: _Optional[int] = ...) -> None: ...
 
 class Capture(_message.Message):
     __slots__ = ("mode", "max_tokens_cap", "top_logprobs", "disable_thinking")
