@@ -37,6 +37,7 @@ from service.models import (
     RolloutStatus,
     Turn,
 )
+from service.proxy.tally import CallTally
 from service.sandboxes.base import WORKDIR, Sandbox, SandboxBackend, SandboxRequest
 from service.verifier.commands import run_commands
 from service.verifier.reward import compute_reward
@@ -55,10 +56,10 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class ModelAttachment:
-    """How the agent reaches the model, and whether every captured call failed."""
+    """How the agent reaches the model, and the captured calls' tally (None: not captured)."""
 
     access: ModelAccess
-    all_failed: Callable[[], bool]
+    calls: CallTally | None
 
 
 AttachModel = Callable[
@@ -236,8 +237,16 @@ class RolloutRun:
         result.agent_log_tail = (outcome.log_tail or cap.tail())[
             -self._settings.agent_log_tail_bytes :
         ]
-        if self._attachment is not None and self._attachment.all_failed():
-            raise UpstreamError("every model call failed upstream; see the turns' upstream_error")
+        calls = None if self._attachment is None else self._attachment.calls
+        if calls is not None:
+            result.trainable_calls, result.trainable_calls_failed = (
+                calls.trainable,
+                calls.trainable_failed,
+            )
+            if calls.all_failed:
+                raise UpstreamError(
+                    "every trainable model call failed upstream; see the turns' upstream_error"
+                )
         if outcome.timed_out:
             self.rollout.status = RolloutStatus.TIMED_OUT
             self._record(ErrorKind.AGENT_TIMEOUT, f"agent killed at {self._agent_timeout_s:g}s")

@@ -119,7 +119,7 @@ class ModelRouter:
                     if placement is Placement.PUBLIC_URL
                     else host_socket_access(route)
                 )
-                yield ModelAttachment(access=access, all_failed=lambda: route.all_failed)
+                yield ModelAttachment(access=access, calls=route.calls)
             finally:
                 proxy.close_route(route)
 
@@ -145,7 +145,7 @@ class ModelRouter:
             )
             try:
                 access = await proxy.start()
-                yield ModelAttachment(access=access, all_failed=lambda: proxy.all_failed)
+                yield ModelAttachment(access=access, calls=proxy.calls)
             finally:
                 await proxy.stop()
 
@@ -175,6 +175,6 @@ def _direct(upstream: ResolvedEndpoint) -> AttachModel:
             model=upstream.model,
             small_model=upstream.model,
         )
-        yield ModelAttachment(access=access, all_failed=lambda: False)
+        yield ModelAttachment(access=access, calls=None)
 
     return attach

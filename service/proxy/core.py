@@ -128,7 +128,7 @@ class ProxyCore:
         if body is None:
             responder.send(400, _BAD_REQUEST)
             return
-        exchange = route.begin(body)
+        exchange = route.begin(body, request.body)
         rewrite_request(body, route.upstream, route.capture)
         task = asyncio.current_task()
         assert task is not None
