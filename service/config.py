@@ -102,6 +102,13 @@ class Settings(BaseSettings):
 
     proxy_listen: str = "127.0.0.1:0"
     """TCP address of the capture proxy (routes are per-rollout tokens)."""
+    proxy_max_connections_per_sandbox: int = Field(default=64, ge=1)
+    """Connections a sandbox may hold open on its own capture-proxy socket at once."""
+    proxy_max_tcp_connections: int = Field(default=1024, ge=1)
+    """Connections all clients together may hold open on the proxy's TCP listener."""
+    proxy_idle_timeout_s: float = Field(default=60.0, gt=0)
+    """A proxy connection must deliver a whole request within this of opening or of its
+    previous response (ends idle and slow-header clients)."""
     proxy_public_url: str = ""
     """If set, remote sandboxes reach the service's proxy here instead of running one inside."""
     upstream_timeout_s: float = 600.0

@@ -22,6 +22,7 @@ from service.agents.base import Agent, AgentContext, ModelAccess
 from service.config import Settings
 from service.engine.collect import collect_workdir
 from service.engine.output_cap import OutputCap
+from service.engine.output_scrub import OutputScrubber, scrub
 from service.engine.validation import resolved_timeouts
 from service.errors import RolloutFailure, SandboxError, UpstreamError
 from service.models import (
@@ -60,6 +61,8 @@ class ModelAttachment:
 
     access: ModelAccess
     calls: CallTally | None
+    secrets: tuple[str, ...] = ()
+    """What the agent was handed that must never be published (a route token, a key)."""
 
 
 AttachModel = Callable[
@@ -80,7 +83,6 @@ class RolloutRun:
         backend: SandboxBackend,
         agent: Agent,
         attach_model: AttachModel | None,
-        proxy_socket: str | None,
         publish: Callable[[EventPayload], None],
     ) -> None:
         self.rollout = rollout
@@ -89,7 +91,6 @@ class RolloutRun:
         self._backend = backend
         self._agent = agent
         self._attach_model = attach_model
-        self._proxy_socket = proxy_socket
         self._publish = publish
         self._sandbox: Sandbox | None = None
         self._attachment: ModelAttachment | None = None
@@ -149,7 +150,6 @@ class RolloutRun:
             rollout_id=self.rollout.id,
             spec=self._spec.sandbox,
             lifetime_s=self._lifetime_s(),
-            proxy_socket=self._proxy_socket,
         )
         try:
             sandbox = await asyncio.wait_for(
@@ -231,10 +231,14 @@ class RolloutRun:
             limit_bytes=self._settings.agent_output_event_bytes,
             tail_bytes=self._settings.agent_log_tail_bytes,
         )
-        outcome = await self._agent.run(sandbox, context, cap)
+        scrubber = OutputScrubber(cap, () if self._attachment is None else self._attachment.secrets)
+        try:
+            outcome = await self._agent.run(sandbox, context, scrubber)
+        finally:
+            scrubber.flush()
         result = self.rollout.result
         result.agent_exit_code = outcome.exit_code
-        result.agent_log_tail = (outcome.log_tail or cap.tail())[
+        result.agent_log_tail = scrub(outcome.log_tail or cap.tail(), scrubber.secrets)[
             -self._settings.agent_log_tail_bytes :
         ]
         calls = None if self._attachment is None else self._attachment.calls

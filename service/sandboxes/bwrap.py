@@ -17,7 +17,10 @@ Mounts inside a local sandbox, in order (a later mount covers an earlier one):
                            dir hidden again below them)
     <cache dir>            the service's downloads (opencode), read-only, wherever it lives
     /etc/passwd, /group    the host's plus a line naming the sandbox user
-    PROXY_SOCKET           the capture proxy's Unix socket, when the rollout has one
+    PROXY_DIR              the sandbox's own proxy directory, read-only: the capture proxy
+                           binds its route's socket there (PROXY_SOCKET) once the route
+                           opens, so a warm sandbox made before any route gets it too; no
+                           other sandbox sees it, and no route is reachable any other way
 
 When the server runs as root, every sandboxed process runs as a host uid of its own
 (`sandbox_uid`), dropped to by the spawner's child inside the namespaces: no capability,
@@ -40,7 +43,7 @@ from pathlib import Path, PurePosixPath
 from service.config import Settings
 from service.models import NetworkPolicy
 from service.registry import MissingDependencyError
-from service.sandboxes.base import HOME, PROXY_SOCKET, WORKDIR
+from service.sandboxes.base import HOME, PROXY_DIR, WORKDIR
 
 __all__ = [
     "HIDDEN_TREES",
@@ -107,6 +110,11 @@ class SandboxLayout:
     @property
     def group(self) -> Path:
         return self.root / "group"
+
+    @property
+    def proxy_dir(self) -> Path:
+        """Bound at PROXY_DIR; the capture proxy's socket for this sandbox goes here."""
+        return self.root / "proxy"
 
 
 @dataclass(frozen=True)
@@ -189,7 +197,7 @@ def _bind(option: str, source: str, dest: str) -> list[str]:
     return [*(arg for parent in ancestors for arg in ("--dir", str(parent))), option, source, dest]
 
 
-def _mounts(view: HostView, layout: SandboxLayout, proxy_socket: str | None) -> list[str]:
+def _mounts(view: HostView, layout: SandboxLayout) -> list[str]:
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for tree in HIDDEN_TREES:
         args += ["--tmpfs", tree]
@@ -210,8 +218,7 @@ def _mounts(view: HostView, layout: SandboxLayout, proxy_socket: str | None) -> 
     if layout.uid is not None:
         args += ["--ro-bind", str(layout.passwd), "/etc/passwd"]
         args += ["--ro-bind", str(layout.group), "/etc/group"]
-    if proxy_socket is not None:
-        args += _bind("--ro-bind", proxy_socket, PROXY_SOCKET)
+    args += _bind("--ro-bind", str(layout.proxy_dir), PROXY_DIR)
     return args
 
 
@@ -230,7 +237,6 @@ def holder_argv(
     layout: SandboxLayout,
     *,
     network: NetworkPolicy,
-    proxy_socket: str | None,
 ) -> list[str]:
     """The argv of a sandbox's holder: bwrap making its namespaces, then waiting in them.
 
@@ -244,6 +250,6 @@ def holder_argv(
         args.append("--unshare-net")  # bwrap brings up loopback only
     if layout.uid is None:
         args.append("--unshare-user")
-    args += _mounts(view, layout, proxy_socket)
+    args += _mounts(view, layout)
     args += ["--chdir", WORKDIR, "--clearenv", "--"]
     return [*args, "sh", "-c", "echo ready && exec sleep infinity"]

@@ -17,7 +17,6 @@ import hashlib
 import logging
 import os
 import re
-import stat
 from pathlib import Path, PurePosixPath
 
 from service.config import Settings
@@ -73,7 +72,7 @@ class LocalBackend:
         if rollout_id in self._sandboxes:
             raise SandboxError(f"a local sandbox for rollout {rollout_id} already exists")
         limits = Limits.resolve(request.spec.resources, self._settings)
-        key = WarmKey(request.spec.network, request.proxy_socket)
+        key = WarmKey(request.spec.network)
         warm = await self._warm.take(key)
         sandbox = None if warm is None else await self._adopt(warm, rollout_id, limits)
         if sandbox is None:
@@ -89,9 +88,7 @@ class LocalBackend:
         layout = SandboxLayout(self._root / name, uid)
         if self._has_leftovers(name):
             await self._discard(name)  # a crashed run's, under the same id
-        preparing = asyncio.ensure_future(
-            asyncio.to_thread(self._prepare, layout, key.proxy_socket)
-        )
+        preparing = asyncio.ensure_future(asyncio.to_thread(self._prepare, layout))
         try:
             await asyncio.shield(preparing)
         except BaseException as exc:
@@ -102,9 +99,7 @@ class LocalBackend:
             raise
         group = self._cgroups.create(name, limits.memory_bytes)
         cgroup = None if group is None else SandboxCgroup(self._cgroups, group)
-        holder = holder_argv(
-            self._bwrap, self._view, layout, network=key.network, proxy_socket=key.proxy_socket
-        )
+        holder = holder_argv(self._bwrap, self._view, layout, network=key.network)
         setup = SpawnerSetup(
             holder=holder,
             user_namespace=uid is None,
@@ -168,12 +163,10 @@ class LocalBackend:
             sandbox.adopt(rollout_id, layout, SandboxCgroup(self._cgroups, group), limits.rlimits)
             self._cgroups.limit(group, limits.memory_bytes)
 
-    async def warm_up(
-        self, network: NetworkPolicy = NetworkPolicy.NONE, proxy_socket: str | None = None
-    ) -> None:
+    async def warm_up(self, network: NetworkPolicy = NetworkPolicy.NONE) -> None:
         """Make the warm sandboxes of this kind now and wait for them (rather than after
         the first rollout that asks for one)."""
-        key = WarmKey(network, proxy_socket)
+        key = WarmKey(network)
         self._warm.refill(key)
         await self._warm.wait(key)
 
@@ -182,7 +175,7 @@ class LocalBackend:
             del self._sandboxes[sandbox.name]
         self._warm.forget(sandbox)
 
-    def _prepare(self, layout: SandboxLayout, proxy_socket: str | None) -> None:
+    def _prepare(self, layout: SandboxLayout) -> None:
         self._root.mkdir(parents=True, exist_ok=True)
         os.chmod(self._root, 0o700)  # sandbox files must not be reachable by host users
         layout.root.mkdir(mode=0o700)
@@ -193,10 +186,9 @@ class LocalBackend:
                 os.chown(directory, layout.uid, layout.uid)
         layout.tmp.mkdir()
         os.chmod(layout.tmp, 0o1777)
+        layout.proxy_dir.mkdir(mode=0o755)  # the server's: the sandbox user cannot write it
         if layout.uid is not None:
             self._write_accounts(layout)
-        if proxy_socket is not None:
-            self._check_proxy_socket(proxy_socket)
 
     @staticmethod
     def _write_accounts(layout: SandboxLayout) -> None:
@@ -207,13 +199,6 @@ class LocalBackend:
         layout.passwd.write_text(passwd.rstrip("\n") + "\n" + user)
         group = Path("/etc/group").read_text()
         layout.group.write_text(group.rstrip("\n") + f"\n{SANDBOX_USER}:x:{uid}:\n")
-
-    def _check_proxy_socket(self, path: str) -> None:
-        mode = os.stat(path).st_mode
-        if not stat.S_ISSOCK(mode):
-            raise SandboxError(f"capture proxy socket {path} is not a Unix socket")
-        if self._privileged and mode & 0o006 != 0o006:
-            os.chmod(path, 0o666)  # sandbox uids must be able to connect; routes are tokens
 
     def _has_leftovers(self, name: str) -> bool:
         group = self._cgroups.path(name)
