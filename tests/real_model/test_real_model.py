@@ -141,6 +141,14 @@ async def run(
     rollout = (await stub.RunRollout(pb.RunRolloutRequest(spec=spec))).rollout
     elapsed = time.monotonic() - began
     print(f"\nphase rollout_{agent.name}_s={elapsed:.1f} turns={len(rollout.result.turns)}")
+    for turn in rollout.result.turns:  # what the real server did, for the README
+        print(
+            f"  turn {turn.index} trainable={turn.trainable} stream={turn.stream} "
+            f"status={turn.upstream_status} incomplete={turn.incomplete} "
+            f"tool_calls={len(turn.tool_calls)} logprobs={len(turn.logprobs)} "
+            f"logprobs_present={turn.logprobs_present} usage_counted={turn.usage_counted} "
+            f"error={turn.upstream_error[:80]!r}"
+        )
     return rollout
 
 
