@@ -7,7 +7,7 @@ STAMP := .tools/installed.stamp
 # pip puts the mypy-protobuf plugin beside the interpreter, which need not be on PATH (pyenv).
 MYPY_GRPC = --plugin=protoc-gen-mypy_grpc=$$($(PYTHON) -c 'import sys, pathlib; print(pathlib.Path(sys.executable).parent / "protoc-gen-mypy_grpc")')
 
-.PHONY: install run test proto proto-check lint bench clean
+.PHONY: install run test test-real-model proto proto-check lint bench clean
 
 install: $(STAMP)
 
@@ -26,6 +26,12 @@ run: install
 
 test: install
 	$(PYTHON) -m pytest -q
+
+# A real model (SmolLM2-135M on llama-cpp-python's server) through the service. The server is
+# built once into ~/.cache/rollout-service-build (about 7 minutes on 2 cores), then reused.
+test-real-model: install
+	ROLLOUT_LLAMA_PYTHON="$$(PYTHON=$(PYTHON) scripts/real_model/install_llama_server.sh | tail -n 1)" \
+	  $(PYTHON) -m pytest -q -s -p no:cacheprovider tests/real_model
 
 proto: install
 	$(PYTHON) -m grpc_tools.protoc -Iproto --python_out=client --pyi_out=client \

@@ -44,7 +44,7 @@ class Settings(BaseSettings):
     allow_insecure_listen: bool = False
     """Serve a non-loopback listen address without TLS or without authentication anyway."""
     state_dir: Path = Field(default_factory=_default_state_dir)
-    """SQLite database, proxy socket and sandbox workdirs. Never visible inside a sandbox."""
+    """SQLite database and sandbox directories (with their proxy sockets); never in a sandbox."""
     cache_dir: Path = Field(default_factory=_default_cache_dir)
     """Downloaded tools (the pinned opencode install). Visible read-only to sandboxes."""
     database: Path | None = None
@@ -116,7 +116,14 @@ class Settings(BaseSettings):
     """Local sandboxes made ahead, per network policy, so a rollout need not wait (0: off)."""
 
     proxy_listen: str = "127.0.0.1:0"
-    """TCP address of the capture proxy (routes are per-rollout tokens)."""
+    """TCP address of the capture proxy, for remote sandboxes (token routes)."""
+    proxy_max_connections_per_sandbox: int = Field(default=64, ge=1)
+    """Connections a sandbox may hold open on its own capture-proxy socket at once."""
+    proxy_max_tcp_connections: int = Field(default=1024, ge=1)
+    """Connections all clients together may hold open on the proxy's TCP listener."""
+    proxy_idle_timeout_s: float = Field(default=60.0, gt=0)
+    """A proxy connection must deliver a whole request within this of opening or of its
+    previous response (ends idle and slow-header clients)."""
     proxy_public_url: str = ""
     """If set, remote sandboxes reach the service's proxy here instead of running one inside."""
     upstream_timeout_s: float = 600.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import signal
 import sys
 from collections.abc import Sequence
@@ -153,8 +154,17 @@ def _stop_on_signal() -> asyncio.Event:
     return stop
 
 
+def _raise_fd_limit() -> None:
+    """Allow open files up to the hard limit: proxy connections, sandbox pipes and the gRPC
+    port share one table, and the capture proxy's per-sandbox bounds are sized against it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `rollout serve` and `python -m service.server`."""
+    _raise_fd_limit()
     settings = Settings(_cli_parse_args=list(argv if argv is not None else sys.argv[1:]))  # type: ignore[call-arg]
     logging.basicConfig(
         level=settings.log_level.upper(),

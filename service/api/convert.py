@@ -129,6 +129,8 @@ def _result_to_proto(result: RolloutResult, *, slim: bool) -> pb.RolloutResult:
         sandbox_id=result.sandbox_id,
         turn_count=len(result.turns),
         files_omitted=result.files_omitted,
+        trainable_calls=result.trainable_calls,
+        trainable_calls_failed=result.trainable_calls_failed,
     )
     if result.error is not None:
         message.error.CopyFrom(
@@ -187,6 +189,11 @@ def _turn_to_proto(turn: Turn) -> pb.Turn:
         upstream_error=turn.upstream_error,
         stream=turn.stream,
         start_time=_timestamp(turn.start_time),
+        incomplete=turn.incomplete,
+        logprobs_present=turn.logprobs_present,
+        usage_counted=turn.usage_counted,
+        unparsed=turn.unparsed,
+        raw_request=turn.raw_request,
     )
     if turn.time_to_first_token_s is not None:
         message.time_to_first_token.CopyFrom(_duration(turn.time_to_first_token_s))

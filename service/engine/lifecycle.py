@@ -22,6 +22,7 @@ from service.agents.base import Agent, AgentContext, ModelAccess
 from service.config import Settings
 from service.engine.collect import collect_workdir
 from service.engine.output_cap import OutputCap
+from service.engine.output_scrub import OutputScrubber, scrub
 from service.engine.validation import resolved_timeouts
 from service.errors import RolloutFailure, SandboxError, UpstreamError
 from service.models import (
@@ -38,6 +39,7 @@ from service.models import (
     RolloutStatus,
     Turn,
 )
+from service.proxy.tally import CallTally
 from service.sandboxes.base import WORKDIR, Sandbox, SandboxBackend, SandboxRequest
 from service.verifier.commands import run_commands
 from service.verifier.reward import compute_reward
@@ -57,10 +59,12 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class ModelAttachment:
-    """How the agent reaches the model, and whether every captured call failed."""
+    """How the agent reaches the model, and the captured calls' tally (None: not captured)."""
 
     access: ModelAccess
-    all_failed: Callable[[], bool]
+    calls: CallTally | None
+    secrets: tuple[str, ...] = ()
+    """What the agent was handed that must never be published (a route token, a key)."""
 
 
 AttachModel = Callable[
@@ -81,7 +85,6 @@ class RolloutRun:
         backend: SandboxBackend,
         agent: Agent,
         attach_model: AttachModel | None,
-        proxy_socket: str | None,
         publish: Callable[[EventPayload], None],
     ) -> None:
         self.rollout = rollout
@@ -90,7 +93,6 @@ class RolloutRun:
         self._backend = backend
         self._agent = agent
         self._attach_model = attach_model
-        self._proxy_socket = proxy_socket
         self._publish = publish
         self._sandbox: Sandbox | None = None
         self._attachment: ModelAttachment | None = None
@@ -150,7 +152,6 @@ class RolloutRun:
             rollout_id=self.rollout.id,
             spec=self._spec.sandbox,
             lifetime_s=self._lifetime_s(),
-            proxy_socket=self._proxy_socket,
         )
         try:
             sandbox = await asyncio.wait_for(
@@ -232,14 +233,26 @@ class RolloutRun:
             limit_bytes=self._settings.agent_output_event_bytes,
             tail_bytes=self._settings.agent_log_tail_bytes,
         )
-        outcome = await self._agent.run(sandbox, context, cap)
+        scrubber = OutputScrubber(cap, () if self._attachment is None else self._attachment.secrets)
+        try:
+            outcome = await self._agent.run(sandbox, context, scrubber)
+        finally:
+            scrubber.flush()
         result = self.rollout.result
         result.agent_exit_code = outcome.exit_code
-        result.agent_log_tail = (outcome.log_tail or cap.tail())[
+        result.agent_log_tail = scrub(outcome.log_tail or cap.tail(), scrubber.secrets)[
             -self._settings.agent_log_tail_bytes :
         ]
-        if self._attachment is not None and self._attachment.all_failed():
-            raise UpstreamError("every model call failed upstream; see the turns' upstream_error")
+        calls = None if self._attachment is None else self._attachment.calls
+        if calls is not None:
+            result.trainable_calls, result.trainable_calls_failed = (
+                calls.trainable,
+                calls.trainable_failed,
+            )
+            if calls.all_failed:
+                raise UpstreamError(
+                    "every trainable model call failed upstream; see the turns' upstream_error"
+                )
         if outcome.timed_out:
             self.rollout.status = RolloutStatus.TIMED_OUT
             self._record(ErrorKind.AGENT_TIMEOUT, f"agent killed at {self._agent_timeout_s:g}s")

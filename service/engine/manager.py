@@ -163,7 +163,6 @@ class RolloutManager:
                 backend=backend,
                 agent=agent,
                 attach_model=self._models.attacher(rollout.id, spec, upstream),
-                proxy_socket=self._models.proxy_socket(spec, upstream, backend),
                 publish=functools.partial(self._publish, rollout.id),
             )
             live.task = asyncio.create_task(self._drive(live, run), name=f"rollout-{rollout.id}")

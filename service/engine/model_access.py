@@ -1,7 +1,9 @@
 """Choosing how a rollout's agent reaches the model: through the capture proxy or directly.
 
 Where the proxy runs for a rollout with capture TRANSPARENT_PROXY (`ModelRouter._placement`):
-- a local sandbox reaches the service's proxy through its Unix socket, bound into the sandbox;
+- a local sandbox reaches the service's proxy through a Unix socket of its own, which the
+  proxy binds in the sandbox's proxy directory (`SandboxProxySocket`) for the rollout's
+  route: the route is reachable from that sandbox only, and carries no token;
 - a remote sandbox (E2B) reaches it at `Settings.proxy_public_url` when the operator set one
   (host placement);
 - otherwise the proxy runs inside the remote sandbox (`service.proxy.in_sandbox`).
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from enum import Enum
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
@@ -25,8 +28,9 @@ from service.models import CaptureMode, NetworkPolicy, RolloutSpec, Turn
 from service.proxy.access import direct_access, host_socket_access
 from service.proxy.endpoints import ResolvedEndpoint, resolve_endpoint
 from service.proxy.in_sandbox import InSandboxProxy
+from service.proxy.route import Route
 from service.proxy.server import CaptureProxy
-from service.sandboxes.base import Sandbox, SandboxBackend
+from service.sandboxes.base import Sandbox
 
 __all__ = ["ModelRouter", "Placement"]
 
@@ -47,6 +51,14 @@ class EgressControl(Protocol):
     """A sandbox whose outbound network can be opened to chosen hosts (E2B)."""
 
     async def allow_egress(self, hosts: Sequence[str]) -> None: ...
+
+
+@runtime_checkable
+class SandboxProxySocket(Protocol):
+    """A sandbox with a proxy directory of its own (local): where its route socket goes."""
+
+    @property
+    def proxy_socket_path(self) -> Path: ...
 
 
 class ModelRouter:
@@ -83,14 +95,6 @@ class ModelRouter:
             return Placement.PUBLIC_URL
         return Placement.IN_SANDBOX
 
-    def proxy_socket(
-        self, spec: RolloutSpec, upstream: ResolvedEndpoint | None, backend: SandboxBackend
-    ) -> str | None:
-        """The host socket to bind into a local sandbox, when its agent uses the proxy."""
-        if self._proxied(spec, upstream) and backend.name in _HOST_SOCKET_BACKENDS:
-            return str(self._proxy.socket_path)
-        return None
-
     def attacher(
         self, rollout_id: str, spec: RolloutSpec, upstream: ResolvedEndpoint | None
     ) -> AttachModel | None:
@@ -116,14 +120,16 @@ class ModelRouter:
         ) -> AsyncIterator[ModelAttachment]:
             if placement is Placement.PUBLIC_URL:
                 await _open_egress(sandbox, spec, public_url)
-            route = proxy.open_route(rollout_id, upstream, spec.capture, on_turn)
-            try:
-                access = (
-                    direct_access(route, public_url)
-                    if placement is Placement.PUBLIC_URL
-                    else host_socket_access(route)
+                route = proxy.open_route(rollout_id, upstream, spec.capture, on_turn)
+                access = direct_access(route, public_url)
+                secrets: tuple[str, ...] = (route.token,)
+            else:
+                route = await _open_sandbox_route(
+                    proxy, sandbox, rollout_id, upstream, spec, on_turn
                 )
-                yield ModelAttachment(access=access, all_failed=lambda: route.all_failed)
+                access, secrets = host_socket_access(), ()
+            try:
+                yield ModelAttachment(access=access, calls=route.calls, secrets=secrets)
             finally:
                 proxy.close_route(route)
 
@@ -149,11 +155,29 @@ class ModelRouter:
             )
             try:
                 access = await proxy.start()
-                yield ModelAttachment(access=access, all_failed=lambda: proxy.all_failed)
+                yield ModelAttachment(access=access, calls=proxy.calls, secrets=(access.api_key,))
             finally:
                 await proxy.stop()
 
         return attach
+
+
+async def _open_sandbox_route(
+    proxy: CaptureProxy,
+    sandbox: Sandbox,
+    rollout_id: str,
+    upstream: ResolvedEndpoint,
+    spec: RolloutSpec,
+    on_turn: Callable[[Turn], None],
+) -> Route:
+    if not isinstance(sandbox, SandboxProxySocket):
+        raise SandboxError(f"the {spec.sandbox.backend} sandbox has no proxy directory")
+    try:
+        return await proxy.open_sandbox_route(
+            rollout_id, upstream, spec.capture, on_turn, sandbox.proxy_socket_path
+        )
+    except OSError as exc:
+        raise SandboxError(f"could not bind the sandbox's capture proxy socket: {exc}") from exc
 
 
 async def _open_egress(sandbox: Sandbox, spec: RolloutSpec, url: str) -> None:
@@ -179,6 +203,6 @@ def _direct(upstream: ResolvedEndpoint) -> AttachModel:
             model=upstream.model,
             small_model=upstream.model,
         )
-        yield ModelAttachment(access=access, all_failed=lambda: False)
+        yield ModelAttachment(access=access, calls=None, secrets=(upstream.api_key,))
 
     return attach

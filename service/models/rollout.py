@@ -126,6 +126,10 @@ class RolloutResult(BaseModel):
     error: RolloutError | None = None
     timings: PhaseTimings = Field(default_factory=PhaseTimings)
     sandbox_id: str = ""
+    trainable_calls: int = 0
+    """Trainable model calls the capture proxy relayed."""
+    trainable_calls_failed: int = 0
+    """Of those, how many failed upstream (all of them: the rollout is UPSTREAM_LLM)."""
 
 
 class Rollout(BaseModel):

@@ -73,6 +73,20 @@ class Turn(BaseModel):
     upstream_error: str = ""
     stream: bool = False
     start_time: datetime | None = None
+    incomplete: bool = False
+    """The response ended before the completion finished (a stream without a finish reason,
+    a body cut short); `upstream_error` says how. Never a clean turn."""
+    logprobs_present: bool = False
+    """True when the upstream sent a log-probability for every completion token it sent
+    (servers send `"logprobs": null` for some output, e.g. llama.cpp's tool calls)."""
+    usage_counted: bool = False
+    """True when the upstream sent no usage and `usage` was counted by the service from the
+    token ids or logprobs it did send."""
+    unparsed: bool = False
+    """The request body was relayed but is not a chat request the turn model can read
+    (`request_messages` empty); `raw_request` holds its beginning."""
+    raw_request: str = ""
+    """The request body as received, cut to a bounded length; only on `unparsed` turns."""
 
     @property
     def failed(self) -> bool:

@@ -1,10 +1,12 @@
 """The LLM capture proxy: an OpenAI-compatible relay that records every model call as a Turn.
 
-- `server.CaptureProxy`: the one listener in the service (TCP + Unix socket), routed by
-  per-rollout token; `core.ProxyCore` is the part it shares with `standalone`, the same
-  proxy as its own process (inside a remote sandbox).
+- `server.CaptureProxy`: the proxy inside the service: a Unix socket of its own per local
+  sandbox's route (no token), and a TCP listener routed by per-rollout token for remote
+  sandboxes; `core.ProxyCore` is the part it shares with `standalone`, the same proxy as its
+  own process (inside a remote sandbox). `connections` bounds what a client can hold open.
 - `access`: how an agent inside a local sandbox reaches its route (`forward` bridges the
-  sandbox's loopback to the Unix socket).
+  sandbox's loopback to its route socket).
+- `tally`: the trainable calls and their failures, which classify a rollout.
 - `endpoints.resolve_endpoint`: endpoint shorthands -> base URL, key, model.
 - A call: `rewrite` (request rules) -> `relay` (upstream and back, via the lean HTTP layer
   `httpserver` / `upstream`) -> `assembly`, `prompt_ids`, `history` (the turn) -> `route`.

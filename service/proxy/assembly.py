@@ -5,7 +5,8 @@ Token ids are read from every shape vLLM and compatible servers return, in this 
 2. a `token_id` (or llama.cpp's `id`) key on every logprob entry;
 3. every token spelled `token_id:N` (vLLM `--return-tokens-as-token-ids`).
 Ids are never invented: with none of these, `token_ids_present` is false and the id
-lists are empty.
+lists are empty. Logprobs likewise: `logprobs_present` is true only when every piece of
+output came with its logprobs (llama.cpp sends `"logprobs": null` for tool-call output).
 
 Only the first choice is recorded (agents ask for n=1). Upstream data is untrusted: odd
 shapes are skipped, never raised on. Per-token work happens once, in `fields()`, with
@@ -83,6 +84,8 @@ class CompletionAssembler:
         self._choice_ids: list[Any] | None = None
         self._prompt_ids: list[Any] = []
         self._usage: Mapping[str, Any] = {}
+        self._output_without_logprobs = False
+        """Some output (a chunk, or a unary message) came without its logprobs."""
         self.prompt_raw: bytes | None = None
         """The prompt ids array's bytes, cut from the response before parsing (`prompt_ids`)."""
         self.finish_reason = ""
@@ -94,10 +97,11 @@ class CompletionAssembler:
         self._add_common(doc)
         choice = _dict(next(iter(_list(doc.get("choices"))), None))
         message = _dict(choice.get("message"))
-        self._add_text(message)
+        produced = self._add_text(message)
         for index, call in enumerate(_list(message.get("tool_calls"))):
             self._add_tool_call(_dict(call), index)
-        self._add_choice_tokens(choice)
+            produced = True
+        self._add_choice_tokens(choice, produced)
 
     def add_chunk(self, doc: Mapping[str, Any]) -> bool:
         """One `chat.completion.chunk`; returns whether it carried generated output."""
@@ -116,7 +120,7 @@ class CompletionAssembler:
             index = call.get("index")
             self._add_tool_call(call, index if type(index) is int else len(self._tool_calls))
             produced = True
-        self._add_choice_tokens(choice)
+        self._add_choice_tokens(choice, produced)
         return produced
 
     def _add_common(self, doc: Mapping[str, Any]) -> None:
@@ -147,7 +151,7 @@ class CompletionAssembler:
         if isinstance(arguments, str):
             parts.arguments += arguments
 
-    def _add_choice_tokens(self, choice: Mapping[str, Any]) -> None:
+    def _add_choice_tokens(self, choice: Mapping[str, Any], produced: bool) -> None:
         reason = choice.get("finish_reason")
         if isinstance(reason, str) and reason:
             self.finish_reason = reason
@@ -156,14 +160,16 @@ class CompletionAssembler:
             if self._choice_ids is None:
                 self._choice_ids = []
             self._choice_ids.extend(ids)
-        logprobs = choice.get("logprobs")
-        if isinstance(logprobs, dict):
-            self._entries.extend(_list(logprobs.get("content")))
+        entries = _list(_dict(choice.get("logprobs")).get("content"))
+        self._entries.extend(entries)
+        if produced and not entries:
+            self._output_without_logprobs = True
 
     def fields(self) -> dict[str, Any]:
         """The Turn fields read from the response (plain data, validated once by the Turn)."""
         entries = [entry for entry in self._entries if isinstance(entry, dict)]
         ids = self._choice_ids if self._choice_ids is not None else _entry_ids(entries)
+        logprobs_complete = bool(entries) and not self._output_without_logprobs
         return {
             "completion_text": "".join(self._content),
             "reasoning_text": "".join(self._reasoning),
@@ -177,6 +183,7 @@ class CompletionAssembler:
                 token if isinstance(token := entry.get("token"), str) else "" for entry in entries
             ],
             "top_logprobs": [_top(entry) for entry in entries] if self._top_k > 1 else [],
+            "logprobs_present": logprobs_complete and (ids is None or len(ids) == len(entries)),
             "usage": {k: v for k in _USAGE_KEYS if type(v := self._usage.get(k)) is int},
         }
 

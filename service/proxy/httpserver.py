@@ -5,8 +5,10 @@ machinery cost more than the whole budget (0.5 ms added at p50 on a slow 2-core 
 aiohttp alone added ~1.2 ms here). This server does only what the proxy needs:
 keep-alive, requests handled one at a time per connection in order, Content-Length or
 chunked bodies in, Content-Length or chunked (streaming) responses out,
-`Expect: 100-continue`, a body size limit, write back-pressure, and cancelling the
-handler when the client disconnects.
+`Expect: 100-continue`, a body size limit, write back-pressure, cancelling the
+handler when the client disconnects, a bound on open connections (`connections`), and an
+idle timeout: a connection must deliver a whole request within `idle_timeout_s` of
+opening or of its previous response (slow-header clients are closed too).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from http import HTTPStatus
 from typing import cast
 
 import httptools
+
+from service.proxy.connections import ConnectionLimit
 
 __all__ = ["Handler", "HttpRequest", "HttpServerProtocol", "Responder"]
 
@@ -93,9 +97,19 @@ class Responder:
 class HttpServerProtocol(asyncio.Protocol):
     """One client connection."""
 
-    def __init__(self, handler: Handler, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        max_body_bytes: int,
+        *,
+        connections: ConnectionLimit,
+        idle_timeout_s: float,
+    ) -> None:
         self._handler = handler
         self._max_body_bytes = max_body_bytes
+        self._connections = connections
+        self._idle_timeout_s = idle_timeout_s
+        self._idle: asyncio.TimerHandle | None = None
         self._parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self._url = b""
@@ -111,6 +125,24 @@ class HttpServerProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but have its interface.
         self.transport = cast(asyncio.Transport, transport)
+        if not self._connections.admit(self):
+            self.transport.abort()  # over the listener's limit: refused, its fd freed now
+            return
+        self._arm_idle()
+
+    def close(self) -> None:
+        """Close the connection (its route closed, or it idled out)."""
+        if self.transport is not None:
+            self.transport.close()
+
+    def _arm_idle(self) -> None:
+        self._disarm_idle()
+        self._idle = asyncio.get_running_loop().call_later(self._idle_timeout_s, self.close)
+
+    def _disarm_idle(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -120,6 +152,8 @@ class HttpServerProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self._disarm_idle()
+        self._connections.release(self)
         self._queue.clear()
         self._writable.set()
         if self._task is not None:
@@ -163,6 +197,7 @@ class HttpServerProtocol(asyncio.Protocol):
         method = self._parser.get_method().decode("latin-1")
         request = HttpRequest(method, path, b"".join(self._body))
         self._body = []
+        self._disarm_idle()
         self._queue.append((request, self._parser.should_keep_alive()))
         if self._task is None:
             self._next()
@@ -196,3 +231,5 @@ class HttpServerProtocol(asyncio.Protocol):
                 self.transport.close()
         elif self._queue:
             self._next()
+        else:
+            self._arm_idle()

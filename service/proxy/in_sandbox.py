@@ -34,6 +34,7 @@ from service.proxy.placement import UPLOAD_DIR, Layout, choose_layout, probe
 from service.proxy.rewrite import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS
 from service.proxy.route import OnTurn
 from service.proxy.standalone import API_KEY_ENV
+from service.proxy.tally import CallTally
 from service.sandboxes.base import BackgroundProcess, OutputStream, Sandbox
 
 __all__ = ["READY_TIMEOUT_S", "InSandboxProxy"]
@@ -98,12 +99,8 @@ class InSandboxProxy:
         self._ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._process: BackgroundProcess | None = None
         self.turn_count = 0
-        self._failures = 0
-
-    @property
-    def all_failed(self) -> bool:
-        """True when at least one turn came in and every one failed upstream."""
-        return self.turn_count > 0 and self._failures == self.turn_count
+        self.calls = CallTally()
+        """Trainable calls and their upstream failures (the rollout's classification)."""
 
     async def start(self) -> ModelAccess:
         layout = choose_layout(await probe(self._sandbox))
@@ -171,7 +168,7 @@ class InSandboxProxy:
             )
             return
         self.turn_count += 1
-        self._failures += turn.failed
+        self.calls.add(turn, upstream_failed=turn.failed)
         self._on_turn(turn)
 
     def _log_line(self, line: bytes) -> None:

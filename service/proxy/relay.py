@@ -30,6 +30,8 @@ __all__ = ["relay"]
 
 _AGENT_GONE = "the agent disconnected mid-response"
 _PROMPT_IDS_KEY = b'"prompt_token_ids"'
+_NO_FINISH = "upstream ended the response without a finish reason"
+_CUT_SHORT = "upstream ended the stream before it finished"
 
 
 async def relay(
@@ -51,7 +53,10 @@ async def relay(
                 body = await response.read()
     except (TimeoutError, UpstreamConnectionError) as exc:
         status, message = transport_failure(exc, timeout_s)
-        exchange.fail(message)
+        if 200 <= exchange.upstream_status < 300:
+            exchange.cut_short(f"{message}: the response was cut short")
+        else:
+            exchange.fail(message)
         _send_failure(responder, exchange, status)
         return
     except ConnectionResetError:
@@ -82,13 +87,12 @@ def _relay_unary(responder: Responder, exchange: Exchange, body: bytes) -> None:
         doc = orjson.loads(rest)
     except orjson.JSONDecodeError:
         doc = None
-    if not isinstance(doc, dict) or "error" in doc:
-        malformed = f"upstream sent malformed JSON ({len(body)} bytes)"
-        exchange.fail(
-            upstream_error_message(exchange.upstream_status, body)
-            if isinstance(doc, dict)
-            else malformed
-        )
+    if not isinstance(doc, dict):
+        exchange.cut_short(f"upstream sent malformed JSON ({len(body)} bytes): cut short?")
+        _send_failure(responder, exchange, 502)
+        return
+    if "error" in doc:
+        exchange.fail(upstream_error_message(exchange.upstream_status, body))
         _send_failure(responder, exchange, 502)
         return
     try:
@@ -96,6 +100,8 @@ def _relay_unary(responder: Responder, exchange: Exchange, body: bytes) -> None:
     except ConnectionResetError:
         exchange.fail(_AGENT_GONE, upstream=False)
     exchange.assembler.add_completion(doc)
+    if not exchange.assembler.finish_reason:
+        exchange.cut_short(_NO_FINISH)
 
 
 class _StreamState:
@@ -104,6 +110,8 @@ class _StreamState:
     def __init__(self) -> None:
         self.done = False
         self.failure = ""
+        self.cut_short = False
+        """The failure is a stream that ended before its completion finished."""
 
 
 async def _relay_stream(
@@ -124,9 +132,12 @@ async def _relay_stream(
         if exchange.assembler.finish_reason or exchange.assembler.error:
             responder.write(b"data: [DONE]\n\n")
         else:
-            state.failure = "upstream ended the stream before it finished"
-    if state.failure:
+            state.failure, state.cut_short = _CUT_SHORT, True
+    if state.cut_short:
+        exchange.cut_short(state.failure)
+    elif state.failure:
         exchange.fail(state.failure)
+    if state.failure:
         _send_failure(responder, exchange, 502)
     responder.end()
 
@@ -140,6 +151,10 @@ def _take_events(
     out = bytearray()
     for event in events:
         data = event_data(event)
+        if data == DONE and not (exchange.assembler.finish_reason or exchange.assembler.error):
+            # [DONE] without a finish reason is a cut-short stream: the agent gets an error.
+            state.failure, state.cut_short = _NO_FINISH, True
+            break
         if data == DONE:
             state.done = True
         elif data:

@@ -11,18 +11,23 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.models import CaptureSpec, Turn
+from service.models import CaptureSpec, Turn, Usage
 from service.proxy.assembly import CompletionAssembler
 from service.proxy.endpoints import ResolvedEndpoint
 from service.proxy.history import LaneHistory, RequestDelta
 from service.proxy.prompt_ids import PromptIdCache
 from service.proxy.request_parse import RequestParser
 from service.proxy.rewrite import is_trainable, upstream_headers
+from service.proxy.tally import CallTally
 from service.proxy.upstream import UpstreamTarget
 
 __all__ = ["Exchange", "OnTurn", "Route"]
 
 logger = logging.getLogger(__name__)
+
+_LOG_ERROR_CHARS = 300
+_RAW_REQUEST_BYTES = 64 * 1024
+"""How much of an unparsed request a turn keeps."""
 
 OnTurn = Callable[[Turn], None]
 """Called with each turn the moment it completes; must not block."""
@@ -52,7 +57,9 @@ class Route:
         self.closed = False
         self.tasks: set[asyncio.Task[Any]] = set()
         """Requests in flight; cancelled when the route closes."""
-        self.key_bytes = upstream.api_key.encode()
+        self.secrets = tuple(secret for secret in (upstream.api_key, token) if secret)
+        """What must never reach the agent, a turn or a log: the key, and this route's token."""
+        self.secret_bytes = tuple(secret.encode() for secret in self.secrets)
         self.target = UpstreamTarget(upstream.chat_completions_url, upstream_headers(upstream))
         """The upstream request line and headers, built once."""
         self.parser = RequestParser()
@@ -61,28 +68,35 @@ class Route:
         self._history = LaneHistory()
         self._prompt_ids: dict[str, PromptIdCache] = {}
         self._next_index = 0
-        self._upstream_failures = 0
+        self.calls = CallTally()
+        """Trainable calls and their upstream failures (the rollout's classification)."""
 
     def __repr__(self) -> str:
         return f"Route(rollout_id={self.rollout_id!r}, turns={len(self.turns)})"
 
     @property
     def all_failed(self) -> bool:
-        """True when there was at least one turn and every one failed upstream."""
-        return self.turn_count > 0 and self._upstream_failures == self.turn_count
+        """True when there was a trainable call and every one failed upstream."""
+        return self.calls.all_failed
 
-    def begin(self, body: dict[str, Any]) -> Exchange:
-        """Start the turn of a parsed request (before it is rewritten)."""
+    def begin(self, body: dict[str, Any], raw: bytes) -> Exchange:
+        """Start the turn of a parsed request (before it is rewritten). A request whose
+        messages or tools are not all objects is relayed all the same, and recorded as an
+        unparsed turn holding the raw body."""
         model = body.get("model")
         messages = body.get("messages")
-        tools = body.get("tools")
-        return Exchange(
+        tools = body.get("tools", [])
+        readable = _objects(messages) and _objects(tools)
+        exchange = Exchange(
             self,
             model if isinstance(model, str) else "",
-            messages if isinstance(messages, list) else [],
-            tools if isinstance(tools, list) else [],
+            messages if readable and isinstance(messages, list) else [],
+            tools if readable and isinstance(tools, list) else [],
             stream=bool(body.get("stream")),
         )
+        if not readable:
+            exchange.raw_request = raw[:_RAW_REQUEST_BYTES].decode("utf-8", "replace")
+        return exchange
 
     def _number(
         self, requested_model: str, messages: list[Any], tools: list[Any]
@@ -110,8 +124,15 @@ class Route:
         self.turn_count += 1
         if self.keep_turns:
             self.turns.append(turn)
+        self.calls.add(turn, upstream_failed=exchange.upstream_failed)
         if exchange.upstream_failed:
-            self._upstream_failures += 1
+            logger.warning(
+                "upstream call failed: rollout=%s turn=%d status=%d: %s",
+                self.rollout_id,
+                turn.index,
+                turn.upstream_status,
+                turn.upstream_error.strip().split("\n", 1)[0][:_LOG_ERROR_CHARS],
+            )
         logger.debug(
             "turn rollout=%s index=%d status=%d latency=%.4fs%s",
             self.rollout_id,
@@ -148,6 +169,10 @@ class Exchange:
         self.upstream_status = 0
         self.error = ""
         self.upstream_failed = False
+        self.incomplete = False
+        """A 2xx response that ended before its completion finished."""
+        self.raw_request = ""
+        """The request's beginning, when it could not be read as a chat request."""
         self.first_token_s: float | None = None
 
     def number(self) -> None:
@@ -163,15 +188,24 @@ class Exchange:
             self.error = self.scrub(message)
         self.upstream_failed = self.upstream_failed or upstream
 
+    def cut_short(self, message: str) -> None:
+        """Note a response that began (2xx) but ended before its completion finished."""
+        self.incomplete = True
+        self.fail(message)
+
     def scrub(self, text: str) -> str:
-        """`text` without the upstream API key (error bodies may echo it)."""
-        key = self.route.upstream.api_key
-        return text.replace(key, "[redacted]") if key and key in text else text
+        """`text` without the upstream API key or the route token (errors may echo them)."""
+        for secret in self.route.secrets:
+            if secret in text:
+                text = text.replace(secret, "[redacted]")
+        return text
 
     def scrub_bytes(self, data: bytes) -> bytes:
         """Bytes for the agent without the upstream API key (a server may echo it anywhere)."""
-        key = self.route.key_bytes
-        return data.replace(key, b"[redacted]") if key and key in data else data
+        for secret in self.route.secret_bytes:
+            if secret in data:
+                data = data.replace(secret, b"[redacted]")
+        return data
 
     def mark_first_token(self) -> None:
         if self.first_token_s is None:
@@ -193,6 +227,8 @@ class Exchange:
             # Checked by PromptIdCache; validating tens of thousands of ints again costs ~1 ms.
             turn.prompt_token_ids = prompt_ids
             turn.token_ids_present = True
+        if not turn.usage.completion_tokens:
+            _count_usage(turn)
         return turn
 
     def _prompt_ids(self) -> list[int] | None:
@@ -221,8 +257,28 @@ class Exchange:
                 "upstream_error": self.error,
                 "stream": self.stream,
                 "start_time": self.start_time,
+                "incomplete": self.incomplete,
+                "unparsed": bool(self.raw_request),
+                "raw_request": self.scrub(self.raw_request),
             }
         )
+
+
+def _objects(value: object) -> bool:
+    """Whether `value` is a list of JSON objects, as chat messages and tools are."""
+    return isinstance(value, list) and all(isinstance(item, dict) for item in value)
+
+
+def _count_usage(turn: Turn) -> None:
+    """Usage counted from the tokens the upstream sent, when it sent no usage of its own."""
+    completion = len(turn.completion_token_ids) or len(turn.logprobs)
+    if not completion:
+        return
+    prompt = len(turn.prompt_token_ids)
+    turn.usage = Usage(
+        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+    )
+    turn.usage_counted = True
 
 
 _NO_TOKEN_DATA: dict[str, Any] = {
@@ -232,5 +288,6 @@ _NO_TOKEN_DATA: dict[str, Any] = {
     "logprobs": [],
     "completion_tokens": [],
     "top_logprobs": [],
+    "logprobs_present": False,
     "usage": {},
 }

@@ -16,6 +16,7 @@ from service.models import SandboxSpec
 __all__ = [
     "HOME",
     "LIST_MAX_DEPTH",
+    "PROXY_DIR",
     "PROXY_SOCKET",
     "REWARD_JSON",
     "REWARD_TXT",
@@ -42,8 +43,11 @@ REWARD_TXT = f"{VERIFIER_DIR}/reward.txt"
 """A float written here by a verify command is the reward."""
 REWARD_JSON = f"{VERIFIER_DIR}/reward.json"
 """Else the reward and metrics are read from here (`service.verifier.reward`)."""
-PROXY_SOCKET = "/run/rollout/proxy.sock"
-"""Where the local backend binds the capture proxy's Unix socket inside the sandbox."""
+PROXY_DIR = "/run/rollout"
+"""A local sandbox's own proxy directory (read-only inside); the proxy's socket for the
+sandbox's route appears in it once the route is open."""
+PROXY_SOCKET = f"{PROXY_DIR}/proxy.sock"
+"""Where the capture proxy's socket for this sandbox's route is, inside the sandbox."""
 LIST_MAX_DEPTH = 64
 """`Sandbox.list_files` lists no path of more components than this (nor descends further)."""
 
@@ -100,8 +104,6 @@ class SandboxRequest:
     spec: SandboxSpec
     lifetime_s: float
     """Upper bound on the sandbox's life (a remote provider kills it after this)."""
-    proxy_socket: str | None = None
-    """Host Unix socket of the capture proxy, bound at PROXY_SOCKET (local backend)."""
 
 
 class BackgroundProcess(Protocol):

@@ -19,7 +19,10 @@ Mounts inside a local sandbox, in order (a later mount covers an earlier one):
     /etc/passwd, /group    the host's plus a line naming the sandbox user
     /etc/resolv.conf       under network FULL: the one resolver it can reach
                            (`local_network`)
-    PROXY_SOCKET           the capture proxy's Unix socket, when the rollout has one
+    PROXY_DIR              the sandbox's own proxy directory, read-only: the capture proxy
+                           binds its route's socket there (PROXY_SOCKET) once the route
+                           opens, so a warm sandbox made before any route gets it too; no
+                           other sandbox sees it, and no route is reachable any other way
 
 What else a sandbox has of its own, and where that is decided:
 
@@ -53,7 +56,7 @@ from pathlib import Path, PurePosixPath
 from service.config import Settings
 from service.models import NetworkPolicy
 from service.registry import MissingDependencyError
-from service.sandboxes.base import HOME, PROXY_SOCKET, WORKDIR
+from service.sandboxes.base import HOME, PROXY_DIR, WORKDIR
 from service.sandboxes.local_mounts import SANDBOX_DISK
 
 __all__ = [
@@ -147,6 +150,11 @@ class SandboxLayout:
         """pasta's errors, read when it fails to start."""
         return self.root / "network.log"
 
+    @property
+    def proxy_dir(self) -> Path:
+        """Bound at PROXY_DIR; the capture proxy's socket for this sandbox goes here."""
+        return self.root / "proxy"
+
 
 @dataclass(frozen=True)
 class HostView:
@@ -228,9 +236,7 @@ def _bind(option: str, source: str, dest: str) -> list[str]:
     return [*(arg for parent in ancestors for arg in ("--dir", str(parent))), option, source, dest]
 
 
-def _mounts(
-    view: HostView, layout: SandboxLayout, network: NetworkPolicy, proxy_socket: str | None
-) -> list[str]:
+def _mounts(view: HostView, layout: SandboxLayout, network: NetworkPolicy) -> list[str]:
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for tree in HIDDEN_TREES:
         args += ["--tmpfs", tree]
@@ -253,8 +259,7 @@ def _mounts(
         args += ["--ro-bind", str(layout.group), "/etc/group"]
     if network is NetworkPolicy.FULL:
         args += ["--ro-bind", str(layout.resolv_conf), "/etc/resolv.conf"]
-    if proxy_socket is not None:
-        args += _bind("--ro-bind", proxy_socket, PROXY_SOCKET)
+    args += _bind("--ro-bind", str(layout.proxy_dir), PROXY_DIR)
     return args
 
 
@@ -273,7 +278,6 @@ def holder_argv(
     layout: SandboxLayout,
     *,
     network: NetworkPolicy,
-    proxy_socket: str | None,
 ) -> list[str]:
     """The argv of a sandbox's holder: bwrap making its namespaces, then waiting in them.
 
@@ -287,6 +291,6 @@ def holder_argv(
     args += ["--hostname", "sandbox", "--unshare-net"]
     if layout.uid is None:
         args.append("--unshare-user")
-    args += _mounts(view, layout, network, proxy_socket)
+    args += _mounts(view, layout, network)
     args += ["--chdir", WORKDIR, "--clearenv", "--"]
     return [*args, "sh", "-c", "echo ready && exec sleep infinity"]

@@ -19,7 +19,6 @@ import hashlib
 import logging
 import os
 import re
-import stat
 from pathlib import Path, PurePosixPath
 
 from service.config import Settings
@@ -83,7 +82,7 @@ class LocalBackend:
         if rollout_id in self._sandboxes:
             raise SandboxError(f"a local sandbox for rollout {rollout_id} already exists")
         limits = Limits.resolve(request.spec.resources, self._settings)
-        key = WarmKey(request.spec.network, request.proxy_socket, limits.disk_bytes)
+        key = WarmKey(request.spec.network, limits.disk_bytes)
         warm = await self._warm.take(key)
         sandbox = None if warm is None else await self._adopt(warm, rollout_id, limits)
         if sandbox is None:
@@ -111,9 +110,7 @@ class LocalBackend:
             raise
         group = self._cgroups.create(name, limits.memory_bytes)
         cgroup = None if group is None else SandboxCgroup(self._cgroups, group)
-        holder = holder_argv(
-            self._bwrap, self._view, layout, network=key.network, proxy_socket=key.proxy_socket
-        )
+        holder = holder_argv(self._bwrap, self._view, layout, network=key.network)
         setup = SpawnerSetup(
             holder=holder,
             user_namespace=uid is None,
@@ -179,13 +176,11 @@ class LocalBackend:
             sandbox.adopt(rollout_id, layout, SandboxCgroup(self._cgroups, group), limits.rlimits)
             self._cgroups.limit(group, limits.memory_bytes)
 
-    async def warm_up(
-        self, network: NetworkPolicy = NetworkPolicy.NONE, proxy_socket: str | None = None
-    ) -> None:
+    async def warm_up(self, network: NetworkPolicy = NetworkPolicy.NONE) -> None:
         """Make the warm sandboxes of this kind now and wait for them (rather than after
         the first rollout that asks for one)."""
         disk_bytes = Limits.resolve(Resources(), self._settings).disk_bytes
-        key = WarmKey(network, proxy_socket, disk_bytes)
+        key = WarmKey(network, disk_bytes)
         self._warm.refill(key)
         await self._warm.wait(key)
 
@@ -214,13 +209,12 @@ class LocalBackend:
                 os.chown(directory, layout.uid, layout.uid)
         layout.tmp.mkdir()
         os.chmod(layout.tmp, 0o1777)
+        layout.proxy_dir.mkdir(mode=0o755)  # the server's: the sandbox user cannot write it
         if layout.uid is not None:
             self._write_accounts(layout)
         if key.network is NetworkPolicy.FULL:
             layout.resolv_conf.write_text(resolv_conf())
             os.mkfifo(layout.network_ready, 0o600)
-        if key.proxy_socket is not None:
-            self._check_proxy_socket(key.proxy_socket)
 
     @staticmethod
     def _write_accounts(layout: SandboxLayout) -> None:
@@ -231,13 +225,6 @@ class LocalBackend:
         layout.passwd.write_text(passwd.rstrip("\n") + "\n" + user)
         group = Path("/etc/group").read_text()
         layout.group.write_text(group.rstrip("\n") + f"\n{SANDBOX_USER}:x:{uid}:\n")
-
-    def _check_proxy_socket(self, path: str) -> None:
-        mode = os.stat(path).st_mode
-        if not stat.S_ISSOCK(mode):
-            raise SandboxError(f"capture proxy socket {path} is not a Unix socket")
-        if self._privileged and mode & 0o006 != 0o006:
-            os.chmod(path, 0o666)  # sandbox uids must be able to connect; routes are tokens
 
     def _has_leftovers(self, name: str) -> bool:
         group = self._cgroups.path(name)

@@ -102,6 +102,12 @@ class LocalSandbox:
         return self._layout
 
     @property
+    def proxy_socket_path(self) -> Path:
+        """Where the capture proxy binds this sandbox's route socket on the host (it is
+        PROXY_SOCKET inside; the directory follows the sandbox when a warm one is renamed)."""
+        return self._layout.proxy_dir / "proxy.sock"
+
+    @property
     def cgroup(self) -> SandboxCgroup | None:
         return self._cgroup
 

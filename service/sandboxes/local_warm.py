@@ -2,9 +2,10 @@
 
 Making a sandbox takes ~15 ms of wall time (bwrap building its mounts, the spawner's
 cgroup migration waiting out an RCU grace period), most of a no-op rollout. The pool
-keeps `size` ready sandboxes per kind (network policy, proxy socket and disk size,
-fixed at birth); the backend renames one to its rollout on claim (`LocalBackend`) and
-the pool makes the next in the background. Rlimits and the memory limit are set on
+keeps `size` ready sandboxes per kind (network policy and disk size, fixed at birth; every
+sandbox has its own proxy directory, which a route's socket appears in later); the backend
+renames one to its rollout on claim (`LocalBackend`) and the pool makes the next in the
+background. Rlimits and the memory limit are set on
 claim, the rest of a sandbox does not depend on its rollout.
 """
 
@@ -29,7 +30,6 @@ class WarmKey:
     """What a sandbox is born with that a rollout may ask otherwise."""
 
     network: NetworkPolicy
-    proxy_socket: str | None
     disk_bytes: int
     """The size of its filesystem (`local_disk`): a rollout asking another gets a new one."""
 

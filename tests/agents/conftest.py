@@ -129,16 +129,17 @@ async def rig(
     endpoint = ResolvedEndpoint(
         base_url=upstream.base_url, api_key=UPSTREAM_KEY, model=UPSTREAM_MODEL
     )
-    route = proxy.open_route(rollout_id, endpoint, CaptureSpec(), turns.append)
     request = SandboxRequest(
-        rollout_id=rollout_id,
-        spec=SandboxSpec(network=NetworkPolicy.NONE),
-        lifetime_s=600,
-        proxy_socket=str(proxy.socket_path),
+        rollout_id=rollout_id, spec=SandboxSpec(network=NetworkPolicy.NONE), lifetime_s=600
     )
     sandbox = await backend.create(request)
     try:
-        yield Rig(settings, rollout_id, sandbox, route, host_socket_access(route), turns)
+        route = await proxy.open_sandbox_route(
+            rollout_id, endpoint, CaptureSpec(), turns.append, sandbox.proxy_socket_path
+        )
+        try:
+            yield Rig(settings, rollout_id, sandbox, route, host_socket_access(), turns)
+        finally:
+            proxy.close_route(route)
     finally:
         await sandbox.kill()
-        proxy.close_route(route)

@@ -78,10 +78,26 @@ class Reply:
     """Stream: stop after the first chunk until `FakeUpstream.release()` is called."""
     stream_error_after_chunks: int | None = None
     """Stream: send an in-band `data: {"error": ...}` event after this many chunks."""
+    omit_finish_reason: bool = False
+    """No finish reason anywhere: unary `finish_reason: null`; a stream's final chunk is left
+    out and `data: [DONE]` follows the tokens (a server that cut its stream short)."""
+    ping_then_close: bool = False
+    """Stream: only `: ping` comments, then the end of the body (llama.cpp when the prompt
+    exceeded its context)."""
+    tool_call_logprobs: bool = True
+    """False: tool-call output carries `"logprobs": null` (llama.cpp), other output keeps its."""
+    usage: bool = True
+    """False: no usage anywhere, whatever `stream_options.include_usage` asks (llama.cpp)."""
 
     @property
-    def finish(self) -> str:
+    def finish(self) -> str | None:
+        if self.omit_finish_reason:
+            return None
         return self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
+
+    def logprobs_of(self, token: Token) -> bool:
+        """Whether this reply sends logprobs with `token` (when the request asks for them)."""
+        return self.tool_call_logprobs or not token.kind.startswith("tool:")
 
 
 @dataclass(frozen=True)
@@ -199,7 +215,7 @@ def unary_body(reply: Reply, options: RenderOptions, tokens: list[Token]) -> dic
     choice: dict[str, Any] = {"index": 0, "message": _message(reply), "finish_reason": reply.finish}
     choice["logprobs"] = (
         {"content": [_logprob_entry(t, reply.shape, options.top_k) for t in tokens]}
-        if options.logprobs
+        if options.logprobs and all(reply.logprobs_of(t) for t in tokens)
         else None
     )
     body: dict[str, Any] = {
@@ -208,8 +224,9 @@ def unary_body(reply: Reply, options: RenderOptions, tokens: list[Token]) -> dic
         "created": int(time.time()),
         "model": options.model,
         "choices": [choice],
-        "usage": _usage(options, tokens),
     }
+    if reply.usage:
+        body["usage"] = _usage(options, tokens)
     if _vllm_ids(reply, options):
         choice["token_ids"] = [t.id for t in tokens]
         body["prompt_token_ids"] = options.prompt_ids
@@ -260,11 +277,14 @@ def stream_chunks(
             "finish_reason": None,
         }
         seen.add(token.kind)
-        if options.logprobs:
+        if options.logprobs and reply.logprobs_of(token):
             choice["logprobs"] = {"content": [_logprob_entry(token, reply.shape, options.top_k)]}
+        elif options.logprobs:
+            choice["logprobs"] = None
         if _vllm_ids(reply, options):
             choice["token_ids"] = [token.id]
         yield _chunk(options, [choice])
-    yield _chunk(options, [{"index": 0, "delta": {}, "finish_reason": reply.finish}])
-    if options.include_usage:
+    if reply.finish is not None:
+        yield _chunk(options, [{"index": 0, "delta": {}, "finish_reason": reply.finish}])
+    if options.include_usage and reply.usage:
         yield {**_chunk(options, []), "usage": _usage(options, tokens)}

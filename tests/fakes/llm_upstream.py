@@ -33,7 +33,10 @@ entry), TOKEN_ID_STRINGS (tokens spelled `token_id:N`), NONE.
 Faults (fields of `Reply`): `status` (error JSON with that status), `delay_s`, `garbage`
 (malformed JSON body or SSE event), `close_after_chunks` (drop the connection; 0 = before
 any response), `stream_error_after_chunks` (in-band SSE error), `hold_after_first` (stream
-pauses after the first chunk until `release()`).
+pauses after the first chunk until `release()`); what real servers (llama.cpp) do:
+`omit_finish_reason` (the stream ends with `[DONE]` and no finish reason), `ping_then_close`
+(`: ping` comments, then the end of the body), `tool_call_logprobs=False` (`"logprobs": null`
+on tool-call output), `usage=False` (no usage, whatever the request asks).
 
 TLS: with `tls` (a server SSLContext) it serves https at `https://localhost:<port>/v1`.
 
@@ -257,6 +260,10 @@ class FakeUpstream:
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await response.prepare(request)
+        if reply.ping_then_close:
+            await response.write(b": ping\n\n: ping\n\n")
+            await response.write_eof()
+            return response
         for count, chunk in enumerate(stream_chunks(reply, options, tokens), start=1):
             await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
             if count == reply.close_after_chunks:

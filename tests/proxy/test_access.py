@@ -1,5 +1,5 @@
-"""A sandbox with a private network namespace reaches its route, and only the proxy, through
-the Unix socket and the forwarder (real bubblewrap)."""
+"""A sandbox with a private network namespace reaches its route, and only its route, through
+its own route socket and the forwarder (real bubblewrap)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from service.proxy import CaptureProxy, forward
+from service.models import CaptureSpec, Turn
+from service.proxy import CaptureProxy, ResolvedEndpoint, forward
 from service.proxy.access import host_socket_access
-from service.sandboxes.base import PROXY_SOCKET
+from service.sandboxes.base import PROXY_DIR
 from tests.fakes.llm_upstream import FakeUpstream, Reply
-from tests.proxy.conftest import OpenRollout
+from tests.proxy.conftest import UPSTREAM_KEY, UPSTREAM_MODEL
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
@@ -35,7 +36,7 @@ message = {"role": "user", "content": "hi"}
 body = json.dumps({"model": "rollout-policy", "messages": [message]}).encode()
 print(json.dumps({
     "own": call(base_url + "/chat/completions", body),
-    "other": call(base_url.replace(key, "someone-elses-token") + "/models"),
+    "token_path": call(base_url.replace("/v1", "/r/" + key + "/v1") + "/models"),
     "host_tcp": call("http://127.0.0.1:" + proxy_port + "/r/" + key + "/v1/models"),
 }))
 """
@@ -45,12 +46,12 @@ CODE_ROOT = str(Path(forward.__file__).resolve().parents[2])
 """The checkout the forwarder runs from (a CI clone may sit under /tmp)."""
 
 
-async def run_sandboxed(socket: Path, script: str, client: Path) -> tuple[int, str, str]:
-    """`script` in bwrap: private network and pid namespaces, `socket` bound at PROXY_SOCKET."""
+async def run_sandboxed(proxy_dir: Path, script: str, client: Path) -> tuple[int, str, str]:
+    """`script` in bwrap: private network and pid namespaces, `proxy_dir` bound at PROXY_DIR."""
     process = await asyncio.create_subprocess_exec(
         "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
         "--tmpfs", "/tmp", "--ro-bind", CODE_ROOT, CODE_ROOT,  # the forwarder, even in /tmp
-        "--tmpfs", "/run", "--bind", str(socket), PROXY_SOCKET,
+        "--tmpfs", "/run", "--ro-bind", str(proxy_dir), PROXY_DIR,
         "--ro-bind", str(client), "/run/client.py",
         "--unshare-net", "--unshare-pid", "--die-with-parent", "--", "bash", "-c", script,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -61,25 +62,32 @@ async def run_sandboxed(socket: Path, script: str, client: Path) -> tuple[int, s
 
 
 async def test_the_sandbox_reaches_its_own_route_and_nothing_else(
-    proxy: CaptureProxy, open_rollout: OpenRollout, upstream: FakeUpstream, tmp_path: Path
+    proxy: CaptureProxy, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
     upstream.script(Reply(text="hello from the sandbox"))
-    rollout = open_rollout()
-    access = host_socket_access(rollout.route, port=48123)
-    assert access.api_key == rollout.route.token
-    assert access.base_url == f"http://127.0.0.1:48123/r/{rollout.route.token}/v1"
+    endpoint = ResolvedEndpoint(upstream.base_url, UPSTREAM_KEY, UPSTREAM_MODEL)
+    turns: list[Turn] = []
+    proxy_dir = tmp_path / "proxy"
+    route = await proxy.open_sandbox_route(
+        "rollout-1", endpoint, CaptureSpec(), turns.append, proxy_dir / "proxy.sock"
+    )
+    access = host_socket_access(port=48123)
+    assert access.base_url == "http://127.0.0.1:48123/v1"
+    assert route.token == ""  # nothing to leak: the socket is the route
     client = tmp_path / "client.py"
     client.write_text(CLIENT)
     command = f"python3 /run/client.py {access.base_url} {access.api_key} {proxy.port}"
-    code, out, err = await run_sandboxed(proxy.socket_path, access.command_prefix + command, client)
+    code, out, err = await run_sandboxed(proxy_dir, access.command_prefix + command, client)
     assert code == 0, err
     result = json.loads(out)
     assert result["own"][0] == 200
     assert "hello from the sandbox" in result["own"][1]
-    assert result["other"][0] == 404
+    assert result["token_path"][0] == 404
     assert result["host_tcp"] == [0, "URLError"]  # the host's loopback is not the sandbox's
-    [turn] = rollout.route.turns
+    [turn] = turns
     assert turn.completion_text == "hello from the sandbox"
+    proxy.close_route(route)
+    assert not (proxy_dir / "proxy.sock").exists()
     async with asyncio.timeout(5):  # the daemon dies with the sandbox's pid namespace
         while forwarders_on(48123):  # noqa: ASYNC110 (other processes: nothing to wait on)
             await asyncio.sleep(0.05)
@@ -98,14 +106,14 @@ def forwarders_on(port: int) -> list[str]:
 
 
 async def test_the_forwarder_fails_loudly_when_the_proxy_is_unreachable(
-    open_rollout: OpenRollout, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
-    access = host_socket_access(open_rollout().route, python=sys.executable)
-    not_a_socket = tmp_path / "dead.sock"
-    not_a_socket.write_text("")
-    code, out, err = await run_sandboxed(
-        not_a_socket, access.command_prefix + "echo agent-ran", not_a_socket
-    )
+    access = host_socket_access(python=sys.executable)
+    no_route = tmp_path / "empty"  # a sandbox's proxy directory before its route opened
+    no_route.mkdir()
+    client = tmp_path / "client.py"
+    client.write_text("")
+    code, out, err = await run_sandboxed(no_route, access.command_prefix + "echo agent-ran", client)
     assert code == 70
     assert "cannot forward" in err
     assert "agent-ran" not in out

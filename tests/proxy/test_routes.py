@@ -1,16 +1,13 @@
-"""Routing by per-rollout token: isolation, concurrency, the Unix socket, the models list."""
+"""Routing by per-rollout token: isolation, concurrency, the models list."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from service.config import Settings
 from service.proxy import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS, CaptureProxy
 from tests.fakes.llm_replies import prompt_ids_of
 from tests.fakes.llm_upstream import FakeUpstream
@@ -59,20 +56,6 @@ async def test_models_lists_the_aliases(
     assert rollout.route.turns == []
 
 
-async def test_the_unix_socket_serves_the_same_routes(
-    proxy: CaptureProxy, open_rollout: OpenRollout, upstream: FakeUpstream
-) -> None:
-    rollout = open_rollout()
-    transport = httpx.AsyncHTTPTransport(uds=str(proxy.socket_path))
-    async with httpx.AsyncClient(transport=transport) as client:
-        url = f"http://proxy/r/{rollout.route.token}/v1/chat/completions"
-        response = await client.post(url, json=chat("over the socket"))
-    assert response.status_code == 200
-    assert rollout.route.turns[0].request_messages == [
-        {"role": "user", "content": "over the socket"}
-    ]
-
-
 async def test_sixteen_concurrent_rollouts_never_mix(
     open_rollout: OpenRollout, agent: httpx.AsyncClient, upstream: FakeUpstream
 ) -> None:
@@ -100,23 +83,3 @@ async def test_sixteen_concurrent_rollouts_never_mix(
             assert all(f"{number}" in m["content"].split()[-1] for m in history)
             assert turn.prompt_token_ids == prompt_ids_of(history)
         assert rollout.published == rollout.route.turns
-
-
-async def test_a_long_state_dir_still_gets_its_socket(tmp_path: Path) -> None:
-    state_dir = tmp_path / ("deep-" * 20)
-    proxy = CaptureProxy(Settings(state_dir=state_dir, proxy_listen="127.0.0.1:0"))
-    await proxy.start()
-    try:
-        assert len(str(proxy.socket_path)) > 108
-        assert proxy.socket_path.is_socket()
-        directory = os.open(state_dir, os.O_PATH)
-        try:
-            short = f"/proc/self/fd/{directory}/{proxy.socket_path.name}"
-            async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=short)) as client:
-                response = await client.get("http://proxy/r/nobody/v1/models")
-        finally:
-            os.close(directory)
-        assert response.status_code == 404
-    finally:
-        await proxy.stop()
-    assert not proxy.socket_path.exists()

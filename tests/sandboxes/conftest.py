@@ -120,11 +120,10 @@ def make_local_sandbox(local_backend: LocalBackend) -> MakeSandbox:
         *,
         network: NetworkPolicy = NetworkPolicy.NONE,
         resources: Resources | None = None,
-        proxy_socket: str | None = None,
         lifetime_s: float = 300.0,
     ) -> LocalSandbox:
         spec = SandboxSpec(network=network, resources=resources or Resources())
-        request = SandboxRequest(rollout_id, spec, lifetime_s, proxy_socket)
+        request = SandboxRequest(rollout_id, spec, lifetime_s)
         return await local_backend.create(request)
 
     return make

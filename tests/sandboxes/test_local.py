@@ -16,7 +16,9 @@ from service.config import Settings
 from service.errors import SandboxError
 from service.registry import MissingDependencyError
 from service.sandboxes.base import HOME, WORKDIR, OutputStream
+from service.sandboxes.bwrap import SandboxLayout
 from service.sandboxes.local import LocalBackend, LocalSandbox
+from service.sandboxes.local_warm import WarmKey
 from tests.sandboxes.conftest import MakeSandbox, SleepMarker, fork_processes
 
 
@@ -230,9 +232,15 @@ async def test_bwrap_failure_is_a_sandbox_error(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(LocalBackend, "_check_proxy_socket", lambda self, path: None)
-    with pytest.raises(SandboxError, match=r"failed to start: .*missing\.sock"):
-        await make_local_sandbox("broken", proxy_socket=str(tmp_path / "missing.sock"))
+    prepare = LocalBackend._prepare
+
+    def prepare_without_proxy_dir(self: LocalBackend, layout: SandboxLayout, key: WarmKey) -> None:
+        prepare(self, layout, key)
+        layout.proxy_dir.rmdir()  # bwrap cannot bind what is not there
+
+    monkeypatch.setattr(LocalBackend, "_prepare", prepare_without_proxy_dir)
+    with pytest.raises(SandboxError, match=r"failed to start: .*proxy"):
+        await make_local_sandbox("broken")
     assert not (local_settings.state_dir / "sandboxes" / "broken").exists()
 
 

@@ -133,9 +133,10 @@ async def test_proxy_socket_is_reachable_under_network_none(
         await writer.drain()
         writer.close()
 
-    path = str(tmp_path / "proxy.sock")
+    sandbox = await make_local_sandbox(network=NetworkPolicy.NONE)
+    path = str(sandbox.proxy_socket_path)  # bound after the sandbox was made, as a route is
     async with await asyncio.start_unix_server(answer, path):
-        sandbox = await make_local_sandbox(network=NetworkPolicy.NONE, proxy_socket=path)
+        os.chmod(path, 0o666)
         client = (
             "import socket; s = socket.socket(socket.AF_UNIX); "
             f"s.connect('{PROXY_SOCKET}'); s.sendall(b'ping'); print(s.recv(64).decode())"

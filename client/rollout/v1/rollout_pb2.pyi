@@ -393,7 +393,7 @@ class Rollout(_message.Message):
     def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[RolloutSpec, _Mapping]] = ..., status: _Optional[_Union[RolloutStatus, str]] = ..., phase: _Optional[_Union[Phase, str]] = ..., result: _Optional[_Union[RolloutResult, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class RolloutResult(_message.Message):
-    __slots__ = ("reward", "metrics", "agent_exit_code", "setup_results", "verify_results", "turns", "files", "agent_log_tail", "error", "timings", "sandbox_id", "turn_count", "files_omitted")
+    __slots__ = ("reward", "metrics", "agent_exit_code", "setup_results", "verify_results", "turns", "files", "agent_log_tail", "error", "timings", "sandbox_id", "turn_count", "files_omitted", "trainable_calls", "trainable_calls_failed")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -421,6 +421,8 @@ class RolloutResult(_message.Message):
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     TURN_COUNT_FIELD_NUMBER: _ClassVar[int]
     FILES_OMITTED_FIELD_NUMBER: _ClassVar[int]
+    TRAINABLE_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TRAINABLE_CALLS_FAILED_FIELD_NUMBER: _ClassVar[int]
     reward: float
     metrics: _containers.ScalarMap[str, float]
     agent_exit_code: int
@@ -434,7 +436,9 @@ class RolloutResult(_message.Message):
     sandbox_id: str
     turn_count: int
     files_omitted: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, reward: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ..., agent_exit_code: _Optional[int] = ..., setup_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., verify_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., turns: _Optional[_Iterable[_Union[Turn, _Mapping]]] = ..., files: _Optional[_Mapping[str, bytes]] = ..., agent_log_tail: _Optional[str] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., timings: _Optional[_Union[PhaseTimings, _Mapping]] = ..., sandbox_id: _Optional[str] = ..., turn_count: _Optional[int] = ..., files_omitted: _Optional[_Iterable[str]] = ...) -> None: ...
+    trainable_calls: int
+    trainable_calls_failed: int
+    def __init__(self, reward: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ..., agent_exit_code: _Optional[int] = ..., setup_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., verify_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., turns: _Optional[_Iterable[_Union[Turn, _Mapping]]] = ..., files: _Optional[_Mapping[str, bytes]] = ..., agent_log_tail: _Optional[str] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., timings: _Optional[_Union[PhaseTimings, _Mapping]] = ..., sandbox_id: _Optional[str] = ..., turn_count: _Optional[int] = ..., files_omitted: _Optional[_Iterable[str]] = ..., trainable_calls: _Optional[int] = ..., trainable_calls_failed: _Optional[int] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("kind", "message")
@@ -491,7 +495,7 @@ class CommandResult(_message.Message):
     def __init__(self, stage: _Optional[_Union[CommandStage, str]] = ..., index: _Optional[int] = ..., command: _Optional[str] = ..., exit_code: _Optional[int] = ..., stdout: _Optional[str] = ..., stderr: _Optional[str] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., timed_out: _Optional[bool] = ...) -> None: ...
 
 class Turn(_message.Message):
-    __slots__ = ("index", "trainable", "requested_model", "request_messages", "request_message_offset", "tools", "tools_hash", "completion_text", "reasoning_text", "tool_calls", "finish_reason", "prompt_token_ids", "completion_token_ids", "logprobs", "completion_tokens", "top_logprobs", "token_ids_present", "usage", "latency", "time_to_first_token", "upstream_status", "upstream_error", "stream", "start_time")
+    __slots__ = ("index", "trainable", "requested_model", "request_messages", "request_message_offset", "tools", "tools_hash", "completion_text", "reasoning_text", "tool_calls", "finish_reason", "prompt_token_ids", "completion_token_ids", "logprobs", "completion_tokens", "top_logprobs", "token_ids_present", "usage", "latency", "time_to_first_token", "upstream_status", "upstream_error", "stream", "start_time", "incomplete", "logprobs_present", "usage_counted", "unparsed", "raw_request")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TRAINABLE_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -516,6 +520,11 @@ class Turn(_message.Message):
     UPSTREAM_ERROR_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
     START_TIME_FIELD_NUMBER: _ClassVar[int]
+    INCOMPLETE_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_PRESENT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_COUNTED_FIELD_NUMBER: _ClassVar[int]
+    UNPARSED_FIELD_NUMBER: _ClassVar[int]
+    RAW_REQUEST_FIELD_NUMBER: _ClassVar[int]
     index: int
     trainable: bool
     requested_model: str
@@ -540,7 +549,12 @@ class Turn(_message.Message):
     upstream_error: str
     stream: bool
     start_time: _timestamp_pb2.Timestamp
-    def __init__(self, index: _Optional[int] = ..., trainable: _Optional[bool] = ..., requested_model: _Optional[str] = ..., request_messages: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., request_message_offset: _Optional[int] = ..., tools: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., tools_hash: _Optional[str] = ..., completion_text: _Optional[str] = ..., reasoning_text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., finish_reason: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completion_token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., completion_tokens: _Optional[_Iterable[str]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., token_ids_present: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., upstream_status: _Optional[int] = ..., upstream_error: _Optional[str] = ..., stream: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    incomplete: bool
+    logprobs_present: bool
+    usage_counted: bool
+    unparsed: bool
+    raw_request: str
+    def __init__(self, index: _Optional[int] = ..., trainable: _Optional[bool] = ..., requested_model: _Optional[str] = ..., request_messages: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., request_message_offset: _Optional[int] = ..., tools: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., tools_hash: _Optional[str] = ..., completion_text: _Optional[str] = ..., reasoning_text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., finish_reason: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completion_token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., completion_tokens: _Optional[_Iterable[str]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., token_ids_present: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., upstream_status: _Optional[int] = ..., upstream_error: _Optional[str] = ..., stream: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., incomplete: _Optional[bool] = ..., logprobs_present: _Optional[bool] = ..., usage_counted: _Optional[bool] = ..., unparsed: _Optional[bool] = ..., raw_request: _Optional[str] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("id", "name", "arguments")

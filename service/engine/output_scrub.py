@@ -1,0 +1,66 @@
+"""Keeps the secrets an agent was handed out of the output a rollout publishes.
+
+An agent that prints its environment would otherwise put its route token (or, with capture
+BLACK_BOX, the upstream key) into output events, which WatchRollout serves, and into
+`agent_log_tail`. Raw output arrives in chunks of any size, so a secret may straddle two:
+the end of a chunk that could begin a secret is held back until the next chunk (or the end).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from service.models import AgentOutput, AgentOutputKind
+
+__all__ = ["REDACTED", "OutputScrubber", "scrub"]
+
+REDACTED = "[redacted]"
+_MIN_SECRET_CHARS = 8
+"""Shorter "secrets" (a caller's placeholder key) would mangle ordinary output."""
+_RAW = (AgentOutputKind.STDOUT, AgentOutputKind.STDERR)
+
+
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every secret replaced."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+class OutputScrubber:
+    """Wraps an output sink; call `flush()` once the agent has exited."""
+
+    def __init__(self, emit: Callable[[AgentOutput], None], secrets: Iterable[str]) -> None:
+        self._emit = emit
+        self.secrets = tuple(s for s in dict.fromkeys(secrets) if len(s) >= _MIN_SECRET_CHARS)
+        self._held: dict[AgentOutputKind, str] = {}
+
+    def __call__(self, output: AgentOutput) -> None:
+        if not self.secrets:
+            self._emit(output)
+            return
+        text = self._held.pop(output.kind, "") + output.text
+        text = scrub(text, self.secrets)
+        if output.kind in _RAW:
+            keep = self._partial_secret_at_end(text)
+            if keep:
+                text, self._held[output.kind] = text[:-keep], text[-keep:]
+        if text:
+            self._emit(output.model_copy(update={"text": text}))
+
+    def flush(self) -> None:
+        """Emit what was held back (it turned out to be no secret)."""
+        for kind, text in self._held.items():
+            self._emit(AgentOutput(kind=kind, text=text))
+        self._held.clear()
+
+    def _partial_secret_at_end(self, text: str) -> int:
+        """Length of the longest end of `text` that begins some secret."""
+        longest = 0
+        for secret in self.secrets:
+            for size in range(min(len(secret) - 1, len(text)), longest, -1):
+                if secret.startswith(text[-size:]):
+                    longest = size
+                    break
+        return longest
