@@ -19,6 +19,7 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.proxy.access import SOCKET_ROUTE_KEY
 from service.sandboxes.base import PROXY_SOCKET
+from service.sandboxes.bwrap import SandboxLayout
 from tests.e2e.processes import eventually
 from tests.e2e.specs import terminal
 from tests.fakes.llm_upstream import FakeUpstream
@@ -123,7 +124,8 @@ async def test_a_sandbox_flooding_its_proxy_socket_cannot_exhaust_the_server(
         endpoint=endpoint(upstream),
     )
     other = (await server.RunRollout(pb.RunRolloutRequest(spec=calm), timeout=300)).rollout
-    workdir = Path(fresh_server.state_dir) / "sandboxes" / hostile.id / "home" / "workdir"
+    layout = SandboxLayout(Path(fresh_server.state_dir) / "sandboxes" / hostile.id, uid=None)
+    workdir = layout.home / "workdir"
     (workdir / "go").write_text("")
     await asyncio.wait_for(watching, 300)
     final = await server.GetRollout(pb.GetRolloutRequest(rollout_id=hostile.id))
