@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -20,6 +21,7 @@ from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from service.agents.opencode_install import OpencodeInstaller, npm_missing
 from service.api.servicer import RolloutServicer
 from service.config import Settings
 from service.engine.events import EventHub
@@ -49,6 +51,7 @@ async def serve(settings: Settings) -> None:
     await proxy.start()
     manager = RolloutManager(settings, store, hub, ModelRouter(proxy, os.environ, settings))
     manager.load_default_backend()
+    _warn_if_opencode_unavailable(settings)
     if os.environ.get("E2B_API_KEY"):
         manager.backend("e2b")  # loaded now so that recover() sweeps its orphans before we serve
     interrupted = await manager.recover()
@@ -71,6 +74,16 @@ async def serve(settings: Settings) -> None:
     await hub.stop()
     await store.close()
     tracing.shutdown()
+
+
+def _warn_if_opencode_unavailable(settings: Settings) -> None:
+    """Say at start, not at the first rollout, that opencode rollouts will be refused."""
+    installer = OpencodeInstaller(
+        Path(os.path.realpath(settings.cache_dir)), settings.opencode_version
+    )
+    reason = npm_missing(installer)
+    if reason is not None:
+        log.warning("opencode rollouts will be rejected until npm is installed: %s", reason)
 
 
 def _grpc_server(

@@ -5,10 +5,15 @@ opencode's private files into the sandbox; run() starts `opencode run --format j
 workdir with the instruction on stdin and turns its JSON event lines into live output.
 
 Where the binary comes from, decided by what the sandbox can see:
-- the service's cache directory is visible (the local sandbox mounts the host root
-  read-only): the host install, made once per machine by `OpencodeInstaller`;
+- the service's cache directory is visible (the local sandbox binds it read-only): the host
+  install, made once per machine by `OpencodeInstaller` in provision(), before the
+  rollout's sandbox exists;
 - otherwise (a remote sandbox): an `opencode` on PATH that reports the pinned version (a
   template with it pre-installed), else `npm install` of the pinned version in the sandbox.
+
+A binary that cannot be installed or found is `AgentInstallError` (infrastructure, retried),
+never `AGENT`, which a trainer scores. Without npm on the server's PATH (and no install in
+the cache) the harness cannot be built: opencode rollouts are refused at admission.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from service.agents.base import AgentContext, AgentOutcome, EmitOutput, ModelAccess
+from service.agents.base import AgentContext, AgentOutcome, EmitOutput, ModelAccess, Progress
 from service.agents.opencode_config import (
     LAUNCHER,
     launcher_script,
@@ -32,10 +37,16 @@ from service.agents.opencode_config import (
     seed_files,
 )
 from service.agents.opencode_events import OpencodeEventStream
-from service.agents.opencode_install import OpencodeInstaller, install_script, npm_error_message
+from service.agents.opencode_install import (
+    OpencodeInstaller,
+    install_script,
+    npm_error_message,
+    npm_missing,
+)
 from service.agents.process import wait_with_deadline
 from service.config import Settings
-from service.errors import AgentError, FieldViolation
+from service.errors import AgentError, AgentInstallError, FieldViolation
+from service.registry import MissingDependencyError
 from service.sandboxes.base import HOME, OutputStream, Sandbox
 from service.sandboxes.output import HeadTailBuffer
 
@@ -46,6 +57,8 @@ log = logging.getLogger(__name__)
 _PROBE_TIMEOUT_S = 60.0
 _SANDBOX_INSTALL_TIMEOUT_S = 900.0
 _SANDBOX_PREFIX = f"{HOME}/.opencode-npm"
+_HOST_CACHE_BACKENDS = frozenset({"local"})
+"""Backends whose sandboxes see the service's cache directory (bound read-only by bwrap)."""
 
 
 class OpencodeAgent:
@@ -59,12 +72,19 @@ class OpencodeAgent:
         # Resolved as the local backend binds it, so host paths hold inside the sandbox.
         self._cache_dir = Path(os.path.realpath(settings.cache_dir))
         self._installer = OpencodeInstaller(self._cache_dir, settings.opencode_version)
+        missing = npm_missing(self._installer)
+        if missing is not None:
+            raise MissingDependencyError(missing)
         if shutil.which("rg") is None:
             # opencode would try to download ripgrep from GitHub, and fail offline.
             log.warning("ripgrep (rg) is not on PATH: opencode's grep and glob tools will fail")
 
     def option_violations(self, options: Mapping[str, Any]) -> list[FieldViolation]:
         return option_violations(options)
+
+    async def provision(self, backend: str, progress: Progress) -> None:
+        if backend in _HOST_CACHE_BACKENDS:
+            await self._installer.ensure(progress)
 
     async def prepare(self, sandbox: Sandbox, context: AgentContext) -> None:
         violations = option_violations(context.options)
@@ -106,7 +126,6 @@ class OpencodeAgent:
         return dataclasses.replace(outcome, log_tail=tail.text())
 
     async def _binary_for(self, sandbox: Sandbox, context: AgentContext) -> str:
-        self._cache_dir.mkdir(parents=True, exist_ok=True)
         probe = await sandbox.exec(
             f"test -d {shlex.quote(str(self._cache_dir))}", timeout_s=_PROBE_TIMEOUT_S
         )
@@ -134,10 +153,12 @@ class OpencodeAgent:
         if result.exit_code != 0:
             detail = "timed out" if result.timed_out else f"exit {result.exit_code}"
             message = npm_error_message(result.stderr)
-            raise AgentError(f"installing opencode in the sandbox failed ({detail}): {message}")
+            raise AgentInstallError(
+                f"installing opencode in the sandbox failed ({detail}): {message}"
+            )
         lines = result.stdout.strip().splitlines()
         if not lines:
-            raise AgentError("installing opencode in the sandbox printed no binary path")
+            raise AgentInstallError("installing opencode in the sandbox printed no binary path")
         return lines[-1]
 
 

@@ -42,7 +42,8 @@ def _rich_status(code: int, message: str, *details: Any) -> grpc.Status:
         packed = any_pb2.Any()
         packed.Pack(detail)
         status.details.append(packed)
-    return rpc_status.to_status(status)
+    rich: grpc.Status = rpc_status.to_status(status)
+    return rich
 
 
 class AbortingServicer(pb_grpc.RolloutServiceServicer):

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e
 
 
 def _violations(error: grpc.aio.AioRpcError) -> list[str]:
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    status = rpc_status.from_call(error)
     assert status is not None, "no rich status details"
     fields = []
     for detail in status.details:
