@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings"]
@@ -19,17 +18,24 @@ def _default_cache_dir() -> Path:
 
 
 class Settings(BaseSettings):
-    """Every knob of the server. Units are in the field names."""
+    """Every knob of the server, a flag or a ROLLOUT_<NAME> environment variable (--state-dir
+    or ROLLOUT_STATE_DIR). Units are in the field names."""
 
+    # Each field's docstring is its description: `rollout serve --help` prints it.
     model_config = SettingsConfigDict(
-        env_prefix="ROLLOUT_", extra="ignore", cli_kebab_case=True, cli_prog_name="rollout serve"
+        env_prefix="ROLLOUT_",
+        extra="ignore",
+        cli_kebab_case=True,
+        cli_prog_name="rollout serve",
+        use_attribute_docstrings=True,
     )
 
     listen: str = "127.0.0.1:50051"
     """gRPC listen address (host:port; port 0 picks a free one)."""
-    state_dir: Path = Field(default_factory=_default_state_dir)
+    # Defaults made at import (not factories) so that --help shows the actual paths.
+    state_dir: Path = _default_state_dir()
     """SQLite database, proxy socket and sandbox workdirs. Never visible inside a sandbox."""
-    cache_dir: Path = Field(default_factory=_default_cache_dir)
+    cache_dir: Path = _default_cache_dir()
     """Downloaded tools (the pinned opencode install). Visible read-only to sandboxes."""
     database: Path | None = None
     """SQLite file; default `<state_dir>/rollouts.db`."""
