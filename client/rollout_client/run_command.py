@@ -34,11 +34,12 @@ def _network(value: str | None) -> str | None:
 
 
 def _api_key(variable: str | None) -> str | None:
-    """The value of the environment variable named by --api-key-env (never a key in argv)."""
+    """The value of the environment variable named by --api-key-env (never a key in argv);
+    set but empty means no key, unset is a mistake (a misspelt name, say)."""
     if variable is None:
         return None
     value = os.environ.get(variable)
-    if not value:
+    if value is None:
         raise typer.BadParameter(f"the environment variable {variable} is not set")
     return value
 
