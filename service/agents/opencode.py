@@ -23,6 +23,7 @@ import logging
 import os
 import shlex
 import shutil
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -75,9 +76,7 @@ class OpencodeAgent:
         missing = npm_missing(self._installer)
         if missing is not None:
             raise MissingDependencyError(missing)
-        if shutil.which("rg") is None:
-            # opencode would try to download ripgrep from GitHub, and fail offline.
-            log.warning("ripgrep (rg) is not on PATH: opencode's grep and glob tools will fail")
+        self._tools_dir = _ripgrep_dir()
 
     def option_violations(self, options: Mapping[str, Any]) -> list[FieldViolation]:
         return option_violations(options)
@@ -91,7 +90,8 @@ class OpencodeAgent:
         if violations:
             raise AgentError("; ".join(f"{v.field}: {v.description}" for v in violations))
         binary = await self._binary_for(sandbox, context)
-        files = seed_files(context.instruction) | {LAUNCHER: launcher_script(binary)}
+        launcher = launcher_script(binary, self._tools_dir)
+        files = seed_files(context.instruction) | {LAUNCHER: launcher}
         await sandbox.write_files(files)
 
     async def run(self, sandbox: Sandbox, context: AgentContext, emit: EmitOutput) -> AgentOutcome:
@@ -160,6 +160,22 @@ class OpencodeAgent:
         if not lines:
             raise AgentInstallError("installing opencode in the sandbox printed no binary path")
         return lines[-1]
+
+
+def _ripgrep_dir() -> str:
+    """The directory to add to opencode's PATH for `rg` ("" when PATH has it already).
+
+    opencode's grep and glob tools need `rg`; without it opencode downloads one from GitHub,
+    which fails offline. The ripgrep wheel puts it beside the server's interpreter, which is
+    on no PATH when the project's venv is used without being activated (`make run`).
+    """
+    if shutil.which("rg") is not None:
+        return ""
+    beside_interpreter = os.path.dirname(sys.executable)
+    if shutil.which("rg", path=beside_interpreter) is not None:
+        return beside_interpreter
+    log.warning("ripgrep (rg) is not on PATH: opencode's grep and glob tools will fail")
+    return ""
 
 
 def _model_of(context: AgentContext) -> ModelAccess:

@@ -23,15 +23,13 @@ import os
 import shlex
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+from service.agents.base import Progress
 from service.errors import AgentInstallError
 
-__all__ = ["OpencodeInstaller", "Progress", "install_script", "npm_error_message", "npm_missing"]
-
-Progress = Callable[[str], None]
-"""Receives a line saying how a long install is going (it must not block)."""
+__all__ = ["OpencodeInstaller", "install_script", "npm_error_message", "npm_missing"]
 
 log = logging.getLogger(__name__)
 
