@@ -75,7 +75,12 @@ def template(context: Path, opencode_version: str) -> TemplateBuilder:
 def write_context(context: Path) -> None:
     """Unpack the proxy's sources and digest (exactly what a rollout would upload)."""
     with tarfile.open(fileobj=io.BytesIO(sources_tarball()), mode="r:gz") as tar:
-        tar.extractall(context / PROXY_CONTEXT, filter="data")
+        # Debian 12's Python 3.11.2 predates extraction filters (3.11.4). The archive is this
+        # service's own sources; the "data" filter is still used wherever it exists.
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(context / PROXY_CONTEXT, filter="data")
+        else:
+            tar.extractall(context / PROXY_CONTEXT)
 
 
 def main() -> None:
