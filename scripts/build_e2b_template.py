@@ -75,11 +75,15 @@ def template(context: Path, opencode_version: str) -> TemplateBuilder:
 def write_context(context: Path) -> None:
     """Unpack the proxy's sources and digest (exactly what a rollout would upload)."""
     with tarfile.open(fileobj=io.BytesIO(sources_tarball()), mode="r:gz") as tar:
-        # Debian 12's Python 3.11.2 predates extraction filters (3.11.4). The archive is this
-        # service's own sources; the "data" filter is still used wherever it exists.
         if hasattr(tarfile, "data_filter"):
             tar.extractall(context / PROXY_CONTEXT, filter="data")
         else:
+            # Python before 3.11.4 (Debian 12 ships 3.11.2) has no extraction filters; the
+            # tarball is this checkout's own sources, so plain files under the target suffice.
+            for member in tar.getmembers():
+                parts = Path(member.name).parts
+                if not (member.isfile() or member.isdir()) or ".." in parts or parts[:1] == ("/",):
+                    raise SystemExit(f"unexpected member in the proxy sources: {member.name}")
             tar.extractall(context / PROXY_CONTEXT)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings"]
@@ -32,6 +33,22 @@ class Settings(BaseSettings):
 
     listen: str = "127.0.0.1:50051"
     """gRPC listen address (host:port; port 0 picks a free one)."""
+    auth_tokens: list[SecretStr] = []  # pydantic copies it; a factory would print as one
+    """Bearer tokens the API accepts, each "<token>" (admin) or "<token> <tenant>" (a JSON list)."""
+    auth_token_file: Path | None = None
+    """File of bearer tokens, one "<token> [<tenant>]" per line (# comments); read at start."""
+    auth_health_open: bool = True
+    """Health checks need no token (load balancers and probes)."""
+    auth_reflection_open: bool = True
+    """Server reflection needs no token (it shows only the public schema)."""
+    tls_cert_file: Path | None = None
+    """PEM certificate chain of the API; with tls_key_file, the API speaks only TLS."""
+    tls_key_file: Path | None = None
+    """PEM private key of tls_cert_file."""
+    tls_client_ca_file: Path | None = None
+    """PEM CA bundle: when set, every client must present a certificate it signed (mTLS)."""
+    allow_insecure_listen: bool = False
+    """Serve a non-loopback listen address without TLS or without authentication anyway."""
     # Defaults made at import (not factories) so that --help shows the actual paths.
     state_dir: Path = _default_state_dir()
     """SQLite database, proxy socket and sandbox workdirs. Never visible inside a sandbox."""

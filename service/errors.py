@@ -5,6 +5,7 @@
     ├── NotFoundError        NOT_FOUND
     ├── CapacityError        RESOURCE_EXHAUSTED: running and queue slots are full
     ├── ShuttingDownError    UNAVAILABLE: the server is draining
+    ├── ConfigError          a server setting is unusable: the server does not start
     └── RolloutFailure       raised inside a rollout; recorded on the result, never an RPC error
         ├── SandboxError     infrastructure: the sandbox could not be created, or died (SANDBOX)
         ├── AgentError       the agent could not be prepared or run (AGENT)
@@ -27,6 +28,7 @@ __all__ = [
     "AgentError",
     "AgentInstallError",
     "CapacityError",
+    "ConfigError",
     "FieldViolation",
     "NotFoundError",
     "RolloutFailure",
@@ -69,6 +71,10 @@ class CapacityError(RolloutServiceError):
 
 class ShuttingDownError(RolloutServiceError):
     """The server is shutting down and admits no new rollouts."""
+
+
+class ConfigError(RolloutServiceError):
+    """A server setting is unusable (names it); raised before the server serves anything."""
 
 
 class RolloutFailure(RolloutServiceError):

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -22,11 +23,14 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.agents.opencode_install import OpencodeInstaller, npm_missing
+from service.api.auth import BearerAuthInterceptor, TokenTable, load_tokens
 from service.api.servicer import RolloutServicer
+from service.api.transport import check_exposure, server_credentials
 from service.config import Settings
 from service.engine.events import EventHub
 from service.engine.manager import RolloutManager
 from service.engine.model_access import ModelRouter
+from service.errors import ConfigError
 from service.proxy.server import CaptureProxy
 from service.registry import MissingDependencyError
 from service.store.sqlite import SqliteStore
@@ -41,6 +45,7 @@ _SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
 
 async def serve(settings: Settings) -> None:
     """Run until SIGTERM/SIGINT, then drain: stop admitting, cancel after the grace, exit."""
+    security = _ApiSecurity.from_settings(settings)  # before anything opens: it may refuse
     tracing = setup_tracing()
     settings.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     store = SqliteStore(settings.database_path)
@@ -59,7 +64,7 @@ async def serve(settings: Settings) -> None:
         log.warning("marked %d rollouts interrupted by restart as FAILED", interrupted)
 
     stop = _stop_on_signal()
-    server, port, health_servicer = _grpc_server(settings, manager, hub)
+    server, port, health_servicer = _grpc_server(settings, security, manager, hub)
     await server.start()
     await _mark_serving(health_servicer)
     host = settings.listen.rsplit(":", 1)[0]
@@ -86,8 +91,43 @@ def _warn_if_opencode_unavailable(settings: Settings) -> None:
         log.warning("opencode rollouts will be rejected until npm is installed: %s", reason)
 
 
+@dataclass(frozen=True)
+class _ApiSecurity:
+    """The API's tokens and TLS credentials, checked against the listen address."""
+
+    tokens: TokenTable
+    credentials: grpc.ServerCredentials | None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> _ApiSecurity:
+        security = cls(load_tokens(settings), server_credentials(settings))
+        check_exposure(
+            settings,
+            encrypted=security.credentials is not None,
+            authenticated=bool(security.tokens) or settings.tls_client_ca_file is not None,
+        )
+        return security
+
+    def interceptors(self, settings: Settings) -> list[grpc.aio.ServerInterceptor]:
+        if not self.tokens:
+            return []
+        auth = BearerAuthInterceptor(
+            self.tokens,
+            health_open=settings.auth_health_open,
+            reflection_open=settings.auth_reflection_open,
+        )
+        return [auth]
+
+    def describe(self, settings: Settings) -> str:
+        tls = "off" if self.credentials is None else "on"
+        if settings.tls_client_ca_file is not None:
+            tls += ", client certificates required"
+        auth = self.tokens.describe() if self.tokens else "no bearer tokens"
+        return f"TLS {tls}; {auth}"
+
+
 def _grpc_server(
-    settings: Settings, manager: RolloutManager, hub: EventHub
+    settings: Settings, security: _ApiSecurity, manager: RolloutManager, hub: EventHub
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     options = [
         ("grpc.max_send_message_length", settings.max_message_bytes),
@@ -95,7 +135,8 @@ def _grpc_server(
     ]
     server = grpc.aio.server(
         options=options,
-        interceptors=[aio_server_interceptor()],  # type: ignore[no-untyped-call]
+        # Tracing first, so that refused calls are traced too.
+        interceptors=[aio_server_interceptor(), *security.interceptors(settings)],  # type: ignore[no-untyped-call]
     )
     pb_grpc.add_RolloutServiceServicer_to_server(RolloutServicer(manager, hub), server)
     health_servicer = health.aio.HealthServicer()
@@ -103,7 +144,11 @@ def _grpc_server(
     reflection.enable_server_reflection(
         (_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    port = server.add_insecure_port(settings.listen)
+    if security.credentials is None:
+        port = server.add_insecure_port(settings.listen)
+    else:
+        port = server.add_secure_port(settings.listen, security.credentials)
+    log.info("API security: %s", security.describe(settings))
     return server, port, health_servicer
 
 
@@ -130,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         asyncio.run(serve(settings))
-    except MissingDependencyError as exc:
+    except (MissingDependencyError, ConfigError) as exc:
         print(f"rollout-service cannot start: {exc}", file=sys.stderr)
         return 2
     return 0

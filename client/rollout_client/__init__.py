@@ -10,12 +10,15 @@
         })
         print(status_name(rollout.status), reward_of(rollout))   # SUCCEEDED 1.0
 
-`AsyncRolloutClient` has the same methods for asyncio. The messages are the generated
-`rollout.v1.rollout_pb2` classes; errors are drawn in `rollout_client.errors`.
+`AsyncRolloutClient` has the same methods for asyncio. For a server with authentication or
+TLS, pass `token=` (or set ROLLOUT_TOKEN) and `credentials=tls_credentials(...)`. The
+messages are the generated `rollout.v1.rollout_pb2` classes; errors are drawn in
+`rollout_client.errors`.
 """
 
 from rollout_client.aio import AsyncRolloutClient
 from rollout_client.client import RolloutClient
+from rollout_client.connection import tls_credentials
 from rollout_client.errors import (
     CallCancelledError,
     DeadlineExceededError,
@@ -26,6 +29,7 @@ from rollout_client.errors import (
     RolloutError,
     SpecError,
     StatusError,
+    UnauthenticatedError,
     UnavailableError,
 )
 from rollout_client.messages import (
@@ -56,11 +60,13 @@ __all__ = [
     "SpecLike",
     "StatusError",
     "StatusLike",
+    "UnauthenticatedError",
     "UnavailableError",
     "ViewLike",
     "parse_status",
     "parse_view",
     "reward_of",
     "status_name",
+    "tls_credentials",
     "to_spec",
 ]

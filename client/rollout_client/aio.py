@@ -12,6 +12,7 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc
 
 from rollout_client import messages
+from rollout_client.connection import auth_metadata
 from rollout_client.errors import translate_errors
 from rollout_client.messages import SpecLike, StatusLike, ViewLike
 
@@ -23,7 +24,9 @@ class AsyncRolloutClient:
 
     `timeout` (seconds, None for none) bounds the quick calls: start, get, list and cancel.
     `run` and `watch` last as long as the rollout, so they take their own `timeout`, unbounded
-    by default. Use it as an async context manager, or await `close()`.
+    by default. `token` is sent as a bearer token on every call (None: $ROLLOUT_TOKEN, if
+    set); `credentials` (see `rollout_client.connection.tls_credentials`) turn on TLS.
+    Use it as an async context manager, or await `close()`.
     """
 
     def __init__(
@@ -33,10 +36,12 @@ class AsyncRolloutClient:
         max_message_bytes: int = messages.DEFAULT_MAX_MESSAGE_BYTES,
         timeout: float | None = 30.0,
         credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
     ) -> None:
         options = messages.channel_options(max_message_bytes)
         self.target = target
         self.timeout = timeout
+        self._metadata = auth_metadata(token)
         self._channel = (
             grpc.aio.secure_channel(target, credentials, options=options)
             if credentials is not None
@@ -78,13 +83,19 @@ class AsyncRolloutClient:
         """Run a rollout to its terminal status. Cancelling the task cancels the rollout."""
         request = messages.run_request(spec, view)
         with translate_errors():
-            return (await self._stub.RunRollout(request, timeout=timeout)).rollout
+            return (
+                await self._stub.RunRollout(request, timeout=timeout, metadata=self._metadata)
+            ).rollout
 
     async def start(self, spec: SpecLike) -> pb.Rollout:
         """Admit a rollout and return at once; follow it with `watch`."""
         request = messages.start_request(spec)
         with translate_errors():
-            return (await self._stub.StartRollout(request, timeout=self.timeout)).rollout
+            return (
+                await self._stub.StartRollout(
+                    request, timeout=self.timeout, metadata=self._metadata
+                )
+            ).rollout
 
     async def watch(
         self,
@@ -100,7 +111,7 @@ class AsyncRolloutClient:
         Closing the iterator early (`aclose()`) cancels the stream.
         """
         request = messages.watch_request(rollout_id, after_seq, labels)
-        call = self._stub.WatchRollout(request, timeout=timeout)
+        call = self._stub.WatchRollout(request, timeout=timeout, metadata=self._metadata)
         try:
             with translate_errors():
                 async for response in call:
@@ -113,7 +124,9 @@ class AsyncRolloutClient:
     ) -> pb.Rollout:
         request = messages.get_request(rollout_id, view)
         with translate_errors():
-            return (await self._stub.GetRollout(request, timeout=self.timeout)).rollout
+            return (
+                await self._stub.GetRollout(request, timeout=self.timeout, metadata=self._metadata)
+            ).rollout
 
     async def list(
         self,
@@ -127,7 +140,9 @@ class AsyncRolloutClient:
         """One page of rollouts, newest first; see `list_all` for every page."""
         request = messages.list_request(labels, statuses, page_size, page_token, view)
         with translate_errors():
-            return await self._stub.ListRollouts(request, timeout=self.timeout)
+            return await self._stub.ListRollouts(
+                request, timeout=self.timeout, metadata=self._metadata
+            )
 
     async def list_all(
         self,
@@ -154,4 +169,8 @@ class AsyncRolloutClient:
         """Cancel a rollout; a terminal rollout is returned unchanged."""
         request = messages.cancel_request(rollout_id, reason)
         with translate_errors():
-            return (await self._stub.CancelRollout(request, timeout=self.timeout)).rollout
+            return (
+                await self._stub.CancelRollout(
+                    request, timeout=self.timeout, metadata=self._metadata
+                )
+            ).rollout

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib
 import itertools
-from importlib import metadata
 from typing import Annotated
 
 import typer
@@ -15,7 +14,7 @@ from rich.console import Console
 from rich.text import Text
 from rollout.v1 import rollout_pb2 as pb
 
-from rollout_client.client import RolloutClient
+from rollout_client.cli_connection import connect, connection_options
 from rollout_client.exits import EXIT_CODES, EXIT_ERROR, EXIT_SUMMARY, client_errors, exit_for, fail
 from rollout_client.live import follow
 from rollout_client.messages import DEFAULT_TARGET, parse_status
@@ -33,25 +32,8 @@ app = typer.Typer(
     # A traceback's locals could hold a spec's endpoint.api_key.
     pretty_exceptions_show_locals=False,
 )
+app.callback()(connection_options)
 app.command()(run)
-
-
-def _print_version(wanted: bool) -> None:
-    if wanted:
-        typer.echo(f"rollout {metadata.version('rollout-client')}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _options(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", help="Print the version and exit.", callback=_print_version, is_eager=True
-        ),
-    ] = False,
-) -> None:
-    """Run and inspect coding-agent rollouts on a rollout-service server."""
 
 
 def _stdout() -> Console:
@@ -88,7 +70,7 @@ def watch(
 
     --json prints one event per line. Exit codes as for `run`.
     """
-    with client_errors(target), RolloutClient(target) as client:
+    with client_errors(target), connect(target) as client:
         events = client.watch(rollout_id, after_seq=after_seq)
         if as_json:
             for event in events:
@@ -113,7 +95,7 @@ def get(
 ) -> None:
     """Show one rollout."""
     view = pb.RESULT_VIEW_SLIM if slim else pb.RESULT_VIEW_FULL
-    with client_errors(target), RolloutClient(target) as client:
+    with client_errors(target), connect(target) as client:
         rollout = client.get(rollout_id, view=view)
     if as_json:
         typer.echo(message_json(rollout))
@@ -137,7 +119,7 @@ def list_rollouts(
         statuses = [parse_status(s) for s in status or ()]
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--status") from exc
-    with client_errors(target), RolloutClient(target) as client:
+    with client_errors(target), connect(target) as client:
         found = client.list_all(
             labels=labels_of(label), statuses=statuses, page_size=min(limit, 500)
         )
@@ -160,7 +142,7 @@ def cancel(
     as_json: AsJson = False,
 ) -> None:
     """Cancel a rollout (a finished rollout is left as it is)."""
-    with client_errors(target), RolloutClient(target) as client:
+    with client_errors(target), connect(target) as client:
         rollout = client.cancel(rollout_id, reason)
     if as_json:
         typer.echo(message_json(rollout))

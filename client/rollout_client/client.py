@@ -11,6 +11,7 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc
 
 from rollout_client import messages
+from rollout_client.connection import auth_metadata
 from rollout_client.errors import translate_errors
 from rollout_client.messages import SpecLike, StatusLike, ViewLike
 
@@ -22,7 +23,9 @@ class RolloutClient:
 
     `timeout` (seconds, None for none) bounds the quick calls: start, get, list and cancel.
     `run` and `watch` last as long as the rollout, so they take their own `timeout`, unbounded
-    by default. Use it as a context manager, or call `close()`, to close the channel.
+    by default. `token` is sent as a bearer token on every call (None: $ROLLOUT_TOKEN, if
+    set); `credentials` (see `rollout_client.connection.tls_credentials`) turn on TLS.
+    Use it as a context manager, or call `close()`, to close the channel.
     """
 
     def __init__(
@@ -32,10 +35,12 @@ class RolloutClient:
         max_message_bytes: int = messages.DEFAULT_MAX_MESSAGE_BYTES,
         timeout: float | None = 30.0,
         credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
     ) -> None:
         options = messages.channel_options(max_message_bytes)
         self.target = target
         self.timeout = timeout
+        self._metadata = auth_metadata(token)
         self._channel = (
             grpc.secure_channel(target, credentials, options=options)
             if credentials is not None
@@ -76,13 +81,15 @@ class RolloutClient:
         """Run a rollout to its terminal status. Interrupting the call cancels the rollout."""
         request = messages.run_request(spec, view)
         with translate_errors():
-            return self._stub.RunRollout(request, timeout=timeout).rollout
+            return self._stub.RunRollout(request, timeout=timeout, metadata=self._metadata).rollout
 
     def start(self, spec: SpecLike) -> pb.Rollout:
         """Admit a rollout and return at once; follow it with `watch`."""
         request = messages.start_request(spec)
         with translate_errors():
-            return self._stub.StartRollout(request, timeout=self.timeout).rollout
+            return self._stub.StartRollout(
+                request, timeout=self.timeout, metadata=self._metadata
+            ).rollout
 
     def watch(
         self,
@@ -98,7 +105,7 @@ class RolloutClient:
         Closing the iterator early cancels the stream.
         """
         request = messages.watch_request(rollout_id, after_seq, labels)
-        call = self._stub.WatchRollout(request, timeout=timeout)
+        call = self._stub.WatchRollout(request, timeout=timeout, metadata=self._metadata)
         try:
             with translate_errors():
                 for response in call:
@@ -109,7 +116,9 @@ class RolloutClient:
     def get(self, rollout_id: str, *, view: ViewLike = pb.RESULT_VIEW_UNSPECIFIED) -> pb.Rollout:
         request = messages.get_request(rollout_id, view)
         with translate_errors():
-            return self._stub.GetRollout(request, timeout=self.timeout).rollout
+            return self._stub.GetRollout(
+                request, timeout=self.timeout, metadata=self._metadata
+            ).rollout
 
     def list(
         self,
@@ -123,7 +132,7 @@ class RolloutClient:
         """One page of rollouts, newest first; see `list_all` for every page."""
         request = messages.list_request(labels, statuses, page_size, page_token, view)
         with translate_errors():
-            return self._stub.ListRollouts(request, timeout=self.timeout)
+            return self._stub.ListRollouts(request, timeout=self.timeout, metadata=self._metadata)
 
     def list_all(
         self,
@@ -149,4 +158,6 @@ class RolloutClient:
         """Cancel a rollout; a terminal rollout is returned unchanged."""
         request = messages.cancel_request(rollout_id, reason)
         with translate_errors():
-            return self._stub.CancelRollout(request, timeout=self.timeout).rollout
+            return self._stub.CancelRollout(
+                request, timeout=self.timeout, metadata=self._metadata
+            ).rollout

@@ -11,6 +11,7 @@
         ├── ResourceExhaustedError   RESOURCE_EXHAUSTED: the server is at capacity; retry after
         │                            .retry_delay_s
         ├── UnavailableError         UNAVAILABLE: the server is unreachable or shutting down
+        ├── UnauthenticatedError     UNAUTHENTICATED: no bearer token, or not one it accepts
         ├── DeadlineExceededError    DEADLINE_EXCEEDED: the call's timeout passed
         └── CallCancelledError       CANCELLED: the call, and so its rollout, was cancelled
 
@@ -42,6 +43,7 @@ __all__ = [
     "RolloutError",
     "SpecError",
     "StatusError",
+    "UnauthenticatedError",
     "UnavailableError",
     "from_rpc_error",
     "translate_errors",
@@ -115,6 +117,10 @@ class UnavailableError(StatusError):
     """The server cannot be reached, or is shutting down."""
 
 
+class UnauthenticatedError(StatusError):
+    """The server wants a bearer token (`token=`, ROLLOUT_TOKEN) and got none it accepts."""
+
+
 class DeadlineExceededError(StatusError):
     """The call's timeout passed before the server answered."""
 
@@ -128,6 +134,7 @@ _ERROR_BY_CODE: dict[grpc.StatusCode, type[StatusError]] = {
     grpc.StatusCode.NOT_FOUND: NotFoundError,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
     grpc.StatusCode.CANCELLED: CallCancelledError,
 }

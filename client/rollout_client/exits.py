@@ -29,6 +29,7 @@ from rollout_client.errors import (
     ResourceExhaustedError,
     SpecError,
     StatusError,
+    UnauthenticatedError,
     UnavailableError,
 )
 from rollout_client.results import reward_of
@@ -82,6 +83,8 @@ def client_errors(target: str) -> Iterator[None]:
     except ResourceExhaustedError as exc:
         wait = f"{exc.retry_delay_s:g}s" if exc.retry_delay_s is not None else "a while"
         fail(f"server at capacity ({exc.details}): retry in {wait}")
+    except UnauthenticatedError as exc:
+        fail(f"not authenticated ({exc.details}): pass --token-file or set ROLLOUT_TOKEN")
     except UnavailableError as exc:
         fail(f"server unavailable ({exc.details}): is the server running at {target}?")
     except StatusError as exc:

@@ -1,12 +1,27 @@
-"""The options every `rollout` command that talks to a server shares."""
+"""The options `rollout` commands share: --target, --json, --label, and --version."""
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import Annotated
 
 import typer
 
-__all__ = ["AsJson", "LabelFlags", "Target"]
+__all__ = ["AsJson", "LabelFlags", "Target", "Version"]
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        typer.echo(f"rollout {metadata.version('rollout-client')}")
+        raise typer.Exit()
+
+
+Version = Annotated[
+    bool,
+    typer.Option(
+        "--version", help="Print the version and exit.", callback=_print_version, is_eager=True
+    ),
+]
 
 Target = Annotated[
     str,

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.text import Text
 from rollout.v1 import rollout_pb2 as pb
 
+from rollout_client.cli_connection import connect
 from rollout_client.client import RolloutClient
 from rollout_client.exits import EXIT_INTERRUPTED, client_errors, exit_for, fail
 from rollout_client.live import follow
@@ -139,7 +140,7 @@ def run(
     )
     with client_errors(target):
         spec = build_spec(spec_file, overrides)
-        with RolloutClient(target) as client:
+        with connect(target) as client:
             _wait_for_server(client, wait_for_server)
             if as_json:
                 rollout = client.run(spec)

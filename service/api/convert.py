@@ -197,6 +197,7 @@ def rollout_to_proto(rollout: Rollout, *, slim: bool = False) -> pb.Rollout:
         create_time=_timestamp(rollout.create_time),
         start_time=_timestamp(rollout.start_time),
         finish_time=_timestamp(rollout.finish_time),
+        tenant=rollout.tenant,
     )
     return message
 

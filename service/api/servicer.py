@@ -9,6 +9,7 @@ import grpc
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from service.api.auth import caller_tenant
 from service.api.convert import (
     event_to_proto,
     rollout_to_proto,
@@ -44,7 +45,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
     async def RunRollout(
         self, request: pb.RunRolloutRequest, context: Context
     ) -> pb.RunRolloutResponse:
-        rollout = await self._manager.run(spec_from_proto(request.spec))
+        rollout = await self._manager.run(spec_from_proto(request.spec), tenant=caller_tenant())
         slim = request.view == pb.RESULT_VIEW_SLIM
         return pb.RunRolloutResponse(rollout=rollout_to_proto(rollout, slim=slim))
 
@@ -52,7 +53,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
     async def StartRollout(
         self, request: pb.StartRolloutRequest, context: Context
     ) -> pb.StartRolloutResponse:
-        rollout = await self._manager.submit(spec_from_proto(request.spec))
+        rollout = await self._manager.submit(spec_from_proto(request.spec), tenant=caller_tenant())
         return pb.StartRolloutResponse(rollout=rollout_to_proto(rollout, slim=True))
 
     @translate_stream_errors
@@ -60,10 +61,10 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self, request: pb.WatchRolloutRequest, context: Context
     ) -> AsyncIterator[pb.WatchRolloutResponse]:
         if request.rollout_id:
-            await self._manager.get(request.rollout_id)
+            await self._manager.get(request.rollout_id, tenant=caller_tenant())
             events = self._hub.watch(request.rollout_id, request.after_seq)
         else:
-            events = self._hub.watch_all(request.labels)
+            events = self._hub.watch_all(request.labels, tenant=caller_tenant())
         async for event in events:
             yield pb.WatchRolloutResponse(event=event_to_proto(event))
 
@@ -71,7 +72,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
     async def GetRollout(
         self, request: pb.GetRolloutRequest, context: Context
     ) -> pb.GetRolloutResponse:
-        rollout = await self._manager.get(_required_id(request.rollout_id))
+        rollout = await self._manager.get(_required_id(request.rollout_id), tenant=caller_tenant())
         slim = request.view == pb.RESULT_VIEW_SLIM
         return pb.GetRolloutResponse(rollout=rollout_to_proto(rollout, slim=slim))
 
@@ -85,6 +86,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
             statuses=statuses_from_proto(request.statuses),
             page_size=page_size,
             page_token=request.page_token,
+            tenant=caller_tenant(),
         )
         slim = request.view != pb.RESULT_VIEW_FULL
         return pb.ListRolloutsResponse(
@@ -95,5 +97,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
     async def CancelRollout(
         self, request: pb.CancelRolloutRequest, context: Context
     ) -> pb.CancelRolloutResponse:
-        rollout = await self._manager.cancel(_required_id(request.rollout_id), request.reason)
+        rollout = await self._manager.cancel(
+            _required_id(request.rollout_id), request.reason, tenant=caller_tenant()
+        )
         return pb.CancelRolloutResponse(rollout=rollout_to_proto(rollout, slim=True))

@@ -13,6 +13,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, ItemsView, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from service.models import EventPayload, Rollout, RolloutEvent
@@ -29,9 +30,12 @@ _FEED_SIZE = 10_000
 class RolloutLog:
     """One rollout's events, in order, with a wake-up for its watchers."""
 
-    def __init__(self, rollout_id: str, labels: Mapping[str, str], next_seq: int = 1) -> None:
+    def __init__(
+        self, rollout_id: str, labels: Mapping[str, str], next_seq: int = 1, tenant: str = ""
+    ) -> None:
         self.rollout_id = rollout_id
         self.labels = dict(labels)
+        self.tenant = tenant
         self.first_seq = next_seq
         self.events: list[RolloutEvent] = []
         self.closed = False
@@ -45,6 +49,7 @@ class RolloutLog:
             time=datetime.now(UTC),
             payload=payload,
             labels=self.labels,
+            tenant=self.tenant,
         )
         self.events.append(event)
         self.closed = event.is_final
@@ -69,6 +74,17 @@ class RolloutLog:
             if self.closed:
                 return
             await changed.wait()
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    """What a label-wide watcher asked for: these labels, of this tenant (None: any)."""
+
+    labels: ItemsView[str, str]
+    tenant: str | None
+
+    def matches(self, labels: Mapping[str, str], tenant: str) -> bool:
+        return self.labels <= labels.items() and self.tenant in (None, tenant)
 
 
 class EventHub:
@@ -98,9 +114,11 @@ class EventHub:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._writer
 
-    def open(self, rollout_id: str, labels: Mapping[str, str], next_seq: int = 1) -> RolloutLog:
+    def open(
+        self, rollout_id: str, labels: Mapping[str, str], next_seq: int = 1, *, tenant: str = ""
+    ) -> RolloutLog:
         """Start the in-memory log of a live rollout."""
-        rollout_log = RolloutLog(rollout_id, labels, next_seq)
+        rollout_log = RolloutLog(rollout_id, labels, next_seq, tenant)
         self._logs[rollout_id] = rollout_log
         return rollout_log
 
@@ -109,7 +127,7 @@ class EventHub:
         last_seq = 0
         async for event in self._replay(rollout.id, 0):
             last_seq = event.seq
-        self.open(rollout.id, rollout.spec.labels, next_seq=last_seq + 1)
+        self.open(rollout.id, rollout.spec.labels, next_seq=last_seq + 1, tenant=rollout.tenant)
         self.publish(rollout.id, rollout)
         await self.flush()
 
@@ -184,13 +202,16 @@ class EventHub:
                 return
             after_seq = page[-1].seq
 
-    async def watch_all(self, labels: Mapping[str, str]) -> AsyncIterator[RolloutEvent]:
-        """Every rollout's live events whose labels include `labels`. Runs until cancelled.
+    async def watch_all(
+        self, labels: Mapping[str, str], *, tenant: str | None = None
+    ) -> AsyncIterator[RolloutEvent]:
+        """Every rollout's live events whose labels include `labels`, of `tenant` (None: of
+        every tenant). Runs until cancelled.
 
         A watcher that falls further behind than the shared feed holds catches up per
         rollout from the store, so it loses nothing and delays nobody.
         """
-        wanted = dict(labels).items()
+        wanted = _Wanted(dict(labels).items(), tenant)
         cursor = self._feed_end
         last_seq: dict[str, int] = {}
         while True:
@@ -205,16 +226,18 @@ class EventHub:
                 # Indexing near the deque's right end is cheap; copying the feed is not.
                 event = self._feed[cursor - start]
                 cursor += 1
-                if wanted <= event.labels.items() and event.seq > last_seq.get(event.rollout_id, 0):
+                if wanted.matches(event.labels, event.tenant) and event.seq > last_seq.get(
+                    event.rollout_id, 0
+                ):
                     last_seq[event.rollout_id] = event.seq
                     yield event
             await changed.wait()
 
     async def _catch_up(
-        self, last_seq: dict[str, int], wanted: ItemsView[str, str]
+        self, last_seq: dict[str, int], wanted: _Wanted
     ) -> AsyncIterator[RolloutEvent]:
         await self.flush()
-        live = [log_ for log_ in self._logs.values() if wanted <= log_.labels.items()]
+        live = [log_ for log_ in self._logs.values() if wanted.matches(log_.labels, log_.tenant)]
         ids = set(last_seq) | {log_.rollout_id for log_ in live}
         for rollout_id in ids:
             async for event in self._replay(rollout_id, last_seq.get(rollout_id, 0)):

@@ -1,4 +1,10 @@
-"""The rollout manager: admission, capacity, idempotency, cancellation, restart and shutdown."""
+"""The rollout manager: admission, capacity, idempotency, cancellation, restart and shutdown.
+
+Tenancy: every call takes the caller's `tenant`. A tenant name sees, cancels and reuses
+request_ids of only its own rollouts (another tenant's rollout is "not found", so its
+existence does not leak); None is an admin, or a server without auth: it sees every rollout
+and submits rollouts of no tenant ("").
+"""
 
 from __future__ import annotations
 
@@ -44,6 +50,10 @@ from service.store.base import RolloutPage, RolloutStore
 __all__ = ["RolloutManager"]
 
 log = logging.getLogger(__name__)
+
+
+def _visible(rollout: Rollout, tenant: str | None) -> bool:
+    return tenant is None or rollout.tenant == tenant
 
 
 @dataclass
@@ -120,11 +130,12 @@ class RolloutManager:
                 log.info("killed %d orphaned %s sandboxes", swept, backend.name)
         return len(interrupted)
 
-    async def submit(self, spec: RolloutSpec) -> Rollout:
-        """Admit a rollout and start it in the background; idempotent on request_id."""
+    async def submit(self, spec: RolloutSpec, *, tenant: str | None = None) -> Rollout:
+        """Admit a rollout and start it in the background; idempotent on the tenant's
+        request_id."""
         backend, agent, upstream = self._checked(spec)
         async with self._admission:
-            existing = await self._existing(spec.request_id)
+            existing = await self._existing(spec.request_id, tenant or "")
             if existing is not None:
                 return existing
             if len(self._live) >= self._settings.max_running + self._settings.max_queued:
@@ -133,14 +144,17 @@ class RolloutManager:
                     f"{self._settings.max_running} running + {self._settings.max_queued} queued"
                 )
             rollout = Rollout(
-                id=uuid.uuid4().hex, spec=spec.redacted(), create_time=datetime.now(UTC)
+                id=uuid.uuid4().hex,
+                spec=spec.redacted(),
+                create_time=datetime.now(UTC),
+                tenant=tenant or "",
             )
             stored = await self._store.insert(rollout)
             if stored.id != rollout.id:
                 return stored
             live = _Live(rollout)
             self._live[rollout.id] = live
-            self._hub.open(rollout.id, spec.labels)
+            self._hub.open(rollout.id, spec.labels, tenant=rollout.tenant)
             self._hub.publish(rollout.id, PhaseChanged(phase=Phase.QUEUED, status=rollout.status))
             run = RolloutRun(
                 rollout,
@@ -171,13 +185,13 @@ class RolloutManager:
     def _publish(self, rollout_id: str, payload: EventPayload) -> None:
         self._hub.publish(rollout_id, payload)
 
-    async def _existing(self, request_id: str) -> Rollout | None:
+    async def _existing(self, request_id: str, tenant: str) -> Rollout | None:
         if not request_id:
             return None
         for live in self._live.values():
-            if live.rollout.spec.request_id == request_id:
+            if live.rollout.spec.request_id == request_id and live.rollout.tenant == tenant:
                 return live.rollout
-        return await self._store.find_by_request_id(request_id)
+        return await self._store.find_by_request_id(request_id, tenant=tenant)
 
     async def _drive(self, live: _Live, run: RolloutRun) -> None:
         rollout = live.rollout
@@ -202,12 +216,12 @@ class RolloutManager:
             self._live.pop(rollout.id, None)
             live.done.set()
 
-    async def run(self, spec: RolloutSpec) -> Rollout:
+    async def run(self, spec: RolloutSpec, *, tenant: str | None = None) -> Rollout:
         """Submit and wait for the terminal status; cancelling the wait cancels the rollout."""
-        rollout = await self.submit(spec)
+        rollout = await self.submit(spec, tenant=tenant)
         live = self._live.get(rollout.id)
         if live is None:
-            return await self.get(rollout.id)
+            return await self.get(rollout.id, tenant=tenant)
         try:
             await live.done.wait()
         except asyncio.CancelledError:
@@ -215,23 +229,23 @@ class RolloutManager:
             raise
         return live.rollout
 
-    async def cancel(self, rollout_id: str, reason: str = "") -> Rollout:
+    async def cancel(
+        self, rollout_id: str, reason: str = "", *, tenant: str | None = None
+    ) -> Rollout:
         """Cancel a live rollout and wait for its teardown; a terminal one is returned as is."""
         live = self._live.get(rollout_id)
-        if live is None:
-            return await self.get(rollout_id)
+        if live is None or not _visible(live.rollout, tenant):
+            return await self.get(rollout_id, tenant=tenant)
         if live.task is not None and not live.task.done():
             live.cancel_reason = reason or "cancelled by request"
             live.task.cancel()
         await live.done.wait()
         return live.rollout
 
-    async def get(self, rollout_id: str) -> Rollout:
+    async def get(self, rollout_id: str, *, tenant: str | None = None) -> Rollout:
         live = self._live.get(rollout_id)
-        if live is not None:
-            return live.rollout
-        rollout = await self._store.get(rollout_id)
-        if rollout is None:
+        rollout = live.rollout if live is not None else await self._store.get(rollout_id)
+        if rollout is None or not _visible(rollout, tenant):
             raise NotFoundError(f"no rollout {rollout_id!r}")
         return rollout
 
@@ -242,9 +256,14 @@ class RolloutManager:
         statuses: Sequence[RolloutStatus],
         page_size: int,
         page_token: str,
+        tenant: str | None = None,
     ) -> RolloutPage:
         rollouts, token = await self._store.list(
-            labels=labels, statuses=statuses, page_size=page_size, page_token=page_token
+            labels=labels,
+            statuses=statuses,
+            page_size=page_size,
+            page_token=page_token,
+            tenant=tenant,
         )
         return [self._fresh(rollout) for rollout in rollouts], token
 

@@ -50,6 +50,8 @@ class RolloutEvent(BaseModel):
     payload: EventPayload
     labels: dict[str, str] = {}
     """The rollout's labels, carried for label-wide watchers (not part of the wire event)."""
+    tenant: str = ""
+    """The rollout's tenant, carried so a label-wide watcher sees only its own tenant's."""
 
     @property
     def is_final(self) -> bool:

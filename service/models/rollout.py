@@ -140,6 +140,8 @@ class Rollout(BaseModel):
     create_time: datetime
     start_time: datetime | None = None
     finish_time: datetime | None = None
+    tenant: str = ""
+    """The tenant of the token that submitted it; "" for an admin token or no auth."""
 
     @property
     def terminal(self) -> bool:

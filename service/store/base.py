@@ -22,7 +22,8 @@ class RolloutStore(Protocol):
     async def close(self) -> None: ...
 
     async def insert(self, rollout: Rollout) -> Rollout:
-        """Insert a new rollout; if its spec's request_id is taken, return that rollout instead."""
+        """Insert a new rollout; if its tenant already used its spec's request_id, return that
+        rollout instead."""
         ...
 
     async def save(self, rollout: Rollout) -> None:
@@ -31,8 +32,8 @@ class RolloutStore(Protocol):
 
     async def get(self, rollout_id: str) -> Rollout | None: ...
 
-    async def find_by_request_id(self, request_id: str) -> Rollout | None:
-        """The rollout whose spec carries this (non-empty) request_id, if any."""
+    async def find_by_request_id(self, request_id: str, *, tenant: str = "") -> Rollout | None:
+        """The rollout of `tenant` whose spec carries this (non-empty) request_id, if any."""
         ...
 
     async def list(
@@ -42,8 +43,10 @@ class RolloutStore(Protocol):
         statuses: Sequence[RolloutStatus],
         page_size: int,
         page_token: str,
+        tenant: str | None = None,
     ) -> RolloutPage:
-        """Rollouts newest first; raises SpecError(field "page_token") on a bad token."""
+        """Rollouts newest first, of `tenant` or (None) of every tenant; raises
+        SpecError(field "page_token") on a bad token."""
         ...
 
     async def non_terminal(self) -> builtins.list[Rollout]:

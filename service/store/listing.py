@@ -23,10 +23,13 @@ def page_query(
     statuses: Sequence[str],
     after: tuple[int, str] | None,
     limit: int,
+    *,
+    tenant: str | None = None,
 ) -> tuple[str, list[Any]]:
     """SQL and parameters selecting (create_us, id) of up to `limit` matching rollouts.
 
-    `after` is the (create_us, id) of the previous page's last row, exclusive.
+    `after` is the (create_us, id) of the previous page's last row, exclusive; `tenant`
+    limits the page to that tenant's rollouts (None: every tenant's).
     """
     conditions: list[str] = []
     params: list[Any] = []
@@ -49,6 +52,13 @@ def page_query(
             f" AND s.status IN ({marks}))"
         )
         params += statuses
+    if tenant is not None:
+        conditions.append(
+            "k.tenant = ?"
+            if not labels
+            else "EXISTS (SELECT 1 FROM rollouts AS t WHERE t.id = k.rollout_id AND t.tenant = ?)"
+        )
+        params.append(tenant)
     if after is not None:
         conditions.append(f"(k.create_us, {key_id}) < (?, ?)")
         params += after

@@ -24,7 +24,7 @@ __all__ = [
     "redacted",
 ]
 
-ROLLOUT_COLUMNS = "id, status, phase, create_time, start_time, finish_time, spec, result"
+ROLLOUT_COLUMNS = "id, status, phase, create_time, start_time, finish_time, spec, result, tenant"
 """The columns `decode_rollout` reads, in its order."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -45,10 +45,11 @@ def epoch_us(time: datetime) -> int:
 
 
 def encode_insert(rollout: Rollout) -> tuple[Any, ...]:
-    """Values of (id, request_id, status, phase, create_us, create_time, start_time,
+    """Values of (id, tenant, request_id, status, phase, create_us, create_time, start_time,
     finish_time, spec, result) for a new row; the spec is always stored redacted."""
     return (
         rollout.id,
+        rollout.tenant,
         rollout.spec.request_id or None,
         rollout.status.value,
         rollout.phase.value,
@@ -81,8 +82,9 @@ def encode_save(rollout: Rollout) -> tuple[Any, ...]:
 
 def decode_rollout(row: tuple[Any, ...]) -> Rollout:
     """The rollout in a row of ROLLOUT_COLUMNS."""
-    rollout_id, status, phase, create_time, start_time, finish_time, spec, result = row
+    rollout_id, status, phase, create_time, start_time, finish_time, spec, result, tenant = row
     return Rollout(
+        tenant=tenant,
         id=rollout_id,
         spec=decode_model(RolloutSpec, spec),
         status=status,
@@ -109,9 +111,10 @@ def encode_event(event: RolloutEvent) -> tuple[str, int, str, str, str]:
 
 
 def decode_event(
-    rollout_id: str, row: tuple[int, str, str, str], labels: dict[str, str]
+    rollout_id: str, row: tuple[int, str, str, str], labels: dict[str, str], tenant: str
 ) -> RolloutEvent:
-    """The event in a row of (seq, time, kind, payload), carrying its rollout's labels."""
+    """The event in a row of (seq, time, kind, payload), carrying its rollout's labels and
+    tenant."""
     seq, time, kind, payload = row
     return RolloutEvent(
         rollout_id=rollout_id,
@@ -119,6 +122,7 @@ def decode_event(
         time=datetime.fromisoformat(time),
         payload=decode_model(PAYLOAD_TYPES[kind], payload),
         labels=labels,
+        tenant=tenant,
     )
 
 

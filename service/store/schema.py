@@ -48,13 +48,46 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (rollout_id, seq)
         )""",
     ),
+    (
+        # Tenants: request_id becomes unique per tenant, which SQLite can only express by
+        # rebuilding the table (its documented procedure; `migrate` turns foreign keys off so
+        # dropping the old table cascades to nothing). Existing rollouts belong to no tenant.
+        """CREATE TABLE rollouts_v2 (
+            id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            request_id TEXT,
+            status TEXT NOT NULL,
+            phase TEXT NOT NULL,
+            create_us INTEGER NOT NULL,
+            create_time TEXT NOT NULL,
+            start_time TEXT,
+            finish_time TEXT,
+            spec TEXT NOT NULL,
+            result TEXT NOT NULL,
+            UNIQUE (tenant, request_id)
+        )""",
+        """INSERT INTO rollouts_v2 (id, tenant, request_id, status, phase, create_us,
+            create_time, start_time, finish_time, spec, result)
+        SELECT id, '', request_id, status, phase, create_us, create_time, start_time,
+            finish_time, spec, result FROM rollouts""",
+        "DROP TABLE rollouts",
+        "ALTER TABLE rollouts_v2 RENAME TO rollouts",
+        "CREATE INDEX rollouts_by_time ON rollouts (create_us DESC, id DESC)",
+        "CREATE INDEX rollouts_by_status ON rollouts (status, create_us DESC, id DESC)",
+        "CREATE INDEX rollouts_by_tenant ON rollouts (tenant, create_us DESC, id DESC)",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def migrate(conn: sqlite3.Connection) -> None:
-    """Bring the database at `conn` (in autocommit mode) to SCHEMA_VERSION, atomically."""
+    """Bring the database at `conn` (in autocommit mode) to SCHEMA_VERSION, atomically.
+
+    Foreign keys are off while it runs (a table rebuild must not cascade) and checked before
+    the commit; the caller turns them on afterwards.
+    """
+    conn.execute("PRAGMA foreign_keys = OFF")
     conn.execute("BEGIN IMMEDIATE")
     try:
         (version,) = conn.execute("PRAGMA user_version").fetchone()
@@ -66,6 +99,8 @@ def migrate(conn: sqlite3.Connection) -> None:
         for statements in MIGRATIONS[version:]:
             for statement in statements:
                 conn.execute(statement)
+        if conn.execute("PRAGMA foreign_key_check").fetchone() is not None:
+            raise RuntimeError("schema migration broke a foreign key; the database is unchanged")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except BaseException:
         conn.execute("ROLLBACK")

@@ -96,7 +96,8 @@ class SqliteStore:
         await self.close()
 
     async def insert(self, rollout: Rollout) -> Rollout:
-        """Insert a new rollout; if its request_id (or id) is taken, return that rollout instead."""
+        """Insert a new rollout; if its tenant's request_id (or its id) is taken, return that
+        rollout instead."""
         stored = redacted(rollout)
         existing = await self._run(_insert, encode_insert(stored), encode_labels(stored))
         return stored if existing is None else existing
@@ -109,9 +110,11 @@ class SqliteStore:
     async def get(self, rollout_id: str) -> Rollout | None:
         return await self._run(_get, "id", rollout_id)
 
-    async def find_by_request_id(self, request_id: str) -> Rollout | None:
-        """The rollout inserted with this (non-empty) request_id, if any."""
-        return await self._run(_get, "request_id", request_id) if request_id else None
+    async def find_by_request_id(self, request_id: str, *, tenant: str = "") -> Rollout | None:
+        """The rollout `tenant` inserted with this (non-empty) request_id, if any."""
+        if not request_id:
+            return None
+        return await self._run(_find_by_request_id, tenant, request_id)
 
     async def list(
         self,
@@ -120,14 +123,16 @@ class SqliteStore:
         statuses: Sequence[RolloutStatus],
         page_size: int,
         page_token: str,
+        tenant: str | None = None,
     ) -> RolloutPage:
-        """Rollouts newest first; raises SpecError naming "page_size" or "page_token"."""
+        """Rollouts newest first, of one tenant or (None) of all; raises SpecError naming
+        "page_size" or "page_token"."""
         if page_size < 0:
             raise SpecError([FieldViolation("page_size", "must not be negative")])
         size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         after = decode_page_token(page_token) if page_token else None
         status_values = [RolloutStatus(status).value for status in statuses]
-        return await self._run(_list, dict(labels), status_values, size, after)
+        return await self._run(_list, dict(labels), status_values, tenant, size, after)
 
     async def non_terminal(self) -> builtins.list[Rollout]:
         """Rollouts not in a terminal status, oldest first."""
@@ -166,8 +171,8 @@ def _connect(path: Path) -> sqlite3.Connection:
         # In WAL mode NORMAL survives a crash of this process; only power loss may drop the
         # last commits, a fair price for not syncing on every event.
         conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("PRAGMA foreign_keys = ON")
         migrate(conn)
+        conn.execute("PRAGMA foreign_keys = ON")
     except BaseException:
         conn.close()
         raise
@@ -190,11 +195,11 @@ def _insert(
     conn: sqlite3.Connection, values: tuple[Any, ...], labels: list[tuple[Any, ...]]
 ) -> Rollout | None:
     """Insert the row; None when it was new, else the rollout already holding its keys."""
-    rollout_id, request_id = values[0], values[1]
+    rollout_id, tenant, request_id = values[:3]
     with _write(conn):
         inserted = conn.execute(
-            "INSERT INTO rollouts (id, request_id, status, phase, create_us, create_time,"
-            " start_time, finish_time, spec, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "INSERT INTO rollouts (id, tenant, request_id, status, phase, create_us, create_time,"
+            " start_time, finish_time, spec, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT DO NOTHING",
             values,
         ).rowcount
@@ -205,8 +210,8 @@ def _insert(
                 labels,
             )
             return None
-        # The conflict was on request_id, or else on the id itself.
-        row = request_id and _select_one(conn, "request_id", request_id)
+        # The conflict was on (tenant, request_id), or else on the id itself.
+        row = request_id and _select_by_request_id(conn, tenant, request_id)
         row = row or _select_one(conn, "id", rollout_id)
     return decode_rollout(row)
 
@@ -214,6 +219,16 @@ def _insert(
 def _select_one(conn: sqlite3.Connection, column: str, value: str) -> Any:
     query = f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE {column} = ?"
     return conn.execute(query, (value,)).fetchone()
+
+
+def _select_by_request_id(conn: sqlite3.Connection, tenant: str, request_id: str) -> Any:
+    query = f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE tenant = ? AND request_id = ?"
+    return conn.execute(query, (tenant, request_id)).fetchone()
+
+
+def _find_by_request_id(conn: sqlite3.Connection, tenant: str, request_id: str) -> Rollout | None:
+    row = _select_by_request_id(conn, tenant, request_id)
+    return None if row is None else decode_rollout(row)
 
 
 def _save(conn: sqlite3.Connection, values: tuple[Any, ...]) -> bool:
@@ -234,10 +249,11 @@ def _list(
     conn: sqlite3.Connection,
     labels: dict[str, str],
     statuses: list[str],
+    tenant: str | None,
     size: int,
     after: tuple[int, str] | None,
 ) -> RolloutPage:
-    query, params = page_query(labels, statuses, after, size + 1)
+    query, params = page_query(labels, statuses, after, size + 1, tenant=tenant)
     keys = conn.execute(query, params).fetchall()
     ids = [rollout_id for _, rollout_id in keys[:size]]
     rows = conn.execute(
@@ -289,4 +305,5 @@ def _events(
             "SELECT key, value FROM rollout_labels WHERE rollout_id = ?", (rollout_id,)
         ).fetchall()
     )
-    return [decode_event(rollout_id, row, labels) for row in rows]
+    (tenant,) = conn.execute("SELECT tenant FROM rollouts WHERE id = ?", (rollout_id,)).fetchone()
+    return [decode_event(rollout_id, row, labels, tenant) for row in rows]

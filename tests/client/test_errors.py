@@ -42,8 +42,8 @@ def _rich_status(code: int, message: str, *details: Any) -> grpc.Status:
         packed = any_pb2.Any()
         packed.Pack(detail)
         status.details.append(packed)
-    rich: grpc.Status = rpc_status.to_status(status)
-    return rich
+    converted: grpc.Status = rpc_status.to_status(status)
+    return converted
 
 
 class AbortingServicer(pb_grpc.RolloutServiceServicer):

@@ -1,0 +1,89 @@
+"""How the API is exposed: TLS credentials, and the refusal to serve other hosts unprotected.
+
+    listen address                      without TLS and authentication
+    127.0.0.0/8, ::1, localhost, unix:  allowed (the default: a trainer on the same machine)
+    anything else (0.0.0.0, [::], ...)  refused at start, unless allow_insecure_listen
+
+Authentication is bearer tokens (`service.api.auth`) or client certificates (mTLS:
+`tls_client_ca_file`). The check runs before the server opens anything, and its error names
+the settings that would make the address safe.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from pathlib import Path
+
+import grpc
+
+from service.config import Settings
+from service.errors import ConfigError
+
+__all__ = ["check_exposure", "is_loopback", "server_credentials"]
+
+log = logging.getLogger(__name__)
+
+
+def is_loopback(listen: str) -> bool:
+    """Whether a gRPC listen address is reachable only from this machine."""
+    if listen.startswith(("unix:", "unix-abstract:")):
+        return True
+    host = listen.rsplit(":", 1)[0].removeprefix("[").removesuffix("]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name other than localhost, or empty (every interface)
+
+
+def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
+    """TLS credentials from the tls_* settings, or None when TLS is off."""
+    cert, key, client_ca = (
+        settings.tls_cert_file,
+        settings.tls_key_file,
+        settings.tls_client_ca_file,
+    )
+    if cert is None and key is None:
+        if client_ca is not None:
+            raise ConfigError("tls_client_ca_file needs tls_cert_file and tls_key_file")
+        return None
+    if cert is None or key is None:
+        raise ConfigError("tls_cert_file and tls_key_file must be set together")
+    return grpc.ssl_server_credentials(
+        [(_read("tls_key_file", key), _read("tls_cert_file", cert))],
+        root_certificates=None if client_ca is None else _read("tls_client_ca_file", client_ca),
+        require_client_auth=client_ca is not None,
+    )
+
+
+def _read(setting: str, path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{setting} {str(path)!r} cannot be read: {exc.strerror}") from exc
+    if b"-----BEGIN " not in data:
+        raise ConfigError(f"{setting} {str(path)!r} is not a PEM file")
+    return data
+
+
+def check_exposure(settings: Settings, *, encrypted: bool, authenticated: bool) -> None:
+    """Refuse a non-loopback address without TLS or authentication, naming the settings."""
+    if is_loopback(settings.listen) or (encrypted and authenticated):
+        return
+    missing = []
+    if not encrypted:
+        missing.append("TLS (ROLLOUT_TLS_CERT_FILE and ROLLOUT_TLS_KEY_FILE)")
+    if not authenticated:
+        missing.append(
+            "authentication (ROLLOUT_AUTH_TOKENS, ROLLOUT_AUTH_TOKEN_FILE"
+            " or ROLLOUT_TLS_CLIENT_CA_FILE)"
+        )
+    if settings.allow_insecure_listen:
+        log.warning("serving %s without %s", settings.listen, " and ".join(missing))
+        return
+    raise ConfigError(
+        f"refusing to listen on {settings.listen}, which is not a loopback address, without "
+        f"{' and '.join(missing)}; set ROLLOUT_ALLOW_INSECURE_LISTEN=true to serve it anyway"
+    )
