@@ -13,7 +13,7 @@ from rollout.v1 import rollout_pb2 as pb
 
 from rollout_client.cli_connection import connect
 from rollout_client.client import RolloutClient
-from rollout_client.exits import EXIT_INTERRUPTED, client_errors, exit_for, fail
+from rollout_client.exits import EXIT_INTERRUPTED, client_errors, exit_for
 from rollout_client.live import follow
 from rollout_client.messages import DEFAULT_TARGET, parse_network
 from rollout_client.options import AsJson, LabelFlags, Target
@@ -151,18 +151,15 @@ def run(
 
 
 def _wait_for_server(client: RolloutClient, timeout_s: float) -> None:
-    """Give a server that is still starting (`make run &`) a few seconds, saying so."""
+    """Give a server that is still starting (`make run &`) a few seconds, saying so; if it
+    is still not there, the call that follows says why (refused, TLS, ...)."""
     if client.wait_until_ready(min(_QUICK_CONNECT_S, timeout_s)):
         return
     Console(stderr=True, highlight=False).print(
         f"waiting up to {timeout_s:g}s for the server at {client.target} to start ...",
         style="dim",
     )
-    if not client.wait_until_ready(timeout_s):
-        fail(
-            f"no server answered at {client.target} within {timeout_s:g}s: start one with "
-            "`rollout serve` (or `make run`), or point --target / ROLLOUT_TARGET at it"
-        )
+    client.wait_until_ready(timeout_s)
 
 
 def _run_live(client: RolloutClient, spec: pb.RolloutSpec, console: Console) -> pb.Rollout:
