@@ -83,7 +83,14 @@ class OpencodeAgent:
 
     async def provision(self, backend: str, progress: Progress) -> None:
         if backend in _HOST_CACHE_BACKENDS:
-            await self._installer.ensure(progress)
+            binary = await self._installer.ensure(progress)
+            closed = closed_to_sandbox_users(binary, self._cache_dir)
+            if closed is not None:
+                mode = f"{closed.stat().st_mode & 0o777:o}"
+                raise AgentInstallError(
+                    f"{closed} is not open to sandbox users (mode {mode}), so they cannot run "
+                    f"{binary}: chmod o+rx {closed}"
+                )
 
     async def prepare(self, sandbox: Sandbox, context: AgentContext) -> None:
         violations = option_violations(context.options)
@@ -160,6 +167,18 @@ class OpencodeAgent:
         if not lines:
             raise AgentInstallError("installing opencode in the sandbox printed no binary path")
         return lines[-1]
+
+
+def closed_to_sandbox_users(binary: Path, cache_dir: Path) -> Path | None:
+    """The first directory from `cache_dir` down to `binary` that a sandbox user, a uid of
+    its own when the server runs as root, cannot enter (e.g. a cache made by `mktemp -d`)."""
+    if os.geteuid() != 0:
+        return None  # sandboxes keep the server's own uid
+    for directory in (cache_dir, *reversed(binary.relative_to(cache_dir).parents[:-1])):
+        path = directory if directory == cache_dir else cache_dir / directory
+        if not path.stat().st_mode & 0o001:
+            return path
+    return None
 
 
 def _ripgrep_dir() -> str:
