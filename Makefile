@@ -1,31 +1,50 @@
 # rollout-service: `make run` starts the server, `make test` runs the tests (each installs first).
+#
+# Everything Python lives in a project virtual environment, .venv, made from $(PYTHON) (any
+# Python 3.11+; `make PYTHON=python3.12 ...` picks another). Nothing is installed into the
+# system interpreter, which Debian 12 and Ubuntu 23.04+ mark "externally managed" (PEP 668).
 PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
 BUF_VERSION := 1.75.0
 BUF := .tools/node_modules/.bin/buf
 PROTO := proto/rollout/v1/rollout.proto
-STAMP := .tools/installed.stamp
-# pip puts the mypy-protobuf plugin beside the interpreter, which need not be on PATH (pyenv).
-MYPY_GRPC = --plugin=protoc-gen-mypy_grpc=$$($(PYTHON) -c 'import sys, pathlib; print(pathlib.Path(sys.executable).parent / "protoc-gen-mypy_grpc")')
+STAMP := $(VENV)/installed.stamp
+# Every dependency comes as a wheel: a source build (a Rust toolchain for ripgrep, say) is a
+# failure to fix in pyproject.toml, not something to attempt on a user's machine.
+PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check --only-binary :all:
+# pip puts the mypy-protobuf plugin beside the venv's interpreter.
+MYPY_GRPC := --plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc
 
 .PHONY: install run test test-real-model proto proto-check lint bench clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml client/pyproject.toml
+$(PY):
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
+	  echo "$(PYTHON) is older than Python 3.11: run make PYTHON=python3.11 (or newer)"; exit 1; }
+	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { rm -rf $(VENV); \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null && $(PYTHON) -m venv $(VENV); \
+	  else echo "$(PYTHON) cannot make a virtual environment: install python3-venv (Debian/Ubuntu: sudo apt-get install python3-venv)"; exit 1; fi; }
+
+$(STAMP): pyproject.toml client/pyproject.toml | $(PY)
 	@command -v bwrap >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    apt-get update -qq && apt-get install -y -qq bubblewrap; \
+	    apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
 	  else echo "install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap)"; exit 1; fi; }
-	@command -v npm >/dev/null || { echo "install Node.js and npm (opencode and buf come from npm)"; exit 1; }
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e ./client -e '.[dev]'
-	mkdir -p .tools && npm install --silent --no-audit --no-fund --prefix .tools @bufbuild/buf@$(BUF_VERSION)
+	$(PIP_INSTALL) -e ./client -e '.[dev]'
+	@command -v npm >/dev/null || echo "npm not found: the server will reject opencode rollouts" \
+	  "and make lint cannot run buf until Node.js and npm are installed (apt-get install npm)"
+	@if command -v npm >/dev/null; then mkdir -p .tools && \
+	  npm install --silent --no-audit --no-fund --prefix .tools @bufbuild/buf@$(BUF_VERSION); fi
 	touch $(STAMP)
 
 run: install
-	$(PYTHON) -m service.server
+	$(PY) -m service.server
 
 test: install
-	$(PYTHON) -m pytest -q
+	$(PY) -m pytest -q
 
 # A real model (SmolLM2-135M on llama-cpp-python's server) through the service. The server is
 # built once into ~/.cache/rollout-service-build (about 7 minutes on 2 cores), then reused.
@@ -34,26 +53,27 @@ test-real-model: install
 	  $(PYTHON) -m pytest -q -s -p no:cacheprovider tests/real_model
 
 proto: install
-	$(PYTHON) -m grpc_tools.protoc -Iproto --python_out=client --pyi_out=client \
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=client --pyi_out=client \
 	  --grpc_python_out=client --mypy_grpc_out=client $(MYPY_GRPC) $(PROTO)
 
 # CI fails when the checked-in stubs differ from what `make proto` generates.
 proto-check: install
 	rm -rf .tools/proto-check && mkdir -p .tools/proto-check
-	$(PYTHON) -m grpc_tools.protoc -Iproto --python_out=.tools/proto-check --pyi_out=.tools/proto-check \
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=.tools/proto-check --pyi_out=.tools/proto-check \
 	  --grpc_python_out=.tools/proto-check --mypy_grpc_out=.tools/proto-check $(MYPY_GRPC) $(PROTO)
 	for f in rollout_pb2.py rollout_pb2.pyi rollout_pb2_grpc.py rollout_pb2_grpc.pyi; do \
 	  diff -u client/rollout/v1/$$f .tools/proto-check/rollout/v1/$$f || \
 	  { echo "client/rollout/v1/$$f is stale: run make proto"; exit 1; }; done
 
 lint: install proto-check
+	@test -x $(BUF) || { echo "make lint needs buf from npm: install Node.js and npm, then make clean install"; exit 1; }
 	$(BUF) lint
-	$(PYTHON) -m ruff check .
-	$(PYTHON) -m ruff format --check .
-	$(PYTHON) -m mypy
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 
 bench: install
-	$(PYTHON) bench/run.py
+	$(PY) bench/run.py
 
 clean:
-	rm -rf .tools .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache

@@ -19,15 +19,21 @@ def _default_cache_dir() -> Path:
 
 
 class Settings(BaseSettings):
-    """Every knob of the server. Units are in the field names."""
+    """Every knob of the server, a flag or a ROLLOUT_<NAME> environment variable (--state-dir
+    or ROLLOUT_STATE_DIR). Units are in the field names."""
 
+    # Each field's docstring is its description: `rollout serve --help` prints it.
     model_config = SettingsConfigDict(
-        env_prefix="ROLLOUT_", extra="ignore", cli_kebab_case=True, cli_prog_name="rollout serve"
+        env_prefix="ROLLOUT_",
+        extra="ignore",
+        cli_kebab_case=True,
+        cli_prog_name="rollout serve",
+        use_attribute_docstrings=True,
     )
 
     listen: str = "127.0.0.1:50051"
     """gRPC listen address (host:port; port 0 picks a free one)."""
-    auth_tokens: list[SecretStr] = Field(default_factory=list)
+    auth_tokens: list[SecretStr] = []  # pydantic copies it; a factory would print as one
     """Bearer tokens the API accepts, each "<token>" (admin) or "<token> <tenant>" (a JSON list)."""
     auth_token_file: Path | None = None
     """File of bearer tokens, one "<token> [<tenant>]" per line (# comments); read at start."""
@@ -43,9 +49,10 @@ class Settings(BaseSettings):
     """PEM CA bundle: when set, every client must present a certificate it signed (mTLS)."""
     allow_insecure_listen: bool = False
     """Serve a non-loopback listen address without TLS or without authentication anyway."""
-    state_dir: Path = Field(default_factory=_default_state_dir)
+    # Defaults made at import (not factories) so that --help shows the actual paths.
+    state_dir: Path = _default_state_dir()
     """SQLite database and sandbox directories (with their proxy sockets); never in a sandbox."""
-    cache_dir: Path = Field(default_factory=_default_cache_dir)
+    cache_dir: Path = _default_cache_dir()
     """Downloaded tools (the pinned opencode install). Visible read-only to sandboxes."""
     database: Path | None = None
     """SQLite file; default `<state_dir>/rollouts.db`."""

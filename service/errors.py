@@ -9,6 +9,7 @@
     └── RolloutFailure       raised inside a rollout; recorded on the result, never an RPC error
         ├── SandboxError     infrastructure: the sandbox could not be created, or died (SANDBOX)
         ├── AgentError       the agent could not be prepared or run (AGENT)
+        ├── AgentInstallError  the agent could not be installed or found (AGENT_INSTALL)
         ├── UpstreamError    every model call failed upstream (UPSTREAM_LLM)
         └── VerifierError    no reward could be computed (VERIFIER)
 
@@ -25,6 +26,7 @@ from service.models import ErrorKind
 
 __all__ = [
     "AgentError",
+    "AgentInstallError",
     "CapacityError",
     "ConfigError",
     "FieldViolation",
@@ -107,6 +109,13 @@ class AgentError(RolloutFailure):
     """The agent could not be prepared or run."""
 
     kind = ErrorKind.AGENT
+
+
+class AgentInstallError(RolloutFailure):
+    """The agent's program could not be installed or found (npm unreachable, say). Retryable:
+    infrastructure, never the policy's doing, so a trainer must not score it."""
+
+    kind = ErrorKind.AGENT_INSTALL
 
 
 class UpstreamError(RolloutFailure):

@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -21,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from rollout.v1 import rollout_pb2 as pb
 
+from service.agents.opencode_install import OpencodeInstaller, npm_missing
 from service.api.auth import BearerAuthInterceptor, TokenTable, load_tokens
 from service.api.handlers import add_servicer
 from service.api.servicer import RolloutServicer
@@ -55,6 +57,7 @@ async def serve(settings: Settings) -> None:
     await proxy.start()
     manager = RolloutManager(settings, store, hub, ModelRouter(proxy, os.environ, settings))
     manager.load_default_backend()
+    _warn_if_opencode_unavailable(settings)
     if os.environ.get("E2B_API_KEY"):
         manager.backend("e2b")  # loaded now so that recover() sweeps its orphans before we serve
     interrupted = await manager.recover()
@@ -77,6 +80,16 @@ async def serve(settings: Settings) -> None:
     await hub.stop()
     await store.close()
     tracing.shutdown()
+
+
+def _warn_if_opencode_unavailable(settings: Settings) -> None:
+    """Say at start, not at the first rollout, that opencode rollouts will be refused."""
+    installer = OpencodeInstaller(
+        Path(os.path.realpath(settings.cache_dir)), settings.opencode_version
+    )
+    reason = npm_missing(installer)
+    if reason is not None:
+        log.warning("opencode rollouts will be rejected until npm is installed: %s", reason)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 __all__ = ["ServerProcess"]
@@ -19,11 +19,18 @@ _START_TIMEOUT_S = 30.0
 
 
 class ServerProcess:
-    """Starts `python -m service.server`, learns its port, and keeps its output for assertions."""
+    """Starts `python -m service.server` (or `command`, e.g. `make run`), learns its port, and
+    keeps its output for assertions."""
 
-    def __init__(self, state_dir: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        env: Mapping[str, str] | None = None,
+        command: Sequence[str] | None = None,
+    ) -> None:
         self.state_dir = state_dir
         self.env = {**os.environ, "ROLLOUT_STATE_DIR": str(state_dir), **(env or {})}
+        self.command = list(command or (sys.executable, "-m", "service.server"))
         self.target = ""
         self.output: list[str] = []
         self._process: subprocess.Popen[str] | None = None
@@ -34,7 +41,7 @@ class ServerProcess:
         self.env.setdefault("ROLLOUT_LISTEN", "127.0.0.1:0")
         self.target = ""
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "service.server"],
+            self.command,
             env=self.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

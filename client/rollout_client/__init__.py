@@ -1,6 +1,6 @@
 """Python client of the rollout-service gRPC API.
 
-    from rollout_client import RolloutClient
+    from rollout_client import RolloutClient, reward_of, status_name
 
     with RolloutClient("127.0.0.1:50051") as client:
         rollout = client.run({
@@ -8,7 +8,7 @@
                      "verify": ["test -f b.txt"]},
             "agent": {"name": "command", "command": "cp a.txt b.txt"},
         })
-        print(rollout.status, rollout.result.reward)
+        print(status_name(rollout.status), reward_of(rollout))   # SUCCEEDED 1.0
 
 `AsyncRolloutClient` has the same methods for asyncio. For a server with authentication or
 TLS, pass `token=` (or set ROLLOUT_TOKEN) and `credentials=tls_credentials(...)`. The
@@ -42,6 +42,7 @@ from rollout_client.messages import (
     parse_view,
     to_spec,
 )
+from rollout_client.results import reward_of, status_name
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -64,6 +65,8 @@ __all__ = [
     "ViewLike",
     "parse_status",
     "parse_view",
+    "reward_of",
+    "status_name",
     "tls_credentials",
     "to_spec",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from types import TracebackType
 from typing import Self
@@ -61,6 +62,16 @@ class AsyncRolloutClient:
 
     async def close(self) -> None:
         await self._channel.close()
+
+    async def wait_until_ready(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for the server to accept connections (a server still
+        starting, say); whether it does."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._channel.channel_ready()
+        except TimeoutError:
+            return False
+        return True
 
     async def run(
         self,

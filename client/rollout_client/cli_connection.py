@@ -18,6 +18,7 @@ import typer
 
 from rollout_client.client import RolloutClient
 from rollout_client.connection import read_token_file, tls_credentials
+from rollout_client.options import Version
 
 __all__ = ["ConnectionOptions", "connect", "connection_options"]
 
@@ -91,6 +92,7 @@ def connection_options(
         Path | None,
         typer.Option(envvar="ROLLOUT_TLS_KEY", help="PEM key of --tls-cert."),
     ] = None,
+    version: Version = False,
 ) -> None:
     """Run and inspect coding-agent rollouts on a rollout-service server."""
     if token and token_file:

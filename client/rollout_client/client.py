@@ -62,6 +62,15 @@ class RolloutClient:
     def close(self) -> None:
         self._channel.close()
 
+    def wait_until_ready(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for the server to accept connections (a server still
+        starting, say); whether it does."""
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=timeout_s)
+        except grpc.FutureTimeoutError:
+            return False
+        return True
+
     def run(
         self,
         spec: SpecLike,

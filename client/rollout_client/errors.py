@@ -1,10 +1,12 @@
 """Errors raised by the rollout client.
 
     RolloutError                     base of every error this package raises
-    ├── SpecError                    a spec (mapping or file) that is not a valid RolloutSpec;
-    │                                raised before any call is made
+    ├── SpecError                    a spec that is not valid: found by the client (a mapping
+    │                                or file that is not a RolloutSpec; no call is made), or
+    │                                by the server (InvalidArgumentError, below)
     └── StatusError                  the call ended with a non-OK gRPC status (.code, .details)
-        ├── InvalidArgumentError     INVALID_ARGUMENT: .field_violations name each wrong field
+        ├── InvalidArgumentError     INVALID_ARGUMENT, also a SpecError: the server rejected
+        │                            the request; .field_violations name each wrong field
         ├── NotFoundError            NOT_FOUND: no rollout with that id
         ├── ResourceExhaustedError   RESOURCE_EXHAUSTED: the server is at capacity; retry after
         │                            .retry_delay_s
@@ -52,10 +54,6 @@ class RolloutError(Exception):
     """Base of every error the rollout client raises."""
 
 
-class SpecError(RolloutError, ValueError):
-    """The spec cannot be turned into a RolloutSpec (unknown field, wrong type, bad file)."""
-
-
 @dataclass(frozen=True)
 class FieldViolation:
     """One offending request field, named by its path (e.g. "spec.task.instruction")."""
@@ -65,6 +63,14 @@ class FieldViolation:
 
     def __str__(self) -> str:
         return f"{self.field}: {self.description}"
+
+
+class SpecError(RolloutError, ValueError):
+    """The spec is not valid. Raised by the client (unknown field, wrong type, bad file: the
+    message names the field) or, as InvalidArgumentError, by the server, whose
+    `field_violations` name each wrong field."""
+
+    field_violations: tuple[FieldViolation, ...] = ()
 
 
 class StatusError(RolloutError):
@@ -92,8 +98,11 @@ class StatusError(RolloutError):
         super().__init__(message)
 
 
-class InvalidArgumentError(StatusError):
-    """The request was rejected; `field_violations` names every wrong field."""
+class InvalidArgumentError(StatusError, SpecError):
+    """The request was rejected; `field_violations` names every wrong field.
+
+    A SpecError too, so `except SpecError` catches a bad spec whoever found it.
+    """
 
 
 class NotFoundError(StatusError):

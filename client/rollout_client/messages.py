@@ -8,7 +8,9 @@ for example::
      "agent_timeout": "600s", "labels": {"epoch": "3"}}
 
 Field names may be written as in the .proto (`agent_timeout`) or in lowerCamelCase
-(`agentTimeout`); bytes fields (`task.files`) are base64, durations are strings like "90s".
+(`agentTimeout`); bytes fields (`task.files`) are base64. Beyond proto JSON, durations may
+be numbers of seconds (`agent_timeout: 90`, as well as "90s") and enum values their short
+names in any case (`network: FULL` or `full` for NETWORK_POLICY_FULL).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeAlias, cast
 
-from google.protobuf import json_format
+from google.protobuf import duration_pb2, json_format
+from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
 from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 from rollout.v1 import rollout_pb2 as pb
 
@@ -32,6 +35,7 @@ __all__ = [
     "channel_options",
     "get_request",
     "list_request",
+    "parse_network",
     "parse_status",
     "parse_view",
     "run_request",
@@ -44,6 +48,7 @@ DEFAULT_TARGET = "127.0.0.1:50051"
 # Results carry turns with token ids and workdir files: far past gRPC's 4 MiB default.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
+_SPEC = cast(Descriptor, pb.RolloutSpec.DESCRIPTOR)
 SpecLike: TypeAlias = pb.RolloutSpec | Mapping[str, Any]
 # An enum value, its full name ("ROLLOUT_STATUS_FAILED") or its short name ("failed").
 StatusLike: TypeAlias = pb.RolloutStatus | int | str
@@ -67,10 +72,61 @@ def to_spec(spec: SpecLike) -> pb.RolloutSpec:
     if not isinstance(spec, Mapping):
         raise SpecError(f"a spec is a RolloutSpec or a mapping, not {type(spec).__name__}")
     try:
-        return json_format.ParseDict(dict(spec), pb.RolloutSpec())
+        return json_format.ParseDict(_shorthands(spec, _SPEC, "spec"), pb.RolloutSpec())
     except json_format.ParseError as exc:
         # ParseError names the offending field, over several lines.
         raise SpecError("invalid spec: " + " ".join(str(exc).split())) from exc
+
+
+def _shorthands(data: Mapping[str, Any], message: Descriptor, path: str) -> dict[str, Any]:
+    """`data` with short enum names and numbers of seconds spelled as proto JSON wants them."""
+    fields = {f.name: f for f in message.fields} | {f.json_name: f for f in message.fields}
+    out = dict(data)
+    for key, value in data.items():
+        field = fields.get(key)
+        if field is None or _is_map(field):
+            continue  # unknown: ParseDict names it; maps hold strings and bytes only
+        where = f"{path}.{field.name}"
+        if isinstance(value, list):
+            out[key] = [_shorthand(field, item, where) for item in value]
+        else:
+            out[key] = _shorthand(field, value, where)
+    return out
+
+
+def _is_map(field: FieldDescriptor) -> bool:
+    return field.message_type is not None and field.message_type.GetOptions().map_entry
+
+
+def _shorthand(field: FieldDescriptor, value: Any, path: str) -> Any:
+    if field.enum_type is not None and isinstance(value, str):
+        return _enum_name(field.enum_type, value, path)
+    message = field.message_type
+    if message is None:
+        return value
+    if message.full_name == "google.protobuf.Duration" and _is_number(value):
+        duration = duration_pb2.Duration()
+        duration.FromNanoseconds(round(value * 1e9))
+        return duration.ToJsonString()
+    if isinstance(value, Mapping) and not message.full_name.startswith("google.protobuf."):
+        return _shorthands(value, message, path)
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _enum_name(enum: EnumDescriptor, value: str, path: str) -> str:
+    """The full name of `value`, given as it (any case) or without the enum's prefix."""
+    names = [v.name for v in enum.values]
+    prefix = names[0].removesuffix("UNSPECIFIED")  # buf style: FOO_UNSPECIFIED = 0
+    wanted = value.strip().upper()
+    for name in (wanted, prefix + wanted):
+        if name in names:
+            return name
+    known = ", ".join(n.removeprefix(prefix) for n in names[1:])
+    raise SpecError(f"{path}: unknown value {value!r} (one of: {known})")
 
 
 def _parse_enum(wrapper: EnumTypeWrapper, prefix: str, value: int | str) -> int:
@@ -90,6 +146,11 @@ def _parse_enum(wrapper: EnumTypeWrapper, prefix: str, value: int | str) -> int:
 def parse_status(value: StatusLike) -> pb.RolloutStatus:
     """A RolloutStatus from its value or name ("FAILED", "failed", "ROLLOUT_STATUS_FAILED")."""
     return cast(pb.RolloutStatus, _parse_enum(pb.RolloutStatus, "ROLLOUT_STATUS_", value))
+
+
+def parse_network(value: pb.NetworkPolicy | int | str) -> pb.NetworkPolicy:
+    """A NetworkPolicy from its value or name ("FULL", "none", "NETWORK_POLICY_FULL")."""
+    return cast(pb.NetworkPolicy, _parse_enum(pb.NetworkPolicy, "NETWORK_POLICY_", value))
 
 
 def parse_view(value: ViewLike) -> pb.ResultView:

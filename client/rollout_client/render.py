@@ -13,6 +13,8 @@ from rich.table import Table
 from rich.text import Text
 from rollout.v1 import rollout_pb2 as pb
 
+from rollout_client.results import reward_of, status_name
+
 __all__ = [
     "command_line",
     "message_json",
@@ -38,10 +40,6 @@ def message_json(message: Message, *, compact: bool = False) -> str:
     return json.dumps(data, separators=(",", ":")) if compact else json.dumps(data, indent=2)
 
 
-def status_name(status: pb.RolloutStatus) -> str:
-    return pb.RolloutStatus.Name(status).removeprefix("ROLLOUT_STATUS_")
-
-
 def phase_name(phase: pb.Phase) -> str:
     return pb.Phase.Name(phase).removeprefix("PHASE_")
 
@@ -54,8 +52,9 @@ def _seconds(duration: Duration) -> str:
     return f"{duration.ToTimedelta().total_seconds():.2f}s"
 
 
-def _reward(result: pb.RolloutResult) -> str:
-    return f"{result.reward:g}" if result.HasField("reward") else "none"
+def _reward(rollout: pb.Rollout) -> str:
+    reward = reward_of(rollout)
+    return "none" if reward is None else f"{reward:g}"
 
 
 def command_line(command: pb.CommandResult) -> Text:
@@ -85,7 +84,7 @@ def rollout_summary(rollout: pb.Rollout) -> list[Text]:
             (rollout.id, "bold"),
             "  ",
             status_text(rollout.status),
-            f"  reward {_reward(result)}",
+            f"  reward {_reward(rollout)}",
         )
     ]
     if result.HasField("error"):
@@ -135,7 +134,7 @@ def rollouts_table(rollouts: Iterable[pb.Rollout]) -> Table:
         table.add_row(
             rollout.id,
             status,
-            _reward(rollout.result),
+            _reward(rollout),
             rollout.create_time.ToDatetime().strftime("%m-%d %H:%M"),
             rollout.spec.task_id,
             _labels(rollout),

@@ -1,7 +1,8 @@
 """Spec files (YAML, JSON or TOML) and the `rollout run` flags that override them.
 
-A spec file holds a RolloutSpec in the proto JSON shape (see `rollout_client.messages`),
-either bare or under a top-level "spec" key, as in a RunRolloutRequest.
+A spec file holds a RolloutSpec in the proto JSON shape (see `rollout_client.messages`:
+short enum names and numbers of seconds are fine), either bare or under a top-level "spec"
+key, as in a RunRolloutRequest. examples/task.yaml shows every field, commented.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import yaml
 from rollout.v1 import rollout_pb2 as pb
 
 from rollout_client.errors import SpecError
-from rollout_client.messages import to_spec
+from rollout_client.messages import parse_network, to_spec
 
 __all__ = ["SpecOverrides", "build_spec", "load_spec_file", "parse_labels"]
 
@@ -47,8 +48,14 @@ class SpecOverrides:
     agent_command: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     agent_timeout_s: float | None = None
+    command_timeout_s: float | None = None
     backend: str | None = None
+    network: str | None = None
     request_id: str | None = None
+    endpoint_kind: str | None = None
+    base_url: str | None = None
+    model: str | None = None
+    api_key: str | None = None
 
 
 def load_spec_file(path: Path) -> dict[str, Any]:
@@ -117,7 +124,23 @@ def _apply(spec: pb.RolloutSpec, overrides: SpecOverrides) -> None:
     spec.labels.update(overrides.labels)
     if overrides.agent_timeout_s is not None:
         spec.agent_timeout.FromTimedelta(timedelta(seconds=overrides.agent_timeout_s))
+    if overrides.command_timeout_s is not None:
+        spec.command_timeout.FromTimedelta(timedelta(seconds=overrides.command_timeout_s))
     if overrides.backend is not None:
         spec.sandbox.backend = overrides.backend
+    if overrides.network is not None:
+        spec.sandbox.network = parse_network(overrides.network)
     if overrides.request_id is not None:
         spec.request_id = overrides.request_id
+    _apply_endpoint(spec.endpoint, overrides)
+
+
+def _apply_endpoint(endpoint: pb.Endpoint, overrides: SpecOverrides) -> None:
+    if overrides.endpoint_kind is not None:
+        endpoint.kind = overrides.endpoint_kind
+    if overrides.base_url is not None:
+        endpoint.base_url = overrides.base_url
+    if overrides.model is not None:
+        endpoint.model = overrides.model
+    if overrides.api_key is not None:
+        endpoint.api_key = overrides.api_key

@@ -10,10 +10,12 @@ from service.errors import FieldViolation
 from service.models import AgentOutput
 from service.sandboxes.base import Sandbox
 
-__all__ = ["Agent", "AgentContext", "AgentOutcome", "EmitOutput", "ModelAccess"]
+__all__ = ["Agent", "AgentContext", "AgentOutcome", "EmitOutput", "ModelAccess", "Progress"]
 
 EmitOutput = Callable[[AgentOutput], None]
 """Publishes one piece of live agent output; must not block."""
+Progress = Callable[[str], None]
+"""Publishes a line saying how long host-side work is going; must not block."""
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,14 @@ class Agent(Protocol):
         """Problems with `agent.options`, each naming its field; checked at admission."""
         ...
 
+    async def provision(self, backend: str, progress: Progress) -> None:
+        """Host-side work before the rollout's sandbox is made, on a `backend` backend: e.g.
+        installing the agent where that sandbox will see it. Raises AgentInstallError."""
+        ...
+
     async def prepare(self, sandbox: Sandbox, context: AgentContext) -> None:
-        """Install and configure the agent; raises AgentError."""
+        """Configure the agent in its sandbox; raises AgentError (AgentInstallError when
+        its program cannot be installed or found there)."""
         ...
 
     async def run(self, sandbox: Sandbox, context: AgentContext, emit: EmitOutput) -> AgentOutcome:

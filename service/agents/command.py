@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from service.agents.base import AgentContext, AgentOutcome, EmitOutput
+from service.agents.base import AgentContext, AgentOutcome, EmitOutput, Progress
 from service.agents.process import wait_with_deadline
 from service.config import Settings
 from service.errors import FieldViolation
@@ -31,6 +31,9 @@ class CommandAgent:
             FieldViolation(f"spec.agent.options.{name}", "the command agent takes no options")
             for name in options
         ]
+
+    async def provision(self, backend: str, progress: Progress) -> None:
+        return None
 
     async def prepare(self, sandbox: Sandbox, context: AgentContext) -> None:
         return None

@@ -130,7 +130,9 @@ def seed_files(instruction: str) -> dict[str, bytes]:
     }
 
 
-def launcher_script(binary: str) -> bytes:
-    """`run.sh`: opencode in the workdir, the instruction on stdin, JSON events on stdout."""
+def launcher_script(binary: str, tools_dir: str = "") -> bytes:
+    """`run.sh`: opencode in the workdir, the instruction on stdin, JSON events on stdout;
+    `tools_dir`, if given, is added to the end of PATH (where the server's `rg` lives)."""
     command = f"exec {shlex.quote(binary)} run --pure --format json"
-    return f"{command} < {shlex.quote(INSTRUCTION_FILE)}\n".encode()
+    path = f'export PATH="$PATH"{shlex.quote(":" + tools_dir)}\n' if tools_dir else ""
+    return f"{path}{command} < {shlex.quote(INSTRUCTION_FILE)}\n".encode()

@@ -7,6 +7,10 @@ call the platform binary directly: the shim only adds start-up time. Which binar
 is decided by running `--version` on each candidate, so a CPU without AVX2 falls through
 to the baseline build. The same shell script installs on the host (into the service's
 cache, seen read-only by local sandboxes) and, for remote sandboxes, inside the sandbox.
+
+A failed install is `AgentInstallError`: infrastructure (npm or its registry), retryable,
+never scored as the agent's failure. The host install needs npm on the server's PATH;
+without it (`npm_missing`) the server still serves other agents.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from service.errors import AgentError
+from service.agents.base import Progress
+from service.errors import AgentInstallError
 
-__all__ = ["OpencodeInstaller", "install_script", "npm_error_message"]
+__all__ = ["OpencodeInstaller", "install_script", "npm_error_message", "npm_missing"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +37,7 @@ _MARKER = "installed-binary"
 """Written last in the install directory: the binary's path, so a half install is redone."""
 _LOCK_POLL_S = 0.1
 _ERROR_TAIL_CHARS = 2000
+_PROGRESS_EVERY_S = 10.0
 
 
 def install_script(version: str, prefix: str) -> str:
@@ -57,6 +63,20 @@ done
 echo "no opencode-linux-$arch binary under {p} runs as version {v}" >&2
 exit 1
 """
+
+
+def npm_missing(installer: OpencodeInstaller) -> str | None:
+    """Why opencode cannot be installed on this host (no npm on PATH), or None.
+
+    An install already in the cache needs no npm.
+    """
+    if installer.installed_binary() is not None or shutil.which("npm") is not None:
+        return None
+    return (
+        f"opencode is installed with npm on first use, and npm is not on the server's PATH: "
+        f"install Node.js and npm (Debian/Ubuntu: apt-get install npm), or pre-install "
+        f"opencode-ai@{installer.version} into {installer.directory}"
+    )
 
 
 def npm_error_message(stderr: str) -> str:
@@ -85,39 +105,65 @@ class OpencodeInstaller:
             return None
         return binary if binary.is_file() else None
 
-    async def ensure(self) -> Path:
-        """The host path of the opencode binary, installing it first if needed."""
+    async def ensure(self, progress: Progress | None = None) -> Path:
+        """The host path of the opencode binary, installing it first if needed.
+
+        `progress` hears about an install (or a wait for another's) as it goes.
+        """
         binary = self.installed_binary()
         if binary is not None:
             return binary
+        report = progress or (lambda line: None)
+        if self._lock.locked():
+            report(f"waiting for the install of opencode-ai@{self.version} already under way")
         async with self._lock:
             self.directory.parent.mkdir(parents=True, exist_ok=True)
-            async with _file_lock(self.directory.with_name(f"{self.version}.lock")):
+            async with _file_lock(self.directory.with_name(f"{self.version}.lock"), report):
                 binary = self.installed_binary()
                 if binary is None:
-                    binary = await self._install()
+                    binary = await self._install(report)
         return binary
 
-    async def _install(self) -> Path:
+    async def _install(self, report: Progress) -> Path:
         shutil.rmtree(self.directory, ignore_errors=True)
         self.directory.mkdir(parents=True)
         log.info("installing opencode-ai@%s into %s", self.version, self.directory)
+        report(
+            f"installing opencode-ai@{self.version} with npm into {self.directory} "
+            "(once per machine; usually 15-70s)"
+        )
         started = time.monotonic()
-        stdout, stderr, code = await _run_bash(install_script(self.version, str(self.directory)))
+        script = install_script(self.version, str(self.directory))
+        async with _ticking(report, f"still installing opencode-ai@{self.version}"):
+            stdout, stderr, code = await _run_bash(script)
         if code != 0:
             message = npm_error_message(stderr.decode(errors="replace"))
-            raise AgentError(
+            raise AgentInstallError(
                 f"installing opencode-ai@{self.version} failed (exit {code}): {message}"
             )
         binary = Path(stdout.decode().strip().splitlines()[-1])
         (self.directory / _MARKER).write_text(f"{binary}\n")
-        log.info(
-            "installed opencode-ai@%s in %.1fs: %s",
-            self.version,
-            time.monotonic() - started,
-            binary,
-        )
+        took_s = time.monotonic() - started
+        log.info("installed opencode-ai@%s in %.1fs: %s", self.version, took_s, binary)
+        report(f"installed opencode-ai@{self.version} in {took_s:.1f}s")
         return binary
+
+
+@contextlib.asynccontextmanager
+async def _ticking(report: Progress, doing: str) -> AsyncIterator[None]:
+    """Report `doing` with the time taken so far, every few seconds, while the block runs."""
+
+    async def tick() -> None:
+        started = time.monotonic()
+        while True:
+            await asyncio.sleep(_PROGRESS_EVERY_S)
+            report(f"{doing}: {time.monotonic() - started:.0f}s so far")
+
+    ticker = asyncio.create_task(tick())
+    try:
+        yield
+    finally:
+        ticker.cancel()
 
 
 async def _run_bash(script: str) -> tuple[bytes, bytes, int]:
@@ -132,7 +178,7 @@ async def _run_bash(script: str) -> tuple[bytes, bytes, int]:
             start_new_session=True,
         )
     except OSError as exc:
-        raise AgentError(f"cannot run the opencode install: {exc}") from exc
+        raise AgentInstallError(f"cannot run the opencode install: {exc}") from exc
     try:
         stdout, stderr = await process.communicate()
     except BaseException:
@@ -145,16 +191,18 @@ async def _run_bash(script: str) -> tuple[bytes, bytes, int]:
 
 
 @contextlib.asynccontextmanager
-async def _file_lock(path: Path) -> AsyncIterator[None]:
+async def _file_lock(path: Path, report: Progress) -> AsyncIterator[None]:
     """An exclusive flock on `path`, polled so that waiting for it stays cancellable."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                await asyncio.sleep(_LOCK_POLL_S)
+        waiting = f"waiting for another process's install ({path.with_suffix('')})"
+        async with _ticking(report, waiting):
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    await asyncio.sleep(_LOCK_POLL_S)
         yield
     finally:
         os.close(fd)

@@ -24,7 +24,7 @@ from service.engine.collect import collect_workdir
 from service.engine.output_cap import OutputCap
 from service.engine.output_scrub import OutputScrubber, scrub
 from service.engine.validation import resolved_timeouts
-from service.errors import RolloutFailure, SandboxError, UpstreamError
+from service.errors import AgentInstallError, RolloutFailure, SandboxError, UpstreamError
 from service.models import (
     CommandResult,
     CommandStage,
@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 tracer = trace.get_tracer("rollout-service")
 
 _SANDBOX_CREATE_TIMEOUT_S = 600.0
+_AGENT_PROVISION_TIMEOUT_S = 900.0
 _TEARDOWN_TIMEOUT_S = 60.0
 
 
@@ -148,6 +149,7 @@ class RolloutRun:
         self._publish(PhaseChanged(phase=phase, status=self.rollout.status, message=message))
 
     async def _create_sandbox(self) -> Sandbox:
+        await self._provision_agent()
         request = SandboxRequest(
             rollout_id=self.rollout.id,
             spec=self._spec.sandbox,
@@ -163,6 +165,20 @@ class RolloutRun:
             ) from exc
         self.rollout.result.sandbox_id = sandbox.id
         return sandbox
+
+    async def _provision_agent(self) -> None:
+        """Install the agent where the sandbox will see it, before the sandbox exists."""
+
+        def progress(message: str) -> None:
+            self._enter(Phase.CREATING_SANDBOX, message)
+
+        try:
+            async with asyncio.timeout(_AGENT_PROVISION_TIMEOUT_S):
+                await self._agent.provision(self._backend.name, progress)
+        except TimeoutError as exc:
+            raise AgentInstallError(
+                f"installing the {self._agent.name} agent took over {_AGENT_PROVISION_TIMEOUT_S:g}s"
+            ) from exc
 
     def _lifetime_s(self) -> float:
         commands = len(self._spec.task.setup) + len(self._spec.task.verify)

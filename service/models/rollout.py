@@ -58,6 +58,7 @@ class ErrorKind(StrEnum):
     VERIFIER = "verifier"
     CANCELLED = "cancelled"
     INTERNAL = "internal"
+    AGENT_INSTALL = "agent_install"
 
 
 class RolloutError(BaseModel):

@@ -15,7 +15,8 @@ Mounts inside a local sandbox, in order (a later mount covers an earlier one):
     /tmp, /home/user       the sandbox's own, writable (HOME; WORKDIR is inside it)
     <install roots>        again, read-only, for those under the host's /tmp (and the state
                            dir hidden again below them)
-    <cache dir>            the service's downloads (opencode), read-only, wherever it lives
+    <cache dir>            the service's downloads (opencode), read-only, wherever it lives;
+                           always bound (the backend makes it first): a later install shows
     /etc/passwd, /group    the host's plus a line naming the sandbox user
     /etc/resolv.conf       under network FULL: the one resolver it can reach
                            (`local_network`)
@@ -252,8 +253,8 @@ def _mounts(view: HostView, layout: SandboxLayout, network: NetworkPolicy) -> li
     for path in (p for p in view.hidden if _within(p, "/tmp")):
         args += ["--tmpfs", path]
     for path in view.shared:
-        if os.path.isdir(path):  # else its ancestors may not exist on the read-only root
-            args += _bind("--ro-bind", path, path)
+        # Never skipped: a missing directory fails the sandbox's creation, loudly.
+        args += _bind("--ro-bind", path, path)
     if layout.uid is not None:
         args += ["--ro-bind", str(layout.passwd), "/etc/passwd"]
         args += ["--ro-bind", str(layout.group), "/etc/group"]

@@ -195,6 +195,10 @@ class LocalBackend:
         return full_network(layout, self._privileged)
 
     def _prepare(self, layout: SandboxLayout, key: WarmKey) -> None:
+        for shared in self._view.shared:
+            # bwrap binds these unconditionally: a sandbox made before the first download
+            # must still see the cache, and see what is installed into it later.
+            os.makedirs(shared, exist_ok=True)
         self._root.mkdir(parents=True, exist_ok=True)
         os.chmod(self._root, 0o700)  # sandbox files must not be reachable by host users
         layout.root.mkdir(mode=0o700)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from service.agents.opencode_install import OpencodeInstaller
-from service.errors import AgentError
+from service.errors import AgentInstallError
 from tests.agents.npm_registry import FakeNpmRegistry, host_npm_arch
 
 VERSION = "0.0.1-test"
@@ -105,6 +105,6 @@ async def test_a_failed_install_is_an_agent_error_with_npms_message(
     registry.publish_opencode(VERSION)
     installer = OpencodeInstaller(tmp_path / "cache", "9.9.9")
 
-    with pytest.raises(AgentError, match=r"(?s)opencode-ai@9\.9\.9 failed .*ETARGET"):
+    with pytest.raises(AgentInstallError, match=r"(?s)opencode-ai@9\.9\.9 failed .*ETARGET"):
         await installer.ensure()
     assert installer.installed_binary() is None

@@ -72,6 +72,7 @@ class ErrorKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_KIND_VERIFIER: _ClassVar[ErrorKind]
     ERROR_KIND_CANCELLED: _ClassVar[ErrorKind]
     ERROR_KIND_INTERNAL: _ClassVar[ErrorKind]
+    ERROR_KIND_AGENT_INSTALL: _ClassVar[ErrorKind]
 
 class CommandStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -128,6 +129,7 @@ ERROR_KIND_UPSTREAM_LLM: ErrorKind
 ERROR_KIND_VERIFIER: ErrorKind
 ERROR_KIND_CANCELLED: ErrorKind
 ERROR_KIND_INTERNAL: ErrorKind
+ERROR_KIND_AGENT_INSTALL: ErrorKind
 COMMAND_STAGE_UNSPECIFIED: CommandStage
 COMMAND_STAGE_SETUP: CommandStage
 COMMAND_STAGE_VERIFY: CommandStage

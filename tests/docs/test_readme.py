@@ -1,0 +1,170 @@
+"""The README's examples, run as written: the server by its own `make run`, the shell blocks
+with bash, the Python example with this interpreter, the model played by the scripted upstream.
+
+A block that stops working, or a README that stops saying what the code does, fails here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shlex
+import sys
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.docs.readme import ROOT, Block, readme_blocks
+from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
+from tests.server_process import ServerProcess
+
+pytestmark = pytest.mark.e2e
+
+BLOCKS = readme_blocks()
+UPSTREAM_KEY = "sk-readme-upstream-61d0"
+UPSTREAM_MODEL = "readme-policy"
+
+
+def _commands(block: Block) -> list[str]:
+    """The block's command lines, comments and blank lines left out."""
+    lines = (line.split("#", 1)[0].strip() for line in block.code.splitlines())
+    return [line for line in lines if line]
+
+
+def test_every_marked_block_is_run_here() -> None:
+    # A new example gets a marker and a test, or it can drift again.
+    tested = {"set-up", "serve", "first-rollout", "opencode", "spec-file", "python"}
+    assert set(BLOCKS) == tested
+
+
+def test_the_set_up_commands_are_the_ones_ci_and_these_tests_run() -> None:
+    assert _commands(BLOCKS["set-up"]) == ["make run", "make test"]
+    assert _commands(BLOCKS["serve"]) == ["make run"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^\s*make test$", ci, re.MULTILINE), "CI must run the README's test command"
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[FakeUpstream]:
+    async with FakeUpstream(api_key=UPSTREAM_KEY, model=UPSTREAM_MODEL) as upstream:
+        yield upstream
+
+
+@pytest.fixture
+def server(tmp_path: Path, upstream: FakeUpstream) -> Iterator[ServerProcess]:
+    """The README's `make run`, with the upstream in the server's environment for `kind: vllm`."""
+    [command] = _commands(BLOCKS["serve"])
+    env = {
+        "VLLM_BASE_URL": upstream.base_url,
+        "VLLM_MODEL": UPSTREAM_MODEL,
+        "VLLM_API_KEY": UPSTREAM_KEY,
+    }
+    make = shlex.split(command)
+    server = ServerProcess(tmp_path / "state", env, command=[make[0], "-C", str(ROOT), *make[1:]])
+    server.start()
+    yield server
+    server.stop()
+    assert "Traceback" not in server.text(), server.text()
+
+
+@dataclass(frozen=True)
+class Ran:
+    code: int
+    stdout: str
+    stderr: str
+
+
+async def _run(block: Block, server: ServerProcess, upstream: FakeUpstream) -> Ran:
+    """Run `block` from the checkout, as a reader whose variables name the server and model.
+
+    Run without blocking the loop: the scripted upstream answers from this loop.
+    """
+    env = {
+        **os.environ,
+        "ROLLOUT_TARGET": server.target,
+        "ENDPOINT_URL": upstream.base_url,
+        "ENDPOINT_MODEL": UPSTREAM_MODEL,
+        "ENDPOINT_KEY": UPSTREAM_KEY,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    argv = {"bash": ["bash", "-euo", "pipefail", "-c"], "python": [sys.executable, "-c"]}
+    process = await asyncio.create_subprocess_exec(
+        *argv[block.language],
+        block.code,
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await process.communicate()
+    assert process.returncode is not None
+    return Ran(process.returncode, stdout.decode(), stderr.decode())
+
+
+def _script_write(upstream: FakeUpstream, path: str, content: str) -> None:
+    """The model's one move: write `content` into `path` with opencode's write tool."""
+    arguments = json.dumps({"filePath": path, "content": content})
+    upstream.script(Reply(tool_calls=[ToolCallReply("write", arguments)]), match=has_tools)
+
+
+async def test_the_first_rollout_block(server: ServerProcess, upstream: FakeUpstream) -> None:
+    ran = await _run(BLOCKS["first-rollout"], server, upstream)
+
+    assert ran.code == 0, ran
+    assert re.search(r"SUCCEEDED\s+reward 1\b", ran.stdout), ran.stdout
+
+
+@pytest.mark.opencode
+async def test_the_opencode_block(server: ServerProcess, upstream: FakeUpstream) -> None:
+    _script_write(upstream, "hello.txt", "hello")
+
+    ran = await _run(BLOCKS["opencode"], server, upstream)
+
+    assert ran.code == 0, ran
+    assert re.search(r"SUCCEEDED\s+reward 1\b", ran.stdout), ran.stdout
+    assert upstream.requests, "opencode never called the model"
+    # The key went upstream from the proxy, and appeared in no argv on the way.
+    assert all(r.headers["authorization"] == f"Bearer {UPSTREAM_KEY}" for r in upstream.requests)
+
+
+@pytest.mark.opencode
+async def test_the_opencode_block_fails_its_require_reward_when_the_model_does_nothing(
+    server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    # The model only says "Done.": verify fails, the rollout SUCCEEDED with reward 0, and
+    # --require-reward 1 turns that into exit 6, as the README's table says.
+    ran = await _run(BLOCKS["opencode"], server, upstream)
+
+    assert ran.code == 6, ran
+    assert re.search(r"SUCCEEDED\s+reward 0\b", ran.stdout), ran.stdout
+    assert "reward 0: below --require-reward 1" in ran.stderr
+
+
+@pytest.mark.opencode
+async def test_the_spec_file_block(server: ServerProcess, upstream: FakeUpstream) -> None:
+    _script_write(upstream, "hello.txt", "hello from the example\n")
+
+    ran = await _run(BLOCKS["spec-file"], server, upstream)
+
+    assert ran.code == 0, ran
+    assert re.search(r"SUCCEEDED\s+reward 1\b", ran.stdout), ran.stdout
+    assert "run=readme" in ran.stdout
+    assert "example=task-yaml" in ran.stdout  # the file's labels, with the flag's
+
+
+@pytest.mark.opencode
+async def test_the_python_example_prints_what_the_readme_says(
+    server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    _script_write(upstream, "hello.txt", "hello")
+    claimed = re.search(r"It prints `([^`]+)`", (ROOT / "README.md").read_text())
+    assert claimed is not None
+
+    ran = await _run(BLOCKS["python"], server, upstream)
+
+    assert ran.code == 0, ran
+    assert ran.stdout.strip() == claimed[1]
