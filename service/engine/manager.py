@@ -46,10 +46,19 @@ __all__ = ["RolloutManager"]
 log = logging.getLogger(__name__)
 
 
+_UNCANCELLABLE_PHASES = frozenset({Phase.TEARDOWN, Phase.DONE})
+"""Teardown runs on every path: a cancel arriving then has nothing left to stop."""
+
+
 @dataclass
 class _Live:
+    """A rollout this server runs: its work, and the task that settles it whatever happens."""
+
     rollout: Rollout
-    task: asyncio.Task[None] | None = None
+    work: asyncio.Task[None] | None = None
+    """The queue wait and the run: the only task a cancel ever touches."""
+    settled: asyncio.Task[None] | None = None
+    """Records, publishes and saves how `work` ended, then frees the rollout's place."""
     done: asyncio.Event = field(default_factory=asyncio.Event)
     cancel_reason: str = ""
 
@@ -124,6 +133,8 @@ class RolloutManager:
         """Admit a rollout and start it in the background; idempotent on request_id."""
         backend, agent, upstream = self._checked(spec)
         async with self._admission:
+            if not self._accepting:
+                raise ShuttingDownError("the server is shutting down")
             existing = await self._existing(spec.request_id)
             if existing is not None:
                 return existing
@@ -138,10 +149,6 @@ class RolloutManager:
             stored = await self._store.insert(rollout)
             if stored.id != rollout.id:
                 return stored
-            live = _Live(rollout)
-            self._live[rollout.id] = live
-            self._hub.open(rollout.id, spec.labels)
-            self._hub.publish(rollout.id, PhaseChanged(phase=Phase.QUEUED, status=rollout.status))
             run = RolloutRun(
                 rollout,
                 spec,
@@ -152,8 +159,17 @@ class RolloutManager:
                 proxy_socket=self._models.proxy_socket(spec, upstream, backend),
                 publish=functools.partial(self._publish, rollout.id),
             )
-            live.task = asyncio.create_task(self._drive(live, run), name=f"rollout-{rollout.id}")
+            self._start(run, spec.labels)
         return rollout
+
+    def _start(self, run: RolloutRun, labels: Mapping[str, str]) -> None:
+        rollout = run.rollout
+        live = _Live(rollout)
+        self._live[rollout.id] = live
+        self._hub.open(rollout.id, labels)
+        self._hub.publish(rollout.id, PhaseChanged(phase=Phase.QUEUED, status=rollout.status))
+        live.work = asyncio.create_task(self._work(live, run), name=f"rollout-{rollout.id}")
+        live.settled = asyncio.create_task(self._settle(live), name=f"settle-{rollout.id}")
 
     def _checked(self, spec: RolloutSpec) -> tuple[SandboxBackend, Agent, ResolvedEndpoint | None]:
         """Everything admission can refuse before a rollout exists, as RPC errors."""
@@ -179,28 +195,45 @@ class RolloutManager:
                 return live.rollout
         return await self._store.find_by_request_id(request_id)
 
-    async def _drive(self, live: _Live, run: RolloutRun) -> None:
-        rollout = live.rollout
+    async def _work(self, live: _Live, run: RolloutRun) -> None:
         queued_at = time.monotonic()
+        async with self._slots:
+            live.rollout.result.timings.queued_s = time.monotonic() - queued_at
+            await run.execute()
+
+    async def _settle(self, live: _Live) -> None:
+        """Wait for the work however it ends; nothing cancels this task, so the place is freed.
+
+        A cancel that lands while the work waits for its slot, before it ever ran, or after
+        its run (the old race: it escaped the store save and left the rollout holding its place
+        forever) ends here as a terminal rollout either way.
+        """
+        assert live.work is not None
+        await asyncio.wait([live.work])
+        rollout = live.rollout
         try:
-            async with self._slots:
-                rollout.result.timings.queued_s = time.monotonic() - queued_at
-                await run.execute()
-        except asyncio.CancelledError:
-            rollout.status = RolloutStatus.CANCELLED
-            rollout.phase = Phase.DONE
-            rollout.finish_time = datetime.now(UTC)
-            rollout.result.error = RolloutError(kind=ErrorKind.CANCELLED, message="cancelled")
-        finally:
-            if live.cancel_reason and rollout.status is RolloutStatus.CANCELLED:
-                rollout.result.error = RolloutError(
-                    kind=ErrorKind.CANCELLED, message=f"cancelled: {live.cancel_reason}"
-                )
+            _record_ending(rollout, live.work, live.cancel_reason)
             self._hub.publish(rollout.id, rollout)  # terminal: nothing changes it any more
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._store.save(rollout))
+            await self._store.save(rollout)
+        except Exception:
+            log.exception("settling rollout %s failed", rollout.id)
+        finally:
             self._live.pop(rollout.id, None)
             live.done.set()
+
+    async def _settled(self, *, timeout_s: float | None) -> None:
+        """Wait until every live rollout is settled, or `timeout_s` has passed."""
+        settling = [live.settled for live in self._live.values() if live.settled is not None]
+        if settling:
+            await asyncio.wait(settling, timeout=timeout_s)
+
+    def _request_cancel(self, live: _Live, reason: str) -> None:
+        """Cancel the work once, unless it is already tearing down (it then ends on its own)."""
+        if live.cancel_reason or live.rollout.phase in _UNCANCELLABLE_PHASES:
+            return
+        live.cancel_reason = reason
+        if live.work is not None:
+            live.work.cancel()
 
     async def run(self, spec: RolloutSpec) -> Rollout:
         """Submit and wait for the terminal status; cancelling the wait cancels the rollout."""
@@ -220,9 +253,7 @@ class RolloutManager:
         live = self._live.get(rollout_id)
         if live is None:
             return await self.get(rollout_id)
-        if live.task is not None and not live.task.done():
-            live.cancel_reason = reason or "cancelled by request"
-            live.task.cancel()
+        self._request_cancel(live, reason or "cancelled by request")
         await live.done.wait()
         return live.rollout
 
@@ -255,14 +286,27 @@ class RolloutManager:
     async def shutdown(self, grace_s: float) -> None:
         """Stop admitting; let rollouts finish for `grace_s`, then cancel them; kill sandboxes."""
         self._accepting = False
-        tasks = [live.task for live in self._live.values() if live.task is not None]
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=grace_s)
-            for live in list(self._live.values()):
-                live.cancel_reason = "server shutting down"
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        async with self._admission:
+            pass  # an admission under way finishes first; none starts after it
+        await self._settled(timeout_s=grace_s)
+        for live in list(self._live.values()):
+            self._request_cancel(live, "server shutting down")
+        await self._settled(timeout_s=None)
         for backend in self._backends.values():
             with contextlib.suppress(Exception):
                 await backend.close()
+
+
+def _record_ending(rollout: Rollout, work: asyncio.Task[None], cancel_reason: str) -> None:
+    """Make the rollout terminal from how its work ended (the run itself records most)."""
+    if work.cancelled():
+        rollout.status = RolloutStatus.CANCELLED
+    elif work.exception() is not None:
+        log.error("rollout %s crashed", rollout.id, exc_info=work.exception())
+        rollout.status = RolloutStatus.FAILED
+        rollout.result.error = RolloutError(kind=ErrorKind.INTERNAL, message="the run crashed")
+    if rollout.status is RolloutStatus.CANCELLED:
+        message = f"cancelled: {cancel_reason}" if cancel_reason else "cancelled"
+        rollout.result.error = RolloutError(kind=ErrorKind.CANCELLED, message=message)
+    rollout.phase = Phase.DONE
+    rollout.finish_time = rollout.finish_time or datetime.now(UTC)
