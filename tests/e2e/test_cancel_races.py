@@ -33,7 +33,9 @@ _ROUNDS = 3
 
 
 @pytest.fixture
-async def small_server(fresh_server: ServerProcess) -> AsyncIterator[pb_grpc.RolloutServiceStub]:
+async def small_server(
+    fresh_server: ServerProcess,
+) -> AsyncIterator[pb_grpc.RolloutServiceAsyncStub]:
     fresh_server.env |= {"ROLLOUT_MAX_RUNNING": "1", "ROLLOUT_MAX_QUEUED": "1"}
     target = fresh_server.start()
     async with grpc.aio.insecure_channel(target) as channel:
@@ -66,7 +68,9 @@ async def saves_held(database: Path, rollout_id: str) -> AsyncIterator[None]:
         await asyncio.to_thread(lock.__exit__, None, None, None)
 
 
-async def final_event(stub: pb_grpc.RolloutServiceStub, request: pb.WatchRolloutRequest) -> str:
+async def final_event(
+    stub: pb_grpc.RolloutServiceAsyncStub, request: pb.WatchRolloutRequest
+) -> str:
     """The id of the first rollout whose final event the watch shows (read from memory)."""
     async for response in stub.WatchRollout(request):
         if response.event.HasField("finished"):
@@ -74,7 +78,9 @@ async def final_event(stub: pb_grpc.RolloutServiceStub, request: pb.WatchRollout
     raise AssertionError("the watch ended without a final event")
 
 
-async def first_event(stub: pb_grpc.RolloutServiceStub, request: pb.WatchRolloutRequest) -> str:
+async def first_event(
+    stub: pb_grpc.RolloutServiceAsyncStub, request: pb.WatchRolloutRequest
+) -> str:
     async for response in stub.WatchRollout(request):
         return response.event.rollout_id
     raise AssertionError("the watch ended without an event")
@@ -86,7 +92,7 @@ async def landed() -> None:
 
 
 async def test_cancel_as_the_rollout_finishes_returns_and_frees_its_place(
-    small_server: pb_grpc.RolloutServiceStub, fresh_server: ServerProcess
+    small_server: pb_grpc.RolloutServiceAsyncStub, fresh_server: ServerProcess
 ) -> None:
     stub = small_server
     for _ in range(_ROUNDS):
@@ -107,7 +113,7 @@ async def test_cancel_as_the_rollout_finishes_returns_and_frees_its_place(
 
 
 async def test_run_caller_leaving_as_the_rollout_finishes_frees_its_place(
-    small_server: pb_grpc.RolloutServiceStub, fresh_server: ServerProcess
+    small_server: pb_grpc.RolloutServiceAsyncStub, fresh_server: ServerProcess
 ) -> None:
     stub = small_server
     for _ in range(_ROUNDS):
