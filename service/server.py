@@ -25,6 +25,7 @@ from service.config import Settings
 from service.engine.events import EventHub
 from service.engine.manager import RolloutManager
 from service.engine.model_access import ModelRouter
+from service.memory import return_large_frees_to_the_os
 from service.proxy.server import CaptureProxy
 from service.registry import MissingDependencyError
 from service.store.sqlite import SqliteStore
@@ -110,6 +111,7 @@ def _stop_on_signal() -> asyncio.Event:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `rollout serve` and `python -m service.server`."""
+    return_large_frees_to_the_os()
     settings = Settings(_cli_parse_args=list(argv if argv is not None else sys.argv[1:]))  # type: ignore[call-arg]
     logging.basicConfig(
         level=settings.log_level.upper(),

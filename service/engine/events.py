@@ -4,6 +4,10 @@ Each live rollout's events are kept in memory (`RolloutLog`) until they are pers
 and the rollout is terminal. A watcher is only a cursor into a log, so a slow watcher
 costs nothing to the rollout or to other watchers: nobody waits for anybody. Watchers
 of finished rollouts read from the store.
+
+What stays in memory after a rollout ends is bounded in bytes: its final event carries the
+slim rollout (no files, no turns), and label-wide watchers share one feed of recent events
+held to a byte budget (`EventFeed`); whatever left memory is read back from the store.
 """
 
 from __future__ import annotations
@@ -11,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import AsyncIterator, ItemsView, Mapping
 from datetime import UTC, datetime
 
+from service.engine.feed import EventFeed
 from service.models import EventPayload, Rollout, RolloutEvent
 from service.store.base import RolloutStore
 
@@ -23,7 +27,8 @@ __all__ = ["EventHub", "RolloutLog"]
 log = logging.getLogger(__name__)
 
 _REPLAY_PAGE = 500
-_FEED_SIZE = 10_000
+_FEED_BYTES = 32 * 1024 * 1024
+"""Memory the shared feed of recent events may hold (see `EventFeed`)."""
 
 
 class RolloutLog:
@@ -83,9 +88,7 @@ class EventHub:
         self._persisted = 0
         self._persisted_changed = asyncio.Condition()
         self._writer: asyncio.Task[None] | None = None
-        self._feed: deque[RolloutEvent] = deque(maxlen=_FEED_SIZE)
-        self._feed_end = 0
-        self._feed_changed = asyncio.Event()
+        self._feed = EventFeed(_FEED_BYTES)
 
     async def start(self) -> None:
         self._writer = asyncio.create_task(self._write_loop(), name="event-writer")
@@ -114,15 +117,18 @@ class EventHub:
         await self.flush()
 
     def publish(self, rollout_id: str, payload: EventPayload) -> RolloutEvent:
-        """Append an event to a live rollout's log; never blocks."""
+        """Append an event to a live rollout's log; never blocks.
+
+        A finished rollout is published as its slim copy: the final event is what outlives
+        the run in memory and in the store's event log, and watchers only ever see it slim.
+        """
+        if isinstance(payload, Rollout):
+            payload = payload.slim()
         event = self._logs[rollout_id].append(payload)
         self._pending.append(event)
         self._published += 1
         self._flush_needed.set()
         self._feed.append(event)
-        self._feed_end += 1
-        changed, self._feed_changed = self._feed_changed, asyncio.Event()
-        changed.set()
         return event
 
     async def flush(self) -> None:
@@ -191,19 +197,18 @@ class EventHub:
         rollout from the store, so it loses nothing and delays nobody.
         """
         wanted = dict(labels).items()
-        cursor = self._feed_end
+        feed = self._feed
+        cursor = feed.end
         last_seq: dict[str, int] = {}
         while True:
-            changed = self._feed_changed
-            while cursor < self._feed_end:
-                start = self._feed_end - len(self._feed)
-                if cursor < start:
+            changed = feed.changed
+            while cursor < feed.end:
+                if cursor < feed.start:
                     async for event in self._catch_up(last_seq, wanted):
                         yield event
-                    cursor = self._feed_end - len(self._feed)
+                    cursor = feed.start
                     continue
-                # Indexing near the deque's right end is cheap; copying the feed is not.
-                event = self._feed[cursor - start]
+                event = feed.at(cursor)
                 cursor += 1
                 if wanted <= event.labels.items() and event.seq > last_seq.get(event.rollout_id, 0):
                     last_seq[event.rollout_id] = event.seq
