@@ -16,6 +16,7 @@ from service.api.convert import (
     statuses_from_proto,
 )
 from service.api.errors import invalid_argument, translate_errors, translate_stream_errors
+from service.api.paging import RolloutPageBuilder
 from service.engine.events import EventHub
 from service.engine.manager import RolloutManager
 
@@ -80,16 +81,20 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self, request: pb.ListRolloutsRequest, context: Context
     ) -> pb.ListRolloutsResponse:
         page_size = min(request.page_size or _DEFAULT_PAGE_SIZE, _MAX_PAGE_SIZE)
-        rollouts, token = await self._manager.list(
+        limit_bytes = self._manager.settings.max_message_bytes
+        if request.max_page_bytes:
+            limit_bytes = min(limit_bytes, request.max_page_bytes)
+        slim = request.view != pb.RESULT_VIEW_FULL
+        page = RolloutPageBuilder(limit_bytes=limit_bytes, slim=slim)
+        _, token = await self._manager.list(
             labels=request.labels,
             statuses=statuses_from_proto(request.statuses),
             page_size=page_size,
             page_token=request.page_token,
+            slim=slim,
+            take=page.take,
         )
-        slim = request.view != pb.RESULT_VIEW_FULL
-        return pb.ListRolloutsResponse(
-            rollouts=[rollout_to_proto(r, slim=slim) for r in rollouts], next_page_token=token
-        )
+        return page.response(token)
 
     @translate_errors
     async def CancelRollout(

@@ -39,7 +39,7 @@ from service.models import (
 from service.proxy.endpoints import ResolvedEndpoint
 from service.registry import MissingDependencyError, load_agent, load_backend
 from service.sandboxes.base import SandboxBackend
-from service.store.base import RolloutPage, RolloutStore
+from service.store.base import RolloutPage, RolloutStore, TakeRollout
 
 __all__ = ["RolloutManager"]
 
@@ -257,6 +257,10 @@ class RolloutManager:
         await live.done.wait()
         return live.rollout
 
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
     async def get(self, rollout_id: str) -> Rollout:
         live = self._live.get(rollout_id)
         if live is not None:
@@ -273,9 +277,17 @@ class RolloutManager:
         statuses: Sequence[RolloutStatus],
         page_size: int,
         page_token: str,
+        slim: bool,
+        take: TakeRollout,
     ) -> RolloutPage:
+        """A page of rollouts as `take` accepts them, live ones as they are now."""
         rollouts, token = await self._store.list(
-            labels=labels, statuses=statuses, page_size=page_size, page_token=page_token
+            labels=labels,
+            statuses=statuses,
+            page_size=page_size,
+            page_token=page_token,
+            slim=slim,
+            take=lambda rollout: take(self._fresh(rollout)),
         )
         return [self._fresh(rollout) for rollout in rollouts], token
 
