@@ -3,6 +3,7 @@
     RolloutServiceError
     ├── SpecError            bad input; INVALID_ARGUMENT with one violation per field
     ├── NotFoundError        NOT_FOUND
+    ├── RequestConflictError ALREADY_EXISTS: the request_id names a rollout of another spec
     ├── CapacityError        RESOURCE_EXHAUSTED: running and queue slots are full
     ├── ShuttingDownError    UNAVAILABLE: the server is draining
     └── RolloutFailure       raised inside a rollout; recorded on the result, never an RPC error
@@ -27,6 +28,7 @@ __all__ = [
     "CapacityError",
     "FieldViolation",
     "NotFoundError",
+    "RequestConflictError",
     "RolloutFailure",
     "RolloutServiceError",
     "SandboxError",
@@ -59,6 +61,14 @@ class SpecError(RolloutServiceError):
 
 class NotFoundError(RolloutServiceError):
     """No rollout with that id."""
+
+
+class RequestConflictError(RolloutServiceError):
+    """The spec's request_id already names a rollout made from a different spec."""
+
+    def __init__(self, violation: FieldViolation) -> None:
+        self.violations = [violation]
+        super().__init__(f"{violation.field}: {violation.description}")
 
 
 class CapacityError(RolloutServiceError):

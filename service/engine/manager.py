@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from service.agents.base import Agent
 from service.config import Settings
 from service.engine.events import EventHub
+from service.engine.idempotency import check_same_request
 from service.engine.lifecycle import RolloutRun
 from service.engine.model_access import ModelRouter
 from service.engine.validation import validate_spec
@@ -135,7 +136,7 @@ class RolloutManager:
         async with self._admission:
             if not self._accepting:
                 raise ShuttingDownError("the server is shutting down")
-            existing = await self._existing(spec.request_id)
+            existing = await self._existing(spec)
             if existing is not None:
                 return existing
             if len(self._live) >= self._settings.max_running + self._settings.max_queued:
@@ -147,8 +148,8 @@ class RolloutManager:
                 id=uuid.uuid4().hex, spec=spec.redacted(), create_time=datetime.now(UTC)
             )
             stored = await self._store.insert(rollout)
-            if stored.id != rollout.id:
-                return stored
+            if stored.id != rollout.id:  # another server on this database admitted it first
+                return check_same_request(stored, spec)
             run = RolloutRun(
                 rollout,
                 spec,
@@ -187,13 +188,15 @@ class RolloutManager:
     def _publish(self, rollout_id: str, payload: EventPayload) -> None:
         self._hub.publish(rollout_id, payload)
 
-    async def _existing(self, request_id: str) -> Rollout | None:
-        if not request_id:
+    async def _existing(self, spec: RolloutSpec) -> Rollout | None:
+        """The rollout the spec's request_id already names (RequestConflictError if not it)."""
+        if not spec.request_id:
             return None
         for live in self._live.values():
-            if live.rollout.spec.request_id == request_id:
-                return live.rollout
-        return await self._store.find_by_request_id(request_id)
+            if live.rollout.spec.request_id == spec.request_id:
+                return check_same_request(live.rollout, spec)
+        existing = await self._store.find_by_request_id(spec.request_id)
+        return None if existing is None else check_same_request(existing, spec)
 
     async def _work(self, live: _Live, run: RolloutRun) -> None:
         queued_at = time.monotonic()
