@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 import pytest
@@ -69,7 +69,7 @@ async def walk(
 
 
 async def test_pages_of_near_limit_specs_fit_and_advance_and_slim_is_slim(
-    stub: pb_grpc.RolloutServiceAsyncStub,
+    stub: pb_grpc.RolloutServiceAsyncStub, record_property: Callable[[str, object], None]
 ) -> None:
     labels = {"batch": uuid.uuid4().hex}
     sent = await near_limit_rollouts(stub, labels)
@@ -85,6 +85,8 @@ async def test_pages_of_near_limit_specs_fit_and_advance_and_slim_is_slim(
     full = await walk(stub, pb.ListRolloutsRequest(labels=labels, view=pb.RESULT_VIEW_FULL))
     assert [len(page.rollouts) for page in full] == [1] * _ROLLOUTS
     assert all(page.ByteSize() <= _MESSAGE_LIMIT for page in full)
+    record_property("slim_page_bytes", slim.ByteSize())
+    record_property("full_page_bytes", [page.ByteSize() for page in full])
     listed = {r.id: r.spec.task.files["blob.bin"] for page in full for r in page.rollouts}
     assert listed == sent
 

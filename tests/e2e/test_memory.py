@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import grpc
@@ -38,7 +38,10 @@ def resident_bytes(pid: int) -> int:
 @pytest.fixture
 async def stub(fresh_server: ServerProcess) -> AsyncIterator[pb_grpc.RolloutServiceAsyncStub]:
     target = fresh_server.start()
-    options = [("grpc.max_send_message_length", 64 * _MIB)]
+    options = [
+        ("grpc.max_send_message_length", 64 * _MIB),
+        ("grpc.max_receive_message_length", 64 * _MIB),
+    ]
     async with grpc.aio.insecure_channel(target, options=options) as channel:
         yield pb_grpc.RolloutServiceStub(channel)
 
@@ -52,7 +55,9 @@ async def big_spec_rollout(stub: pb_grpc.RolloutServiceAsyncStub, labels: dict[s
 
 
 async def test_big_spec_rollouts_leave_no_memory_behind(
-    stub: pb_grpc.RolloutServiceAsyncStub, fresh_server: ServerProcess
+    stub: pb_grpc.RolloutServiceAsyncStub,
+    fresh_server: ServerProcess,
+    record_property: Callable[[str, object], None],
 ) -> None:
     labels = {"batch": uuid.uuid4().hex}
     await big_spec_rollout(stub, labels)  # the first one warms up what any server keeps
@@ -60,12 +65,21 @@ async def test_big_spec_rollouts_leave_no_memory_behind(
 
     for _ in range(_ROLLOUTS):
         await big_spec_rollout(stub, labels)
-    listed = await stub.ListRollouts(pb.ListRolloutsRequest(labels=labels))
-    after = resident_bytes(fresh_server.pid)
+    after_runs = resident_bytes(fresh_server.pid)
+    record_property("rss_before_mib", round(before / _MIB))
+    record_property("rss_after_runs_mib", round(after_runs / _MIB))
+    assert_bounded_growth(before, after_runs, "by the rollouts")
 
+    listed = await stub.ListRollouts(pb.ListRolloutsRequest(labels=labels))
+    after_list = resident_bytes(fresh_server.pid)
+    record_property("rss_after_list_mib", round(after_list / _MIB))
+    record_property("slim_page_bytes", listed.ByteSize())
     assert len(listed.rollouts) == _ROLLOUTS + 1
+    assert_bounded_growth(before, after_list, "by listing them")
+
+
+def assert_bounded_growth(before: int, after: int, moment: str) -> None:
     growth = after - before
     assert growth < _GROWTH_BOUND_BYTES, (
-        f"RSS grew {growth / _MIB:.0f} MiB over {_ROLLOUTS} rollouts "
-        f"({before / _MIB:.0f} -> {after / _MIB:.0f} MiB)"
+        f"RSS grew {growth / _MIB:.0f} MiB {moment} ({before / _MIB:.0f} -> {after / _MIB:.0f} MiB)"
     )
