@@ -204,7 +204,7 @@ class EventHub:
             changed = feed.changed
             while cursor < feed.end:
                 if cursor < feed.start:
-                    async for event in self._catch_up(last_seq, wanted):
+                    async for event in self._catch_up(last_seq, wanted, since=cursor):
                         yield event
                     cursor = feed.start
                     continue
@@ -216,12 +216,14 @@ class EventHub:
             await changed.wait()
 
     async def _catch_up(
-        self, last_seq: dict[str, int], wanted: ItemsView[str, str]
+        self, last_seq: dict[str, int], wanted: ItemsView[str, str], *, since: int
     ) -> AsyncIterator[RolloutEvent]:
+        """Replay from the store every matching rollout with events after feed position `since`:
+        those already followed, those still live, and those that ended meanwhile."""
         await self.flush()
-        live = [log_ for log_ in self._logs.values() if wanted <= log_.labels.items()]
-        ids = set(last_seq) | {log_.rollout_id for log_ in live}
-        for rollout_id in ids:
+        live = [log_.rollout_id for log_ in self._logs.values() if wanted <= log_.labels.items()]
+        ended = [rid for rid, labels in self._feed.ended_since(since) if wanted <= labels.items()]
+        for rollout_id in dict.fromkeys([*last_seq, *live, *ended]):
             async for event in self._replay(rollout_id, last_seq.get(rollout_id, 0)):
                 last_seq[rollout_id] = event.seq
                 yield event

@@ -3,12 +3,16 @@
 Events are measured once, by the size of their JSON, plus a fixed allowance for the objects
 that hold them. The oldest events leave once the feed holds more than its budget; a watcher
 whose cursor they passed catches up from the store, so the budget costs nothing but speed.
+For that the feed also remembers where each rollout ended (a few bytes each, for many more
+rollouts than it holds events of): a rollout that began and ended while a watcher was behind
+is found there, not lost.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Mapping
 
 import pydantic_core
 
@@ -18,6 +22,8 @@ __all__ = ["EventFeed", "event_bytes"]
 
 _EVENT_OVERHEAD_BYTES = 512
 """What an event costs in memory beyond its JSON: its objects, its labels, the deque slot."""
+_ENDINGS_KEPT = 100_000
+"""Rollout endings remembered for watchers that fell behind (about 200 bytes each)."""
 
 
 def event_bytes(event: RolloutEvent) -> int:
@@ -35,6 +41,7 @@ class EventFeed:
         self.end = 0
         """The position after the newest event (positions count every event ever appended)."""
         self._changed = asyncio.Event()
+        self._endings: deque[tuple[int, str, Mapping[str, str]]] = deque(maxlen=_ENDINGS_KEPT)
 
     @property
     def start(self) -> int:
@@ -48,6 +55,8 @@ class EventFeed:
 
     def append(self, event: RolloutEvent) -> None:
         size = event_bytes(event)
+        if event.is_final:
+            self._endings.append((self.end, event.rollout_id, event.labels))
         self._events.append((event, size))
         self.held_bytes += size
         self.end += 1
@@ -60,3 +69,7 @@ class EventFeed:
     def at(self, position: int) -> RolloutEvent:
         """The event at `position` (start <= position < end); cheap near the newest end."""
         return self._events[position - self.start][0]
+
+    def ended_since(self, position: int) -> list[tuple[str, Mapping[str, str]]]:
+        """(rollout id, labels) of the rollouts whose final event is at `position` or later."""
+        return [(rollout_id, labels) for at, rollout_id, labels in self._endings if at >= position]
