@@ -134,7 +134,7 @@ class RolloutManager:
         """Admit a rollout and start it in the background; idempotent on request_id."""
         backend, agent, upstream = self._checked(spec)
         async with self._admission:
-            if not self._accepting:
+            if not self._accepting:  # shutdown began while this call waited for the lock
                 raise ShuttingDownError("the server is shutting down")
             existing = await self._existing(spec)
             if existing is not None:
@@ -160,14 +160,14 @@ class RolloutManager:
                 proxy_socket=self._models.proxy_socket(spec, upstream, backend),
                 publish=functools.partial(self._publish, rollout.id),
             )
-            self._start(run, spec.labels)
+            self._start(run)
         return rollout
 
-    def _start(self, run: RolloutRun, labels: Mapping[str, str]) -> None:
+    def _start(self, run: RolloutRun) -> None:
         rollout = run.rollout
         live = _Live(rollout)
         self._live[rollout.id] = live
-        self._hub.open(rollout.id, labels)
+        self._hub.open(rollout.id, rollout.spec.labels)
         self._hub.publish(rollout.id, PhaseChanged(phase=Phase.QUEUED, status=rollout.status))
         live.work = asyncio.create_task(self._work(live, run), name=f"rollout-{rollout.id}")
         live.settled = asyncio.create_task(self._settle(live), name=f"settle-{rollout.id}")

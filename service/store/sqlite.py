@@ -139,7 +139,7 @@ class SqliteStore:
         for index, (_, rollout_id) in enumerate(keys[:size]):
             rollout = await self._run(_listed, rollout_id, slim)
             if take is not None and not take(rollout):
-                return page, encode_page_token(*keys[index - 1]) if index else page_token
+                return page, (encode_page_token(*keys[index - 1]) if index else page_token)
             page.append(rollout)
         token = encode_page_token(*keys[size - 1]) if len(keys) > size else ""
         return page, token
