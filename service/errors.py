@@ -3,6 +3,7 @@
     RolloutServiceError
     ├── SpecError            bad input; INVALID_ARGUMENT with one violation per field
     ├── NotFoundError        NOT_FOUND
+    ├── RequestConflictError ALREADY_EXISTS: the request_id names a rollout of another spec
     ├── CapacityError        RESOURCE_EXHAUSTED: running and queue slots are full
     ├── ShuttingDownError    UNAVAILABLE: the server is draining
     ├── ConfigError          a server setting is unusable: the server does not start
@@ -31,6 +32,7 @@ __all__ = [
     "ConfigError",
     "FieldViolation",
     "NotFoundError",
+    "RequestConflictError",
     "RolloutFailure",
     "RolloutServiceError",
     "SandboxError",
@@ -74,6 +76,14 @@ class SpecError(RolloutServiceError):
 
 class NotFoundError(RolloutServiceError):
     """No rollout with that id."""
+
+
+class RequestConflictError(RolloutServiceError):
+    """The spec's request_id already names a rollout made from a different spec."""
+
+    def __init__(self, violation: FieldViolation) -> None:
+        self.violations = [violation]
+        super().__init__(f"{violation.field}: {violation.description}")
 
 
 class CapacityError(RolloutServiceError):

@@ -32,6 +32,7 @@ from service.engine.events import EventHub
 from service.engine.manager import RolloutManager
 from service.engine.model_access import ModelRouter
 from service.errors import ConfigError
+from service.memory import return_large_frees_to_the_os
 from service.proxy.server import CaptureProxy
 from service.registry import MissingDependencyError
 from service.store.sqlite import SqliteStore
@@ -178,6 +179,7 @@ def _raise_fd_limit() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `rollout serve` and `python -m service.server`."""
     _raise_fd_limit()
+    return_large_frees_to_the_os()
     settings = Settings(_cli_parse_args=list(argv if argv is not None else sys.argv[1:]))  # type: ignore[call-arg]
     logging.basicConfig(
         level=settings.log_level.upper(),

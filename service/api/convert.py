@@ -97,13 +97,15 @@ def _spec_to_proto(spec: RolloutSpec) -> pb.RolloutSpec:
 
 
 def rollout_to_proto(rollout: Rollout, *, slim: bool = False) -> pb.Rollout:
-    """A rollout for the wire; `slim` leaves out turns, files and the log tail."""
+    """A rollout for the wire; `slim` leaves out its bulk (see `Rollout.slim`)."""
+    if slim:
+        rollout = rollout.slim()
     message = pb.Rollout(
         id=rollout.id,
         spec=_spec_to_proto(rollout.spec.redacted()),
         status=_enum_to_proto(rollout.status, "RolloutStatus"),  # type: ignore[arg-type]
         phase=_enum_to_proto(rollout.phase, "Phase"),  # type: ignore[arg-type]
-        result=_result_to_proto(rollout.result, slim=slim),
+        result=_result_to_proto(rollout.result),
         create_time=_timestamp(rollout.create_time),
         start_time=_timestamp(rollout.start_time),
         finish_time=_timestamp(rollout.finish_time),
@@ -112,7 +114,7 @@ def rollout_to_proto(rollout: Rollout, *, slim: bool = False) -> pb.Rollout:
     return message
 
 
-def _result_to_proto(result: RolloutResult, *, slim: bool) -> pb.RolloutResult:
+def _result_to_proto(result: RolloutResult) -> pb.RolloutResult:
     timings = result.timings
     message = pb.RolloutResult(
         reward=result.reward,
@@ -127,10 +129,11 @@ def _result_to_proto(result: RolloutResult, *, slim: bool) -> pb.RolloutResult:
             }
         ),
         sandbox_id=result.sandbox_id,
-        turn_count=len(result.turns),
+        turn_count=result.turn_count,
         files_omitted=result.files_omitted,
         trainable_calls=result.trainable_calls,
         trainable_calls_failed=result.trainable_calls_failed,
+        agent_log_tail=result.agent_log_tail,
     )
     if result.error is not None:
         message.error.CopyFrom(
@@ -139,10 +142,8 @@ def _result_to_proto(result: RolloutResult, *, slim: bool) -> pb.RolloutResult:
                 message=result.error.message,
             )
         )
-    if not slim:
-        message.turns.extend(_turn_to_proto(turn) for turn in result.turns)
-        message.files.update(result.files)
-        message.agent_log_tail = result.agent_log_tail
+    message.turns.extend(_turn_to_proto(turn) for turn in result.turns)
+    message.files.update(result.files)
     return message
 
 

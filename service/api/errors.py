@@ -23,6 +23,7 @@ from service.errors import (
     CapacityError,
     FieldViolation,
     NotFoundError,
+    RequestConflictError,
     RolloutServiceError,
     ShuttingDownError,
     SpecError,
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 _CODES: dict[type[RolloutServiceError], int] = {
     SpecError: code_pb2.INVALID_ARGUMENT,
     NotFoundError: code_pb2.NOT_FOUND,
+    RequestConflictError: code_pb2.ALREADY_EXISTS,
     CapacityError: code_pb2.RESOURCE_EXHAUSTED,
     ShuttingDownError: code_pb2.UNAVAILABLE,
 }
@@ -74,7 +76,7 @@ def _status(exc: RolloutServiceError) -> status_pb2.Status:
     code = next((c for kind, c in _CODES.items() if isinstance(exc, kind)), code_pb2.INTERNAL)
     status = status_pb2.Status(code=code, message=_clip(str(exc), MESSAGE_MAX_BYTES))
     detail = any_pb2.Any()
-    if isinstance(exc, SpecError):
+    if isinstance(exc, SpecError | RequestConflictError):
         bad_request, left_out = _bad_request(exc.violations)
         if left_out:
             note = f" ({left_out} more violations not shown)"

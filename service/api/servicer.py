@@ -21,6 +21,7 @@ from service.api.inbound import (
     spec_from_proto,
     statuses_from_proto,
 )
+from service.api.paging import RolloutPageBuilder
 from service.engine.events import EventHub
 from service.engine.manager import RolloutManager
 
@@ -83,17 +84,21 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self, request: pb.ListRolloutsRequest, context: Context
     ) -> pb.ListRolloutsResponse:
         page_size = min(request.page_size or _DEFAULT_PAGE_SIZE, _MAX_PAGE_SIZE)
+        limit_bytes = self._manager.settings.max_message_bytes
+        if request.max_page_bytes:
+            limit_bytes = min(limit_bytes, request.max_page_bytes)
         slim = slim_view(request.view, default_slim=True)
-        rollouts, token = await self._manager.list(
+        page = RolloutPageBuilder(limit_bytes=limit_bytes, slim=slim)
+        _, token = await self._manager.list(
             labels=label_filter_from_proto(request.labels),
             statuses=statuses_from_proto(request.statuses),
             page_size=page_size,
             page_token=request.page_token,
             tenant=caller_tenant(),
+            slim=slim,
+            take=page.take,
         )
-        return pb.ListRolloutsResponse(
-            rollouts=[rollout_to_proto(r, slim=slim) for r in rollouts], next_page_token=token
-        )
+        return page.response(token)
 
     @translate_errors
     async def CancelRollout(

@@ -4,6 +4,10 @@ Each live rollout's events are kept in memory (`RolloutLog`) until they are pers
 and the rollout is terminal. A watcher is only a cursor into a log, so a slow watcher
 costs nothing to the rollout or to other watchers: nobody waits for anybody. Watchers
 of finished rollouts read from the store.
+
+What stays in memory after a rollout ends is bounded in bytes: its final event carries the
+slim rollout (no files, no turns), and label-wide watchers share one feed of recent events
+held to a byte budget (`EventFeed`); whatever left memory is read back from the store.
 """
 
 from __future__ import annotations
@@ -11,11 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import AsyncIterator, ItemsView, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from service.engine.feed import EventFeed
 from service.models import EventPayload, Rollout, RolloutEvent
 from service.store.base import RolloutStore
 
@@ -24,7 +28,8 @@ __all__ = ["EventHub", "RolloutLog"]
 log = logging.getLogger(__name__)
 
 _REPLAY_PAGE = 500
-_FEED_SIZE = 10_000
+_FEED_BYTES = 32 * 1024 * 1024
+"""Memory the shared feed of recent events may hold (see `EventFeed`)."""
 
 
 class RolloutLog:
@@ -99,9 +104,7 @@ class EventHub:
         self._persisted = 0
         self._persisted_changed = asyncio.Condition()
         self._writer: asyncio.Task[None] | None = None
-        self._feed: deque[RolloutEvent] = deque(maxlen=_FEED_SIZE)
-        self._feed_end = 0
-        self._feed_changed = asyncio.Event()
+        self._feed = EventFeed(_FEED_BYTES)
 
     async def start(self) -> None:
         self._writer = asyncio.create_task(self._write_loop(), name="event-writer")
@@ -132,15 +135,18 @@ class EventHub:
         await self.flush()
 
     def publish(self, rollout_id: str, payload: EventPayload) -> RolloutEvent:
-        """Append an event to a live rollout's log; never blocks."""
+        """Append an event to a live rollout's log; never blocks.
+
+        A finished rollout is published as its slim copy: the final event is what outlives
+        the run in memory and in the store's event log, and watchers only ever see it slim.
+        """
+        if isinstance(payload, Rollout):
+            payload = payload.slim()
         event = self._logs[rollout_id].append(payload)
         self._pending.append(event)
         self._published += 1
         self._flush_needed.set()
         self._feed.append(event)
-        self._feed_end += 1
-        changed, self._feed_changed = self._feed_changed, asyncio.Event()
-        changed.set()
         return event
 
     async def flush(self) -> None:
@@ -212,19 +218,18 @@ class EventHub:
         rollout from the store, so it loses nothing and delays nobody.
         """
         wanted = _Wanted(dict(labels).items(), tenant)
-        cursor = self._feed_end
+        feed = self._feed
+        cursor = feed.end
         last_seq: dict[str, int] = {}
         while True:
-            changed = self._feed_changed
-            while cursor < self._feed_end:
-                start = self._feed_end - len(self._feed)
-                if cursor < start:
-                    async for event in self._catch_up(last_seq, wanted):
+            changed = feed.changed
+            while cursor < feed.end:
+                if cursor < feed.start:
+                    async for event in self._catch_up(last_seq, wanted, since=cursor):
                         yield event
-                    cursor = self._feed_end - len(self._feed)
+                    cursor = feed.start
                     continue
-                # Indexing near the deque's right end is cheap; copying the feed is not.
-                event = self._feed[cursor - start]
+                event = feed.at(cursor)
                 cursor += 1
                 if wanted.matches(event.labels, event.tenant) and event.seq > last_seq.get(
                     event.rollout_id, 0
@@ -234,12 +239,22 @@ class EventHub:
             await changed.wait()
 
     async def _catch_up(
-        self, last_seq: dict[str, int], wanted: _Wanted
+        self, last_seq: dict[str, int], wanted: _Wanted, *, since: int
     ) -> AsyncIterator[RolloutEvent]:
+        """Replay from the store every matching rollout with events after feed position `since`:
+        those already followed, those still live, and those that ended meanwhile."""
         await self.flush()
-        live = [log_ for log_ in self._logs.values() if wanted.matches(log_.labels, log_.tenant)]
-        ids = set(last_seq) | {log_.rollout_id for log_ in live}
-        for rollout_id in ids:
+        live = [
+            log_.rollout_id
+            for log_ in self._logs.values()
+            if wanted.matches(log_.labels, log_.tenant)
+        ]
+        ended = [
+            rid
+            for rid, labels, tenant in self._feed.ended_since(since)
+            if wanted.matches(labels, tenant)
+        ]
+        for rollout_id in dict.fromkeys([*last_seq, *live, *ended]):
             async for event in self._replay(rollout_id, last_seq.get(rollout_id, 0)):
                 last_seq[rollout_id] = event.seq
                 yield event

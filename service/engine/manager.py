@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from service.agents.base import Agent
 from service.config import Settings
 from service.engine.events import EventHub
+from service.engine.idempotency import check_same_request
 from service.engine.lifecycle import RolloutRun
 from service.engine.model_access import ModelRouter
 from service.engine.validation import validate_spec
@@ -45,7 +46,7 @@ from service.models import (
 from service.proxy.endpoints import ResolvedEndpoint
 from service.registry import MissingDependencyError, load_agent, load_backend
 from service.sandboxes.base import SandboxBackend
-from service.store.base import RolloutPage, RolloutStore
+from service.store.base import RolloutPage, RolloutStore, TakeRollout
 
 __all__ = ["RolloutManager"]
 
@@ -56,10 +57,19 @@ def _visible(rollout: Rollout, tenant: str | None) -> bool:
     return tenant is None or rollout.tenant == tenant
 
 
+_UNCANCELLABLE_PHASES = frozenset({Phase.TEARDOWN, Phase.DONE})
+"""Teardown runs on every path: a cancel arriving then has nothing left to stop."""
+
+
 @dataclass
 class _Live:
+    """A rollout this server runs: its work, and the task that settles it whatever happens."""
+
     rollout: Rollout
-    task: asyncio.Task[None] | None = None
+    work: asyncio.Task[None] | None = None
+    """The queue wait and the run: the only task a cancel ever touches."""
+    settled: asyncio.Task[None] | None = None
+    """Records, publishes and saves how `work` ended, then frees the rollout's place."""
     done: asyncio.Event = field(default_factory=asyncio.Event)
     cancel_reason: str = ""
 
@@ -135,7 +145,9 @@ class RolloutManager:
         request_id."""
         backend, agent, upstream = self._checked(spec)
         async with self._admission:
-            existing = await self._existing(spec.request_id, tenant or "")
+            if not self._accepting:  # shutdown began while this call waited for the lock
+                raise ShuttingDownError("the server is shutting down")
+            existing = await self._existing(spec, tenant or "")
             if existing is not None:
                 return existing
             if len(self._live) >= self._settings.max_running + self._settings.max_queued:
@@ -150,12 +162,8 @@ class RolloutManager:
                 tenant=tenant or "",
             )
             stored = await self._store.insert(rollout)
-            if stored.id != rollout.id:
-                return stored
-            live = _Live(rollout)
-            self._live[rollout.id] = live
-            self._hub.open(rollout.id, spec.labels, tenant=rollout.tenant)
-            self._hub.publish(rollout.id, PhaseChanged(phase=Phase.QUEUED, status=rollout.status))
+            if stored.id != rollout.id:  # another server on this database admitted it first
+                return check_same_request(stored, spec)
             run = RolloutRun(
                 rollout,
                 spec,
@@ -165,8 +173,17 @@ class RolloutManager:
                 attach_model=self._models.attacher(rollout.id, spec, upstream),
                 publish=functools.partial(self._publish, rollout.id),
             )
-            live.task = asyncio.create_task(self._drive(live, run), name=f"rollout-{rollout.id}")
+            self._start(run)
         return rollout
+
+    def _start(self, run: RolloutRun) -> None:
+        rollout = run.rollout
+        live = _Live(rollout)
+        self._live[rollout.id] = live
+        self._hub.open(rollout.id, rollout.spec.labels, tenant=rollout.tenant)
+        self._hub.publish(rollout.id, PhaseChanged(phase=Phase.QUEUED, status=rollout.status))
+        live.work = asyncio.create_task(self._work(live, run), name=f"rollout-{rollout.id}")
+        live.settled = asyncio.create_task(self._settle(live), name=f"settle-{rollout.id}")
 
     def _checked(self, spec: RolloutSpec) -> tuple[SandboxBackend, Agent, ResolvedEndpoint | None]:
         """Everything admission can refuse before a rollout exists, as RPC errors."""
@@ -184,36 +201,56 @@ class RolloutManager:
     def _publish(self, rollout_id: str, payload: EventPayload) -> None:
         self._hub.publish(rollout_id, payload)
 
-    async def _existing(self, request_id: str, tenant: str) -> Rollout | None:
-        if not request_id:
+    async def _existing(self, spec: RolloutSpec, tenant: str) -> Rollout | None:
+        """The rollout the tenant's request_id already names (RequestConflictError if not it)."""
+        if not spec.request_id:
             return None
         for live in self._live.values():
-            if live.rollout.spec.request_id == request_id and live.rollout.tenant == tenant:
-                return live.rollout
-        return await self._store.find_by_request_id(request_id, tenant=tenant)
+            rollout = live.rollout
+            if rollout.spec.request_id == spec.request_id and rollout.tenant == tenant:
+                return check_same_request(rollout, spec)
+        existing = await self._store.find_by_request_id(spec.request_id, tenant=tenant)
+        return None if existing is None else check_same_request(existing, spec)
 
-    async def _drive(self, live: _Live, run: RolloutRun) -> None:
-        rollout = live.rollout
+    async def _work(self, live: _Live, run: RolloutRun) -> None:
         queued_at = time.monotonic()
+        async with self._slots:
+            live.rollout.result.timings.queued_s = time.monotonic() - queued_at
+            await run.execute()
+
+    async def _settle(self, live: _Live) -> None:
+        """Wait for the work however it ends; nothing cancels this task, so the place is freed.
+
+        A cancel that lands while the work waits for its slot, before it ever ran, or after
+        its run (the old race: it escaped the store save and left the rollout holding its place
+        forever) ends here as a terminal rollout either way.
+        """
+        assert live.work is not None
+        await asyncio.wait([live.work])
+        rollout = live.rollout
         try:
-            async with self._slots:
-                rollout.result.timings.queued_s = time.monotonic() - queued_at
-                await run.execute()
-        except asyncio.CancelledError:
-            rollout.status = RolloutStatus.CANCELLED
-            rollout.phase = Phase.DONE
-            rollout.finish_time = datetime.now(UTC)
-            rollout.result.error = RolloutError(kind=ErrorKind.CANCELLED, message="cancelled")
-        finally:
-            if live.cancel_reason and rollout.status is RolloutStatus.CANCELLED:
-                rollout.result.error = RolloutError(
-                    kind=ErrorKind.CANCELLED, message=f"cancelled: {live.cancel_reason}"
-                )
+            _record_ending(rollout, live.work, live.cancel_reason)
             self._hub.publish(rollout.id, rollout)  # terminal: nothing changes it any more
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._store.save(rollout))
+            await self._store.save(rollout)
+        except Exception:
+            log.exception("settling rollout %s failed", rollout.id)
+        finally:
             self._live.pop(rollout.id, None)
             live.done.set()
+
+    async def _settled(self, *, timeout_s: float | None) -> None:
+        """Wait until every live rollout is settled, or `timeout_s` has passed."""
+        settling = [live.settled for live in self._live.values() if live.settled is not None]
+        if settling:
+            await asyncio.wait(settling, timeout=timeout_s)
+
+    def _request_cancel(self, live: _Live, reason: str) -> None:
+        """Cancel the work once, unless it is already tearing down (it then ends on its own)."""
+        if live.cancel_reason or live.rollout.phase in _UNCANCELLABLE_PHASES:
+            return
+        live.cancel_reason = reason
+        if live.work is not None:
+            live.work.cancel()
 
     async def run(self, spec: RolloutSpec, *, tenant: str | None = None) -> Rollout:
         """Submit and wait for the terminal status; cancelling the wait cancels the rollout."""
@@ -235,11 +272,13 @@ class RolloutManager:
         live = self._live.get(rollout_id)
         if live is None or not _visible(live.rollout, tenant):
             return await self.get(rollout_id, tenant=tenant)
-        if live.task is not None and not live.task.done():
-            live.cancel_reason = reason or "cancelled by request"
-            live.task.cancel()
+        self._request_cancel(live, reason or "cancelled by request")
         await live.done.wait()
         return live.rollout
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
 
     async def get(self, rollout_id: str, *, tenant: str | None = None) -> Rollout:
         live = self._live.get(rollout_id)
@@ -255,14 +294,19 @@ class RolloutManager:
         statuses: Sequence[RolloutStatus],
         page_size: int,
         page_token: str,
+        slim: bool,
+        take: TakeRollout,
         tenant: str | None = None,
     ) -> RolloutPage:
+        """A page of rollouts as `take` accepts them, live ones as they are now."""
         rollouts, token = await self._store.list(
             labels=labels,
             statuses=statuses,
             page_size=page_size,
             page_token=page_token,
             tenant=tenant,
+            slim=slim,
+            take=lambda rollout: take(self._fresh(rollout)),
         )
         return [self._fresh(rollout) for rollout in rollouts], token
 
@@ -273,14 +317,27 @@ class RolloutManager:
     async def shutdown(self, grace_s: float) -> None:
         """Stop admitting; let rollouts finish for `grace_s`, then cancel them; kill sandboxes."""
         self._accepting = False
-        tasks = [live.task for live in self._live.values() if live.task is not None]
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=grace_s)
-            for live in list(self._live.values()):
-                live.cancel_reason = "server shutting down"
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        async with self._admission:
+            pass  # an admission under way finishes first; none starts after it
+        await self._settled(timeout_s=grace_s)
+        for live in list(self._live.values()):
+            self._request_cancel(live, "server shutting down")
+        await self._settled(timeout_s=None)
         for backend in self._backends.values():
             with contextlib.suppress(Exception):
                 await backend.close()
+
+
+def _record_ending(rollout: Rollout, work: asyncio.Task[None], cancel_reason: str) -> None:
+    """Make the rollout terminal from how its work ended (the run itself records most)."""
+    if work.cancelled():
+        rollout.status = RolloutStatus.CANCELLED
+    elif work.exception() is not None:
+        log.error("rollout %s crashed", rollout.id, exc_info=work.exception())
+        rollout.status = RolloutStatus.FAILED
+        rollout.result.error = RolloutError(kind=ErrorKind.INTERNAL, message="the run crashed")
+    if rollout.status is RolloutStatus.CANCELLED:
+        message = f"cancelled: {cancel_reason}" if cancel_reason else "cancelled"
+        rollout.result.error = RolloutError(kind=ErrorKind.CANCELLED, message=message)
+    rollout.phase = Phase.DONE
+    rollout.finish_time = rollout.finish_time or datetime.now(UTC)

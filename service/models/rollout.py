@@ -131,6 +131,12 @@ class RolloutResult(BaseModel):
     """Trainable model calls the capture proxy relayed."""
     trainable_calls_failed: int = 0
     """Of those, how many failed upstream (all of them: the rollout is UPSTREAM_LLM)."""
+    turns_left_out: int = 0
+    """Turns this copy leaves out (a slim copy carries none of them)."""
+
+    @property
+    def turn_count(self) -> int:
+        return len(self.turns) + self.turns_left_out
 
 
 class Rollout(BaseModel):
@@ -150,3 +156,21 @@ class Rollout(BaseModel):
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    def slim(self) -> Rollout:
+        """This rollout without its bulk: task and verifier files, turns, result files, log tail.
+
+        What a list, a final event or the SLIM view carries; its size no longer grows with the
+        files a caller sent or the turns a run made.
+        """
+        task = self.spec.task.model_copy(update={"files": {}, "verifier_files": {}})
+        result = self.result.model_copy(
+            update={
+                "turns": [],
+                "turns_left_out": self.result.turn_count,
+                "files": {},
+                "agent_log_tail": "",
+            }
+        )
+        spec = self.spec.model_copy(update={"task": task})
+        return self.model_copy(update={"spec": spec, "result": result})

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from service.models import Rollout, RolloutEvent, RolloutStatus
 
-__all__ = ["RolloutPage", "RolloutStore"]
+__all__ = ["RolloutPage", "RolloutStore", "TakeRollout"]
 
 RolloutPage = tuple[list[Rollout], str]
 """A page of rollouts and the token of the next page ("" on the last)."""
+
+TakeRollout = Callable[[Rollout], bool]
+"""Asked for each rollout of a page in order: whether it joins the page. The first refusal
+ends the page there (the next page starts with the refused rollout), so it must take the
+first rollout it is offered or the page cannot advance."""
 
 
 class RolloutStore(Protocol):
@@ -44,9 +49,15 @@ class RolloutStore(Protocol):
         page_size: int,
         page_token: str,
         tenant: str | None = None,
+        slim: bool = False,
+        take: TakeRollout | None = None,
     ) -> RolloutPage:
-        """Rollouts newest first, of `tenant` or (None) of every tenant; raises
-        SpecError(field "page_token") on a bad token."""
+        """Up to `page_size` rollouts newest first, of `tenant` or (None) of every tenant, as
+        many as `take` accepts.
+
+        `slim` reads each rollout as `Rollout.slim()` would make it, without loading its bulk.
+        Raises SpecError(field "page_token") on a bad token.
+        """
         ...
 
     async def non_terminal(self) -> builtins.list[Rollout]:

@@ -14,8 +14,10 @@ from service.store.codec import PAYLOAD_TYPES, decode_model, encode_model
 
 __all__ = [
     "ROLLOUT_COLUMNS",
+    "SLIM_ROLLOUT_COLUMNS",
     "decode_event",
     "decode_rollout",
+    "decode_slim_rollout",
     "encode_event",
     "encode_insert",
     "encode_labels",
@@ -26,6 +28,14 @@ __all__ = [
 
 ROLLOUT_COLUMNS = "id, status, phase, create_time, start_time, finish_time, spec, result, tenant"
 """The columns `decode_rollout` reads, in its order."""
+SLIM_ROLLOUT_COLUMNS = (
+    "id, status, phase, create_time, start_time, finish_time,"
+    " json_remove(spec, '$.task.files', '$.task.verifier_files'),"
+    " json_remove(result, '$.turns', '$.files', '$.agent_log_tail'), tenant,"
+    " json_array_length(result, '$.turns')"
+)
+"""The columns `decode_slim_rollout` reads (ROLLOUT_COLUMNS' order, then the turn count): the bulk
+`Rollout.slim` leaves out stays in SQLite."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -94,6 +104,13 @@ def decode_rollout(row: tuple[Any, ...]) -> Rollout:
         start_time=_time_value(start_time),
         finish_time=_time_value(finish_time),
     )
+
+
+def decode_slim_rollout(row: tuple[Any, ...]) -> Rollout:
+    """The slim rollout in a row of SLIM_ROLLOUT_COLUMNS."""
+    rollout = decode_rollout(row[:-1])
+    rollout.result.turns_left_out = row[-1]
+    return rollout
 
 
 def encode_event(event: RolloutEvent) -> tuple[str, int, str, str, str]:

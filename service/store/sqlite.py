@@ -21,13 +21,15 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from service.errors import FieldViolation, NotFoundError, SpecError
 from service.models import TERMINAL_STATUSES, Rollout, RolloutEvent, RolloutStatus
-from service.store.base import RolloutPage
+from service.store.base import RolloutPage, TakeRollout
 from service.store.codec import decode_page_token, encode_page_token
 from service.store.listing import page_query
 from service.store.rows import (
     ROLLOUT_COLUMNS,
+    SLIM_ROLLOUT_COLUMNS,
     decode_event,
     decode_rollout,
+    decode_slim_rollout,
     encode_event,
     encode_insert,
     encode_labels,
@@ -124,15 +126,28 @@ class SqliteStore:
         page_size: int,
         page_token: str,
         tenant: str | None = None,
+        slim: bool = False,
+        take: TakeRollout | None = None,
     ) -> RolloutPage:
-        """Rollouts newest first, of one tenant or (None) of all; raises SpecError naming
-        "page_size" or "page_token"."""
+        """Rollouts newest first, of one tenant or (None) of all, read one at a time so that
+        `take` can end the page early.
+
+        Raises SpecError naming "page_size" or "page_token".
+        """
         if page_size < 0:
             raise SpecError([FieldViolation("page_size", "must not be negative")])
         size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         after = decode_page_token(page_token) if page_token else None
         status_values = [RolloutStatus(status).value for status in statuses]
-        return await self._run(_list, dict(labels), status_values, tenant, size, after)
+        keys = await self._run(_page_keys, dict(labels), status_values, tenant, after, size + 1)
+        page: builtins.list[Rollout] = []
+        for index, (_, rollout_id) in enumerate(keys[:size]):
+            rollout = await self._run(_listed, rollout_id, slim)
+            if take is not None and not take(rollout):
+                return page, (encode_page_token(*keys[index - 1]) if index else page_token)
+            page.append(rollout)
+        token = encode_page_token(*keys[size - 1]) if len(keys) > size else ""
+        return page, token
 
     async def non_terminal(self) -> builtins.list[Rollout]:
         """Rollouts not in a terminal status, oldest first."""
@@ -245,24 +260,23 @@ def _get(conn: sqlite3.Connection, column: str, value: str) -> Rollout | None:
     return None if row is None else decode_rollout(row)
 
 
-def _list(
+def _page_keys(
     conn: sqlite3.Connection,
     labels: dict[str, str],
     statuses: list[str],
     tenant: str | None,
-    size: int,
     after: tuple[int, str] | None,
-) -> RolloutPage:
-    query, params = page_query(labels, statuses, after, size + 1, tenant=tenant)
-    keys = conn.execute(query, params).fetchall()
-    ids = [rollout_id for _, rollout_id in keys[:size]]
-    rows = conn.execute(
-        f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE id IN ({', '.join('?' * len(ids))})", ids
-    ).fetchall()
-    by_id = {row[0]: row for row in rows}
-    page = [decode_rollout(by_id[rollout_id]) for rollout_id in ids]
-    token = encode_page_token(*keys[size - 1]) if len(keys) > size else ""
-    return page, token
+    limit: int,
+) -> list[tuple[int, str]]:
+    query, params = page_query(labels, statuses, after, limit, tenant=tenant)
+    return conn.execute(query, params).fetchall()
+
+
+def _listed(conn: sqlite3.Connection, rollout_id: str, slim: bool) -> Rollout:
+    if not slim:
+        return decode_rollout(_select_one(conn, "id", rollout_id))
+    query = f"SELECT {SLIM_ROLLOUT_COLUMNS} FROM rollouts WHERE id = ?"
+    return decode_slim_rollout(conn.execute(query, (rollout_id,)).fetchone())
 
 
 def _non_terminal(conn: sqlite3.Connection) -> list[Rollout]:

@@ -18,9 +18,11 @@ from service.models import (
     PhaseChanged,
     Rollout,
     RolloutEvent,
+    RolloutResult,
     RolloutSpec,
     RolloutStatus,
     TaskSpec,
+    Turn,
 )
 from service.store.sqlite import SqliteStore
 
@@ -93,7 +95,7 @@ async def test_a_watcher_that_never_reads_does_not_hold_up_publishing(
 async def test_label_watcher_that_falls_behind_catches_up_from_the_store(
     store: SqliteStore, hub: EventHub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(events_module, "_FEED_SIZE", 8)
+    monkeypatch.setattr(events_module, "_FEED_BYTES", 8 * 600)  # about 8 events
     small = EventHub(store)
     await small.start()
     try:
@@ -113,6 +115,55 @@ async def test_label_watcher_that_falls_behind_catches_up_from_the_store(
         await small.stop()
     assert {e.rollout_id for e in seen} == {"mine"}
     assert [e.seq for e in seen] == list(range(2, 32))
+
+
+async def test_a_rollout_that_began_and_ended_while_a_watcher_was_behind_is_not_lost(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(events_module, "_FEED_BYTES", 8 * 600)  # about 8 events
+    small = EventHub(store)
+    await small.start()
+    try:
+        mine = await admit(store, small, "mine", team="a")
+        watcher = small.watch_all({"team": "a"}).__aiter__()
+        first = asyncio.ensure_future(anext(watcher))
+        await asyncio.sleep(0)
+        small.publish("mine", output("0"))
+        assert (await first).rollout_id == "mine"
+        brief = await admit(store, small, "brief", team="a")
+        for i in range(20):
+            small.publish("brief", output(str(i)))
+        small.publish("brief", finish(brief))
+        await small.flush()
+        assert small.live_log("brief") is None, "brief ended and left memory before the catch-up"
+        for i in range(1, 20):
+            small.publish("mine", output(str(i)))
+        small.publish("mine", finish(mine))
+        seen = [await asyncio.wait_for(anext(watcher), 5) for _ in range(41)]
+    finally:
+        await small.stop()
+    assert sorted((e.rollout_id, e.seq) for e in seen) == sorted(
+        [("brief", seq) for seq in range(1, 22)] + [("mine", seq) for seq in range(2, 22)]
+    )
+
+
+async def test_the_final_event_keeps_the_slim_rollout_only(
+    store: SqliteStore, hub: EventHub
+) -> None:
+    rollout = await admit(store, hub, "r4")
+    task = TaskSpec(instruction="x", files={"big.bin": b"\1" * 1_000_000})
+    result = RolloutResult(turns=[Turn(index=0)], files={"out": b"\2" * 1_000_000})
+    finished = finish(rollout).model_copy(
+        update={"spec": rollout.spec.model_copy(update={"task": task}), "result": result}
+    )
+
+    held = hub.publish("r4", finished)
+    await hub.flush()
+    (replayed,) = await _drain(hub, "r4")
+
+    assert held.payload == replayed.payload == finished.slim()
+    assert isinstance(held.payload, Rollout)
+    assert held.payload.result.turn_count == 1
 
 
 async def _drain(hub: EventHub, rollout_id: str, after_seq: int = 0) -> list[RolloutEvent]:

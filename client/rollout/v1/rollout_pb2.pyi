@@ -205,7 +205,7 @@ class GetRolloutResponse(_message.Message):
     def __init__(self, rollout: _Optional[_Union[Rollout, _Mapping]] = ...) -> None: ...
 
 class ListRolloutsRequest(_message.Message):
-    __slots__ = ("labels", "statuses", "page_size", "page_token", "view")
+    __slots__ = ("labels", "statuses", "page_size", "page_token", "view", "max_page_bytes")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -218,12 +218,14 @@ class ListRolloutsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     VIEW_FIELD_NUMBER: _ClassVar[int]
+    MAX_PAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     labels: _containers.ScalarMap[str, str]
     statuses: _containers.RepeatedScalarFieldContainer[RolloutStatus]
     page_size: int
     page_token: str
     view: ResultView
-    def __init__(self, labels: _Optional[_Mapping[str, str]] = ..., statuses: _Optional[_Iterable[_Union[RolloutStatus, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., view: _Optional[_Union[ResultView, str]] = ...) -> None: ...
+    max_page_bytes: int
+    def __init__(self, labels: _Optional[_Mapping[str, str]] = ..., statuses: _Optional[_Iterable[_Union[RolloutStatus, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., view: _Optional[_Union[ResultView, str]] = ..., max_page_bytes: _Optional[int] = ...) -> None: ...
 
 class ListRolloutsResponse(_message.Message):
     __slots__ = ("rollouts", "next_page_token")

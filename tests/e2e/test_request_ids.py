@@ -1,0 +1,79 @@
+"""request_id over gRPC: the same spec finds its rollout, another spec is ALREADY_EXISTS."""
+
+from __future__ import annotations
+
+import uuid
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+from rollout.v1 import rollout_pb2 as pb
+from rollout.v1 import rollout_pb2_grpc as pb_grpc
+
+from tests.e2e.specs import command_spec
+from tests.server_process import ServerProcess
+
+pytestmark = pytest.mark.e2e
+
+
+def violated_fields(error: grpc.aio.AioRpcError) -> list[str]:
+    status = rpc_status.from_call(error)
+    assert status is not None
+    fields = []
+    for detail in status.details:
+        bad_request = error_details_pb2.BadRequest()
+        if detail.Unpack(bad_request):
+            fields += [v.field for v in bad_request.field_violations]
+    return fields
+
+
+async def refused(
+    stub: pb_grpc.RolloutServiceAsyncStub, spec: pb.RolloutSpec
+) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.StartRollout(pb.StartRolloutRequest(spec=spec))
+    return caught.value
+
+
+async def test_a_request_id_reused_with_another_spec_is_already_exists(
+    stub: pb_grpc.RolloutServiceAsyncStub,
+) -> None:
+    request_id = f"req-{uuid.uuid4()}"
+    first = await stub.RunRollout(
+        pb.RunRolloutRequest(spec=command_spec("echo one", request_id=request_id))
+    )
+
+    error = await refused(stub, command_spec("echo two", request_id=request_id))
+
+    assert error.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert violated_fields(error) == ["spec.request_id"]
+    message = error.details() or ""
+    assert first.rollout.id in message
+    assert len(message) < 200
+    again = await stub.StartRollout(
+        pb.StartRolloutRequest(spec=command_spec("echo one", request_id=request_id))
+    )
+    assert again.rollout.id == first.rollout.id
+
+
+async def test_the_same_spec_keeps_its_rollout_across_a_restart(
+    fresh_server: ServerProcess,
+) -> None:
+    spec = command_spec("true", request_id=f"req-{uuid.uuid4()}", labels={"a": "1", "b": "2"})
+    spec.task.files["data.bin"] = bytes(range(256))
+    async with grpc.aio.insecure_channel(fresh_server.start()) as channel:
+        first = await pb_grpc.RolloutServiceStub(channel).RunRollout(
+            pb.RunRolloutRequest(spec=spec)
+        )
+    fresh_server.stop()
+
+    async with grpc.aio.insecure_channel(fresh_server.start()) as channel:
+        stub = pb_grpc.RolloutServiceStub(channel)
+        again = await stub.StartRollout(pb.StartRolloutRequest(spec=spec))
+        spec.task.files["data.bin"] = b"changed"
+        error = await refused(stub, spec)
+
+    assert again.rollout.id == first.rollout.id
+    assert again.rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED
+    assert error.code() == grpc.StatusCode.ALREADY_EXISTS
