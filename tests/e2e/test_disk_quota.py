@@ -3,29 +3,16 @@
 from __future__ import annotations
 
 import os
-from typing import Any, cast
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from tests.e2e.bad_request import violated_fields
 from tests.e2e.specs import command_spec
 
 pytestmark = pytest.mark.e2e
-
-
-def _violations(error: grpc.aio.AioRpcError) -> list[str]:
-    status = rpc_status.from_call(cast(Any, error))  # its stubs want a sync grpc.Call
-    assert status is not None
-    fields = []
-    for detail in status.details:
-        bad_request = error_details_pb2.BadRequest()
-        if detail.Unpack(bad_request):
-            fields += [v.field for v in bad_request.field_violations]
-    return fields
 
 
 async def test_a_quota_above_the_servers_maximum_is_invalid(
@@ -36,7 +23,7 @@ async def test_a_quota_above_the_servers_maximum_is_invalid(
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.StartRollout(pb.StartRolloutRequest(spec=spec))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert _violations(caught.value) == ["spec.sandbox.resources.disk_mb"]
+    assert violated_fields(caught.value) == ["spec.sandbox.resources.disk_mb"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="disk quotas need a root server")

@@ -6,26 +6,14 @@ import uuid
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from tests.e2e.bad_request import violated_fields
 from tests.e2e.specs import command_spec
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
-
-
-def violated_fields(error: grpc.aio.AioRpcError) -> list[str]:
-    status = rpc_status.from_call(error)
-    assert status is not None
-    fields = []
-    for detail in status.details:
-        bad_request = error_details_pb2.BadRequest()
-        if detail.Unpack(bad_request):
-            fields += [v.field for v in bad_request.field_violations]
-    return fields
 
 
 async def refused(
