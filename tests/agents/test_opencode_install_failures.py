@@ -16,6 +16,7 @@ from service.models import ErrorKind, NetworkPolicy, SandboxSpec
 from service.sandboxes.base import SandboxRequest
 from service.sandboxes.local import LocalBackend
 from tests.agents.npm_registry import FakeNpmRegistry
+from tests.fakes.public_host import public_host
 
 pytestmark = pytest.mark.opencode
 
@@ -30,11 +31,13 @@ async def test_an_in_sandbox_install_that_fails_is_agent_install(
     request = SandboxRequest("oc-fail", SandboxSpec(network=NetworkPolicy.FULL), lifetime_s=300)
     sandbox = await backend.create(request)
     try:
-        async with FakeNpmRegistry() as registry:
-            env = {"npm_config_registry": registry.url, "npm_config_cache": "/tmp/npm-cache"}
-            context = AgentContext("oc-fail", "x", "", {}, 60.0, env=env)
-            with pytest.raises(AgentInstallError) as raised:
-                await OpencodeAgent(settings).prepare(sandbox, context)
+        # A FULL sandbox reaches the internet, never the host: the registry is on a test host.
+        with public_host() as host:
+            async with FakeNpmRegistry(host.listen()) as registry:
+                env = {"npm_config_registry": registry.url, "npm_config_cache": "/tmp/npm-cache"}
+                context = AgentContext("oc-fail", "x", "", {}, 60.0, env=env)
+                with pytest.raises(AgentInstallError) as raised:
+                    await OpencodeAgent(settings).prepare(sandbox, context)
     finally:
         await sandbox.kill()
 
