@@ -210,9 +210,9 @@ class ImageStore:
         )
 
     async def _parent_id(self, name: str, parent: str, on_progress: ProgressCallback) -> str:
-        if qualify(parent) in _BASE:
-            return (await self.base(on_progress)).id
         image_id = await self.storage.image_id(parent)
+        if image_id is None and qualify(parent) in _BASE:
+            return (await self.base(on_progress)).id
         if image_id is None:
             raise ImageError(
                 name, f"FROM {parent}", f"no such image in the store; {self._how(parent)}"

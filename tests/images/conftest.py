@@ -22,8 +22,6 @@ _missing = [tool for tool in _TOOLS if shutil.which(tool) is None]
 if _missing:
     raise RuntimeError(f"tests/images need the Debian packages {', '.join(_missing)} installed")
 
-pytestmark = pytest.mark.timeout(1800)
-
 
 @pytest.fixture(scope="session")
 def shared_cache() -> Path:

@@ -11,6 +11,9 @@ import pytest
 from service.errors import ImageError
 from service.images import Image, ImageProgress, ImageStore
 
+# The first test that needs the base builds it (mmdebstrap: minutes), once per cache.
+pytestmark = pytest.mark.timeout(1800)
+
 DOCKERFILE = """\
 FROM debian:bookworm
 ARG FLAVOUR=plain
