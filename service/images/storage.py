@@ -85,7 +85,12 @@ class ContainerStorage:
         """Every named image: `id` (full), `names`, `size` (layer-cache images left out)."""
         if not self.root.exists():
             return []
-        return list(await self.query("images", "--json", "--no-trunc") or [])
+        images = list(await self.query("images", "--json", "--no-trunc") or [])
+        for image in images:
+            # A bare hex id: buildah takes it as is, and a path holding it can be an overlay
+            # lowerdir (where ":" separates layers).
+            image["id"] = str(image["id"]).removeprefix("sha256:")
+        return images
 
     async def image_id(self, name: str) -> str | None:
         """The id a local name points at, or None."""

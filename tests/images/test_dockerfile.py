@@ -83,8 +83,9 @@ async def test_concurrent_builds_of_one_image_build_once(
     )
     assert first == second
     assert [o.result for o in shared_store.outcomes] == ["built"]
-    assert [p.message for p in seen[1] if p.step == "wait"] == ["joined a build under way"]
-    assert any(p.step.startswith("RUN") for p in seen[1])
+    waits = [p.message for progress in seen for p in progress if p.step == "wait"]
+    assert waits == ["joined a build under way"]
+    assert all(any(p.step.startswith("RUN") for p in progress) for progress in seen)
 
 
 async def test_from_an_unknown_image_fails_naming_it(
