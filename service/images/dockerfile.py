@@ -42,7 +42,7 @@ def from_images(dockerfile: str, build_args: dict[str, str]) -> list[str]:
         if not words or words[0].startswith("#"):
             continue
         instruction = words[0].upper()
-        if instruction == "ARG" and not images and len(words) > 1:
+        if instruction == "ARG" and not saw_from and len(words) > 1:
             key, _, default = words[1].partition("=")
             args[key] = build_args.get(key, default)
         elif instruction == "FROM":

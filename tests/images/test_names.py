@@ -32,6 +32,8 @@ def test_from_lines_expand_args_and_skip_stages() -> None:
     )
     assert from_images(dockerfile, {"TAG": "12"}) == ["debian:12", "tools/"]
     assert from_images(dockerfile, {}) == ["debian:bookworm", "tools/"]
+    # Only ARGs before the first FROM reach FROM lines.
+    assert from_images("FROM scratch\nARG X=y\nFROM img:$X\n", {}) == ["img:"]
     with pytest.raises(ImageError, match="no FROM"):
         from_images("RUN true\n", {})
 
