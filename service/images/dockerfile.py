@@ -114,7 +114,9 @@ async def build_dockerfile(
             current[0] = _STEP.sub("", progress.message)
         on_progress(progress.model_copy(update={"step": current[0]}))
 
-    argv = ["build", "--layers", "--isolation", "chroot", "--pull=never", "--format", "oci"]
+    # --force-rm: a failed step's container (and its overlay mount) would otherwise stay behind.
+    argv = ["build", "--layers", "--force-rm", "--isolation", "chroot", "--pull=never"]
+    argv += ["--format", "oci"]
     argv += [f"--build-arg={key}={value}" for key, value in sorted(build_args.items())]
     argv += ["-f", str(dockerfile), "-t", qualify(name), str(context)]
     try:

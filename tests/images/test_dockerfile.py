@@ -104,6 +104,7 @@ async def test_a_failing_step_is_named(shared_store: ImageStore, tmp_path: Path)
         await shared_store.build(context, "tests/broken")
     assert raised.value.step == "step 'RUN echo broken >&2; exit 3'"
     assert raised.value.image == "tests/broken"
+    assert not await shared_store.storage.query("containers", "--json"), "a container leaked"
 
 
 async def test_a_missing_dockerfile_is_named(shared_store: ImageStore, tmp_path: Path) -> None:
