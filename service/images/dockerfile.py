@@ -31,7 +31,7 @@ _VARIABLE = re.compile(r"\$(?:\{(\w+)(?::-([^}]*))?\}|(\w+))")
 _STEP = re.compile(r"^STEP \d+/\d+: ")
 
 
-def from_images(dockerfile: str, build_args: dict[str, str]) -> list[str]:
+def from_images(dockerfile: str, build_args: dict[str, str], *, image: str) -> list[str]:
     """The images the FROM lines name (ARGs expanded), leaving out earlier stages and scratch."""
     args: dict[str, str] = {}
     stages: set[str] = {"scratch"}
@@ -49,14 +49,14 @@ def from_images(dockerfile: str, build_args: dict[str, str]) -> list[str]:
             saw_from = True
             operands = [w for w in words[1:] if not w.startswith("--")]
             if not operands:
-                raise ImageError("Dockerfile", line, "FROM names no image")
-            image = _expand(operands[0], args)
-            if image.lower() not in stages:
-                images.append(image)
+                raise ImageError(image, line, "FROM names no image")
+            named = _expand(operands[0], args)
+            if named.lower() not in stages:
+                images.append(named)
             if len(operands) >= 3 and operands[1].lower() == "as":
                 stages.add(operands[2].lower())
     if not saw_from:
-        raise ImageError("Dockerfile", "FROM", "the Dockerfile has no FROM line")
+        raise ImageError(image, "FROM", "the Dockerfile has no FROM line")
     return images
 
 

@@ -114,7 +114,7 @@ class ImageStore:
             text = dockerfile.read_text()
         except OSError as exc:
             raise ImageError(name, "Dockerfile", f"cannot read {dockerfile}: {exc}") from exc
-        parents = from_images(text, args)
+        parents = from_images(text, args, image=name)
         parent_ids = [await self._parent_id(name, parent, on_progress) for parent in parents]
         key = build_key(text, args, await asyncio.to_thread(context_digest, context), parent_ids)
 
@@ -177,7 +177,8 @@ class ImageStore:
                     self._record(name, key, "built", image_id)
                 return await self._ready(name, image_id, report)
 
-        return await self._flights.run(key, name, work, on_progress)
+        # One flight per key and name: a joiner under another name still gets its own tag.
+        return await self._flights.run(f"{key}\0{name}", name, work, on_progress)
 
     async def _recorded(self, key: str, name: str) -> str | None:
         """The recorded image of `key` if still held; tagged `name` if it is not yet."""

@@ -30,12 +30,12 @@ def test_from_lines_expand_args_and_skip_stages() -> None:
         "FROM --platform=linux/amd64 ${BASE}:${TAG:-bookworm} AS build\nRUN make\n"
         "FROM \\\n  build\nFROM scratch\nFROM tools/$NAME\n"
     )
-    assert from_images(dockerfile, {"TAG": "12"}) == ["debian:12", "tools/"]
-    assert from_images(dockerfile, {}) == ["debian:bookworm", "tools/"]
+    assert from_images(dockerfile, {"TAG": "12"}, image="t") == ["debian:12", "tools/"]
+    assert from_images(dockerfile, {}, image="t") == ["debian:bookworm", "tools/"]
     # Only ARGs before the first FROM reach FROM lines.
-    assert from_images("FROM scratch\nARG X=y\nFROM img:$X\n", {}) == ["img:"]
+    assert from_images("FROM scratch\nARG X=y\nFROM img:$X\n", {}, image="t") == ["img:"]
     with pytest.raises(ImageError, match="no FROM"):
-        from_images("RUN true\n", {})
+        from_images("RUN true\n", {}, image="t")
 
 
 def test_context_digest_sees_content_modes_and_links(tmp_path: Path) -> None:
