@@ -67,10 +67,11 @@ async def test_second_build_is_a_hit(shared_store: ImageStore, tmp_path: Path) -
     assert first.id == second.id == again.id
     assert "localhost/tests/rebuilt-too:latest" in again.names
 
-    (context / "greeting.txt").write_text("changed\n")
+    changed_greeting = f"changed {uuid.uuid4().hex}\n"
+    (context / "greeting.txt").write_text(changed_greeting)
     changed = await shared_store.build(context, "tests/rebuilt")
     assert shared_store.outcomes[-1].result == "built"
-    assert (changed.rootfs / "app" / "greeting.txt").read_text() == "changed\n"
+    assert (changed.rootfs / "app" / "greeting.txt").read_text() == changed_greeting
 
 
 async def test_concurrent_builds_of_one_image_build_once(
