@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -36,9 +37,19 @@ def base_image(shared_cache: Path) -> Image:
 
 
 @pytest.fixture
-def shared_store(shared_cache: Path, base_image: Image) -> ImageStore:
-    """A store on the shared cache, the base already made (its outcomes start empty)."""
-    return ImageStore(shared_cache)
+async def shared_store(shared_cache: Path, base_image: Image) -> AsyncIterator[ImageStore]:
+    """A store on the shared cache, the base already made (its outcomes start empty).
+
+    Afterwards the test's images (`tests/...`) are removed and pruned: each unpacked image is a
+    full root filesystem, and the shared cache outlives the session.
+    """
+    store = ImageStore(shared_cache)
+    yield store
+    for summary in await store.list():
+        for name in summary.names:
+            if name.startswith("localhost/tests/"):
+                await store.remove(name)
+    await store.prune()
 
 
 @pytest.fixture
