@@ -15,6 +15,7 @@ BENCHES = (
     ("capture proxy overhead vs the upstream directly", ["bench_proxy.py"]),
     ("one opencode rollout, split by phase", ["bench_opencode.py"]),
     ("e2b backend (fake envd) vs local", ["bench_e2b.py"]),
+    ("image store: base, cold build, cached rebuild", ["bench_images.py"]),
 )
 
 

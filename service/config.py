@@ -136,6 +136,9 @@ class Settings(BaseSettings):
     upstream_timeout_s: float = 600.0
     """Budget of one upstream model call."""
 
+    image_build_timeout_s: float = 3600.0
+    """Budget of each tool run of an image build, import or unpack (mmdebstrap, buildah, skopeo)."""
+
     opencode_version: str = "1.18.33"
     """Pinned opencode-ai npm version."""
 

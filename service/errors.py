@@ -7,6 +7,7 @@
     ├── CapacityError        RESOURCE_EXHAUSTED: running and queue slots are full
     ├── ShuttingDownError    UNAVAILABLE: the server is draining
     ├── ConfigError          a server setting is unusable: the server does not start
+    ├── ImageError           an image could not be made, imported or found (names image and step)
     └── RolloutFailure       raised inside a rollout; recorded on the result, never an RPC error
         ├── SandboxError     infrastructure: the sandbox could not be created, or died (SANDBOX)
         ├── AgentError       the agent could not be prepared or run (AGENT)
@@ -31,6 +32,7 @@ __all__ = [
     "CapacityError",
     "ConfigError",
     "FieldViolation",
+    "ImageError",
     "NotFoundError",
     "RequestConflictError",
     "RolloutFailure",
@@ -96,6 +98,16 @@ class ShuttingDownError(RolloutServiceError):
 
 class ConfigError(RolloutServiceError):
     """A server setting is unusable (names it); raised before the server serves anything."""
+
+
+class ImageError(RolloutServiceError):
+    """An image could not be built, imported, unpacked or found; names the image and the step."""
+
+    def __init__(self, image: str, step: str, message: str) -> None:
+        self.image = image
+        self.step = step
+        self.detail = message
+        super().__init__(f"image {image!r}, {step}: {message}")
 
 
 class RolloutFailure(RolloutServiceError):

@@ -1,0 +1,45 @@
+"""Images: root filesystems for local sandboxes, made from Debian, OCI images or Dockerfiles.
+
+Work in progress: the store makes images; sandboxes do not use them yet (the next step mounts
+`Image.rootfs` read-only as the lower layer of each sandbox's overlay).
+
+| source                             | made by                    | named / cached                |
+| ---------------------------------- | -------------------------- | ----------------------------- |
+| Debian base (`rollout/base`, alias | mmdebstrap minbase +       | both names; made once per     |
+| `debian:bookworm`), base.py        | python3 bash coreutils     | recipe (suite + packages)     |
+|                                    | ca-certificates git        |                               |
+| OCI layout dir, `oci-archive`,     | skopeo copy                | the given name; layers shared |
+| `docker save` tar, `docker://`     |                            | by digest; re-run each import |
+| (oci.py)                           |                            |                               |
+| Dockerfile + context               | buildah build --layers,    | the given name; each step's   |
+| (dockerfile.py)                    | chroot isolation           | layer by buildah; the whole   |
+|                                    |                            | build by content key (store)  |
+
+Every image lands in `<cache_dir>/images/containers` (container storage) and is unpacked once
+per content id into `<cache_dir>/images/unpacked/<id>/rootfs` with its config in `image.json`
+(rootfs.py). Layout and cache records: store.py. Operator command: `python -m service.images`.
+"""
+
+from __future__ import annotations
+
+from service.images.models import (
+    BuildOutcome,
+    Image,
+    ImageConfig,
+    ImageProgress,
+    ImageSummary,
+    ProgressCallback,
+    PruneReport,
+)
+from service.images.store import ImageStore
+
+__all__ = [
+    "BuildOutcome",
+    "Image",
+    "ImageConfig",
+    "ImageProgress",
+    "ImageStore",
+    "ImageSummary",
+    "ProgressCallback",
+    "PruneReport",
+]

@@ -1,0 +1,82 @@
+"""The default image: Debian bookworm made by mmdebstrap from Debian's own packages.
+
+No registry is needed, only the Debian mirror: mmdebstrap builds a minbase root filesystem
+(plus the packages a coding task expects) into a scratch directory, which is committed into the
+store's container storage as one layer, named both `rollout/base` and `debian:bookworm`, so a
+Dockerfile's `FROM debian:bookworm` builds on it. `debian:bookworm` here is this base, never the
+Docker Hub image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from service.errors import ImageError
+from service.images.models import ProgressCallback
+from service.images.process import run_tool
+from service.images.storage import ContainerStorage, qualify
+
+__all__ = ["BASE_NAMES", "BASE_PACKAGES", "BASE_SUITE", "base_key", "build_base"]
+
+BASE_SUITE = "bookworm"
+BASE_PACKAGES = ("python3", "bash", "coreutils", "ca-certificates", "git")
+"""Installed on top of minbase."""
+BASE_NAMES = ("rollout/base", f"debian:{BASE_SUITE}")
+_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def base_key() -> str:
+    """Content key of the base recipe: a new suite or package list is a new base."""
+    recipe = f"mmdebstrap minbase {BASE_SUITE} {','.join(BASE_PACKAGES)}"
+    return hashlib.sha256(recipe.encode()).hexdigest()
+
+
+async def build_base(
+    storage: ContainerStorage, scratch: Path, on_progress: ProgressCallback, timeout_s: float
+) -> str:
+    """mmdebstrap the base into `scratch`, commit it under BASE_NAMES; return its image id."""
+    image = BASE_NAMES[0]
+    _fresh(scratch)
+    try:
+        await run_tool(
+            [
+                "mmdebstrap", "--mode=root", "--variant=minbase",
+                f"--include={','.join(BASE_PACKAGES)}", BASE_SUITE, str(scratch / "rootfs"),
+            ],
+            image=image, step="base", on_progress=on_progress, timeout_s=timeout_s,
+        )  # fmt: skip
+        return await _commit(storage, scratch / "rootfs", on_progress)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+async def _commit(storage: ContainerStorage, rootfs: Path, on_progress: ProgressCallback) -> str:
+    image = BASE_NAMES[0]
+
+    async def buildah(*args: str) -> list[str]:
+        return await storage.run(args, image=image, step="base", on_progress=on_progress)
+
+    container = (await buildah("from", "--quiet", "scratch"))[-1].strip()
+    try:
+        await buildah("copy", "--quiet", container, str(rootfs), "/")
+        await buildah(
+            "config", "--env", f"PATH={_PATH}", "--cmd", "/bin/bash", "--workingdir", "/",
+            "--label", f"rollout.base.key={base_key()}", container,
+        )  # fmt: skip
+        await buildah("commit", "--quiet", "--format", "oci", container, qualify(image))
+    finally:
+        await buildah("rm", container)
+    for alias in BASE_NAMES[1:]:
+        await buildah("tag", qualify(image), qualify(alias))
+    image_id = await storage.image_id(image)
+    if image_id is None:
+        raise ImageError(image, "base", "buildah committed the base but does not list it")
+    return image_id
+
+
+def _fresh(directory: Path) -> None:
+    """An empty `directory` (a crashed build's leftovers removed)."""
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)

@@ -1,0 +1,117 @@
+"""The image store's container storage: buildah and skopeo pointed at one directory of the cache.
+
+Images live as layers in a containers/storage tree (overlay driver) under the store's own
+directory, never in the machine's /var/lib/containers, so the service's images are its own and
+removing the cache removes them. Every local name is qualified as `localhost/<name>[:latest]`:
+buildah resolves a Dockerfile's `FROM debian:bookworm` to `localhost/debian:bookworm` with
+pulling off, so short names always mean the store's images, never a registry's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from service.errors import ImageError
+from service.images.models import ImageConfig, ImageProgress, ProgressCallback
+from service.images.process import run_tool
+
+__all__ = ["ContainerStorage", "qualify"]
+
+_QUERY_TIMEOUT_S = 120.0
+
+
+def qualify(name: str) -> str:
+    """`rollout/base` -> `localhost/rollout/base:latest`: the store's one spelling of a name."""
+    if not name or name != name.strip() or any(c.isspace() for c in name):
+        raise ImageError(name, "name", "an image name is non-empty and has no spaces")
+    first, _, rest = name.partition("/")
+    qualified = name if first == "localhost" and rest else f"localhost/{name}"
+    last = qualified.rsplit("/", 1)[1]
+    return qualified if ":" in last or "@" in last else f"{qualified}:latest"
+
+
+def _ignore(_: ImageProgress) -> None:
+    """Progress sink of queries (listing, inspecting): their output is data, not progress."""
+
+
+@dataclass(frozen=True)
+class ContainerStorage:
+    """buildah/skopeo argv builders and queries for the storage rooted at `root`."""
+
+    root: Path
+    runroot: Path
+    timeout_s: float
+
+    def buildah(self, *args: str) -> list[str]:
+        return [
+            "buildah",
+            "--root", str(self.root),
+            "--runroot", str(self.runroot),
+            "--storage-driver", "overlay",
+            *args,
+        ]  # fmt: skip
+
+    def transport(self, name: str) -> str:
+        """The skopeo transport string of a local name in this storage."""
+        return f"containers-storage:[overlay@{self.root}+{self.runroot}]{qualify(name)}"
+
+    async def run(
+        self, args: Sequence[str], *, image: str, step: str, on_progress: ProgressCallback
+    ) -> list[str]:
+        return await run_tool(
+            self.buildah(*args),
+            image=image,
+            step=step,
+            on_progress=on_progress,
+            timeout_s=self.timeout_s,
+        )
+
+    async def query(self, *args: str, image: str = "", step: str = "query") -> Any:
+        """A buildah command whose output is JSON."""
+        lines = await run_tool(
+            self.buildah(*args),
+            image=image,
+            step=step,
+            on_progress=_ignore,
+            timeout_s=_QUERY_TIMEOUT_S,
+        )
+        return json.loads("\n".join(lines) or "null")
+
+    async def images(self) -> list[dict[str, Any]]:
+        """Every named image: `id` (full), `names`, `size` (layer-cache images left out)."""
+        if not self.root.exists():
+            return []
+        images = list(await self.query("images", "--json", "--no-trunc") or [])
+        for image in images:
+            # A bare hex id: buildah takes it as is, and a path holding it can be an overlay
+            # lowerdir (where ":" separates layers).
+            image["id"] = str(image["id"]).removeprefix("sha256:")
+        return images
+
+    async def image_id(self, name: str) -> str | None:
+        """The id a local name points at, or None."""
+        qualified = qualify(name)
+        for image in await self.images():
+            if qualified in (image.get("names") or []):
+                return str(image["id"])
+        return None
+
+    async def config(self, image_id: str) -> ImageConfig:
+        inspected = await self.query("inspect", "--type", "image", image_id, image=image_id)
+        return image_config(inspected["OCIv1"].get("config") or {})
+
+
+def image_config(oci: dict[str, Any]) -> ImageConfig:
+    """The runtime part of an OCI image config."""
+    env = dict(item.split("=", 1) for item in oci.get("Env") or [] if "=" in item)
+    return ImageConfig(
+        env=env,
+        workdir=oci.get("WorkingDir") or "/",
+        user=oci.get("User") or "",
+        entrypoint=list(oci.get("Entrypoint") or []),
+        cmd=list(oci.get("Cmd") or []),
+    )

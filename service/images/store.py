@@ -1,0 +1,250 @@
+"""The image store: an image name or source in, a ready root filesystem directory out.
+
+    <cache_dir>/images/containers/       container storage (buildah/skopeo layers, overlay)
+    <cache_dir>/images/containers-run/   its run-time state (locks, mounts)
+    <cache_dir>/images/unpacked/<id>/    each image's root filesystem + image.json (rootfs.py)
+    <cache_dir>/images/builds/<key>      the store's cache: request content key -> image id
+    <cache_dir>/images/locks/<key>.lock  one build per key across processes
+
+Every request is keyed by content (base.py, dockerfile.py): a key the store has recorded, whose
+image it still holds, is a hit and runs no tool. `outcomes` records each request's hit or build.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Literal
+
+from service.errors import ImageError
+from service.images.base import BASE_NAMES, base_key, build_base
+from service.images.dockerfile import build_dockerfile, build_key, context_digest, from_images
+from service.images.flight import Flights, file_lock
+from service.images.models import (
+    BuildOutcome,
+    Image,
+    ImageProgress,
+    ImageSummary,
+    ProgressCallback,
+    PruneReport,
+)
+from service.images.oci import import_oci
+from service.images.rootfs import ROOTFS_DIR, TMP_PREFIX, read_config, unpack
+from service.images.storage import ContainerStorage, qualify
+
+__all__ = ["ImageStore"]
+
+_BASE = {qualify(name) for name in BASE_NAMES}
+_HOW_TO_PROVIDE = (
+    "import it with `python -m service.images import SOURCE --name {name}` "
+    "(an OCI layout, oci-archive or docker save tarball) or build it from a Dockerfile with "
+    "`python -m service.images build CONTEXT --name {name}`; `rollout/base` and "
+    "`debian:bookworm` name the Debian base, made at first use"
+)
+Produce = Callable[[ProgressCallback], Awaitable[str]]
+
+
+def _ignore(_: ImageProgress) -> None:
+    """The default progress callback."""
+
+
+class ImageStore:
+    """Images under `<cache_dir>/images`, made once, shared by every sandbox."""
+
+    def __init__(self, cache_dir: Path, *, timeout_s: float = 3600.0) -> None:
+        self.directory = cache_dir / "images"
+        self.storage = ContainerStorage(
+            self.directory / "containers", self.directory / "containers-run", timeout_s
+        )
+        self.unpacked = self.directory / "unpacked"
+        self.outcomes: list[BuildOutcome] = []
+        self._flights: Flights[Image] = Flights()
+
+    async def get(self, name: str, on_progress: ProgressCallback = _ignore) -> Image:
+        """The ready image `name`: the base is made at first use; any other must exist."""
+        if qualify(name) in _BASE:
+            return await self.base(on_progress)
+        image_id = await self.storage.image_id(name)
+        if image_id is None:
+            raise ImageError(name, "resolve", f"no such image in the store; {self._how(name)}")
+        return await self._ready(name, image_id, on_progress)
+
+    async def base(self, on_progress: ProgressCallback = _ignore) -> Image:
+        """The Debian base (mmdebstrap), made once."""
+        scratch = self.directory / "base-scratch"
+
+        async def produce(report: ProgressCallback) -> str:
+            return await build_base(self.storage, scratch, report, self.storage.timeout_s)
+
+        return await self._once(base_key(), BASE_NAMES[0], produce, on_progress)
+
+    async def import_oci(
+        self, source: str, name: str, on_progress: ProgressCallback = _ignore
+    ) -> Image:
+        """Import an OCI layout, oci-archive, docker save tarball or registry image as `name`.
+
+        Not keyed by content (a registry tag moves): skopeo runs each time, copying only the
+        layers the storage lacks; the unpacked directory is still shared by content id.
+        """
+        qualify(name)
+
+        async def work(report: ProgressCallback) -> Image:
+            image_id = await import_oci(self.storage, source, name, report)
+            self._record(name, f"import:{source}", "built", image_id)
+            return await self._ready(name, image_id, report)
+
+        return await self._flights.run(f"import\0{source}\0{name}", name, work, on_progress)
+
+    async def build(
+        self,
+        context: Path,
+        name: str,
+        *,
+        dockerfile: Path | None = None,
+        build_args: dict[str, str] | None = None,
+        on_progress: ProgressCallback = _ignore,
+    ) -> Image:
+        """Build `context`'s Dockerfile as `name`, on images of the store."""
+        qualify(name)
+        dockerfile = dockerfile or context / "Dockerfile"
+        args = dict(build_args or {})
+        try:
+            text = dockerfile.read_text()
+        except OSError as exc:
+            raise ImageError(name, "Dockerfile", f"cannot read {dockerfile}: {exc}") from exc
+        parents = from_images(text, args, image=name)
+        parent_ids = [await self._parent_id(name, parent, on_progress) for parent in parents]
+        key = build_key(text, args, await asyncio.to_thread(context_digest, context), parent_ids)
+
+        async def produce(report: ProgressCallback) -> str:
+            await build_dockerfile(
+                self.storage, name=name, context=context, dockerfile=dockerfile,
+                build_args=args, on_progress=report,
+            )  # fmt: skip
+            return await self._image_id(name, "build")
+
+        return await self._once(key, name, produce, on_progress)
+
+    async def list(self) -> list[ImageSummary]:
+        """Every named image, with whether its root filesystem is unpacked."""
+        return [
+            ImageSummary(
+                id=image["id"],
+                names=image.get("names") or [],
+                size=str(image.get("size", "")),
+                unpacked=read_config(self.unpacked / image["id"]) is not None,
+            )
+            for image in await self.storage.images()
+        ]
+
+    async def remove(self, name: str) -> None:
+        """Drop the name `name` (the image goes at the next prune if no other name holds it)."""
+        if await self.storage.image_id(name) is None:
+            raise ImageError(name, "remove", "no such image in the store")
+        rmi = ["rmi", qualify(name)]
+        await self.storage.run(rmi, image=name, step="remove", on_progress=_ignore)
+
+    async def prune(self, *, everything: bool = False) -> PruneReport:
+        """Remove unnamed images and layer caches (`everything`: all images), and the unpacked
+        directories, build records and half-made directories of images no longer held."""
+        before = {image["id"] for image in await self.storage.images()}
+        if self.storage.root.exists():
+            run = self.storage.run
+            await run(["rm", "--all"], image="*", step="prune", on_progress=_ignore)
+            rmi = ["rmi", "--all", "--force"] if everything else ["rmi", "--prune"]
+            await run(rmi, image="*", step="prune", on_progress=_ignore)
+        kept = {image["id"] for image in await self.storage.images()}
+        removed = sorted(_remove_unheld(self.unpacked, kept))
+        _remove_unheld_records(self.directory / "builds", kept)
+        return PruneReport(images_removed=len(before - kept), unpacked_removed=removed)
+
+    async def _once(
+        self, key: str, name: str, produce: Produce, on_progress: ProgressCallback
+    ) -> Image:
+        """The image of `key`: from the record if the storage still holds it, else produced."""
+
+        async def work(report: ProgressCallback) -> Image:
+            async with file_lock(self.directory / "locks" / f"{key}.lock"):
+                image_id = await self._recorded(key, name)
+                if image_id is not None:
+                    self._record(name, key, "hit", image_id)
+                else:
+                    image_id = await produce(report)
+                    (self.directory / "builds").mkdir(parents=True, exist_ok=True)
+                    (self.directory / "builds" / key).write_text(image_id)
+                    self._record(name, key, "built", image_id)
+                return await self._ready(name, image_id, report)
+
+        # One flight per key and name: a joiner under another name still gets its own tag.
+        return await self._flights.run(f"{key}\0{name}", name, work, on_progress)
+
+    async def _recorded(self, key: str, name: str) -> str | None:
+        """The recorded image of `key` if still held; tagged `name` if it is not yet."""
+        try:
+            image_id = (self.directory / "builds" / key).read_text().strip()
+        except FileNotFoundError:
+            return None
+        images = {image["id"]: image.get("names") or [] for image in await self.storage.images()}
+        if image_id not in images:
+            return None
+        if qualify(name) not in images[image_id]:
+            await self.storage.run(
+                ["tag", image_id, qualify(name)], image=name, step="tag", on_progress=_ignore
+            )
+        return image_id
+
+    def _record(self, name: str, key: str, result: Literal["hit", "built"], image_id: str) -> None:
+        self.outcomes.append(BuildOutcome(image=name, key=key, result=result, image_id=image_id))
+
+    async def _ready(self, name: str, image_id: str, on_progress: ProgressCallback) -> Image:
+        config = await unpack(
+            self.storage, image_id, self.unpacked, image=name, on_progress=on_progress
+        )
+        images = {image["id"]: image.get("names") or [] for image in await self.storage.images()}
+        return Image(
+            id=image_id,
+            names=images.get(image_id, []),
+            rootfs=self.unpacked / image_id / ROOTFS_DIR,
+            config=config,
+        )
+
+    async def _parent_id(self, name: str, parent: str, on_progress: ProgressCallback) -> str:
+        image_id = await self.storage.image_id(parent)
+        if image_id is None and qualify(parent) in _BASE:
+            return (await self.base(on_progress)).id
+        if image_id is None:
+            raise ImageError(
+                name, f"FROM {parent}", f"no such image in the store; {self._how(parent)}"
+            )
+        return image_id
+
+    async def _image_id(self, name: str, step: str) -> str:
+        image_id = await self.storage.image_id(name)
+        if image_id is None:
+            raise ImageError(name, step, "buildah finished but the storage lacks the image")
+        return image_id
+
+    @staticmethod
+    def _how(name: str) -> str:
+        return _HOW_TO_PROVIDE.format(name=name)
+
+
+def _remove_unheld(unpacked: Path, kept: set[str]) -> list[str]:
+    if not unpacked.is_dir():
+        return []
+    removed = []
+    for directory in unpacked.iterdir():
+        if directory.name not in kept:
+            shutil.rmtree(directory, ignore_errors=True)
+            if not directory.name.startswith(TMP_PREFIX):
+                removed.append(directory.name)
+    return removed
+
+
+def _remove_unheld_records(builds: Path, kept: set[str]) -> None:
+    if builds.is_dir():
+        for record in builds.iterdir():
+            if record.read_text().strip() not in kept:
+                record.unlink()

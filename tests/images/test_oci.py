@@ -1,0 +1,84 @@
+"""OCI sources: a layout, a docker-save tarball and an oci-archive, imported and unpacked."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from service.errors import ImageError
+from service.images import Image, ImageProgress, ImageStore
+
+
+def _skopeo_copy(source: str, destination: str) -> None:
+    subprocess.run(["skopeo", "copy", "--quiet", source, destination], check=True)
+
+
+def _assert_tiny(image: Image) -> None:
+    assert (image.rootfs / "etc" / "hello").read_text() == "hello from oci\n"
+    assert (image.rootfs / "usr" / "bin" / "tool").stat().st_mode & 0o777 == 0o755
+    assert image.config.env["GREETING"] == "oci"
+    assert image.config.workdir == "/work"
+    assert image.config.user == "1000:1000"
+    assert image.config.entrypoint == ["/usr/bin/tool"]
+
+
+async def test_import_layout_unpacks_files_and_config(tmp_path: Path, oci_layout: Path) -> None:
+    store = ImageStore(tmp_path / "cache")
+    seen: list[ImageProgress] = []
+    image = await store.import_oci(f"oci:{oci_layout}:tiny", "tests/tiny", seen.append)
+    _assert_tiny(image)
+    assert "localhost/tests/tiny:latest" in image.names
+    assert image.rootfs == tmp_path / "cache" / "images" / "unpacked" / image.id / "rootfs"
+    assert {p.step for p in seen} >= {"import", "unpack"}
+    assert (await store.get("tests/tiny")).id == image.id
+
+
+async def test_import_docker_save_and_oci_archive_by_path(tmp_path: Path, oci_layout: Path) -> None:
+    docker_tar, oci_tar = tmp_path / "saved.tar", tmp_path / "image.oci.tar"
+    _skopeo_copy(f"oci:{oci_layout}:tiny", f"docker-archive:{docker_tar}:tests/tiny:1")
+    _skopeo_copy(f"oci:{oci_layout}:tiny", f"oci-archive:{oci_tar}:tiny")
+    store = ImageStore(tmp_path / "cache")
+    from_docker = await store.import_oci(str(docker_tar), "tests/from-docker")
+    from_oci = await store.import_oci(str(oci_tar), "tests/from-oci")
+    _assert_tiny(from_docker)
+    _assert_tiny(from_oci)
+
+
+async def test_bad_sources_fail_naming_them(tmp_path: Path) -> None:
+    store = ImageStore(tmp_path / "cache")
+    not_a_layout = tmp_path / "plain"
+    not_a_layout.mkdir()
+    with pytest.raises(ImageError, match="OCI image layout") as raised:
+        await store.import_oci(str(not_a_layout), "tests/x")
+    assert raised.value.step == "import"
+    with pytest.raises(ImageError, match="no such file"):
+        await store.import_oci(str(tmp_path / "missing.tar"), "tests/x")
+    with pytest.raises(ImageError, match="no spaces"):
+        await store.import_oci(str(not_a_layout), "bad name")
+
+
+async def test_get_unknown_image_says_how_to_provide_it(tmp_path: Path) -> None:
+    with pytest.raises(ImageError, match=r"no such image.*import it with") as raised:
+        await ImageStore(tmp_path / "cache").get("tests/never-made")
+    assert raised.value.image == "tests/never-made"
+
+
+async def test_list_remove_prune(tmp_path: Path, oci_layout: Path) -> None:
+    store = ImageStore(tmp_path / "cache")
+    image = await store.import_oci(f"oci:{oci_layout}:tiny", "tests/tiny")
+    listed = {summary.id: summary for summary in await store.list()}
+    assert listed[image.id].unpacked
+    assert "localhost/tests/tiny:latest" in listed[image.id].names
+
+    assert (await store.prune()).unpacked_removed == []
+    assert image.rootfs.is_dir()
+
+    await store.remove("tests/tiny")
+    report = await store.prune()
+    assert report.unpacked_removed == [image.id]
+    assert not image.rootfs.exists()
+    assert await store.list() == []
+    with pytest.raises(ImageError, match="no such image"):
+        await store.remove("tests/tiny")
