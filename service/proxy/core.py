@@ -41,7 +41,7 @@ from service.proxy.route import OnTurn, Route
 from service.proxy.unix_socket import bind_unix
 from service.proxy.upstream import UpstreamPool
 
-__all__ = ["ConnectionBounds", "ProxyCore"]
+__all__ = ["ConnectionBounds", "ProxyCore", "base_url", "split_listen"]
 
 _DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 _NOT_FOUND = error_body("no such route", status=404, kind="invalid_request_error")
@@ -50,6 +50,17 @@ _BAD_REQUEST = error_body(
     status=400,
     kind="invalid_request_error",
 )
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets; no host is 127.0.0.1) as host and port."""
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def base_url(host: str, port: int) -> str:
+    """The URL of the TCP listener at host and port (an IPv6 host in brackets)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 class ConnectionBounds:

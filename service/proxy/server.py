@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from service.models import CaptureSpec
 from service.proxy.connections import ConnectionLimit
-from service.proxy.core import ConnectionBounds, ProxyCore
+from service.proxy.core import ConnectionBounds, ProxyCore, base_url, split_listen
 from service.proxy.endpoints import ResolvedEndpoint
 from service.proxy.route import OnTurn, Route
 
@@ -24,11 +24,6 @@ if TYPE_CHECKING:
     from service.config import Settings
 
 __all__ = ["CaptureProxy"]
-
-
-def _split_listen(listen: str) -> tuple[str, int]:
-    host, _, port = listen.rpartition(":")
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 class CaptureProxy:
@@ -41,13 +36,12 @@ class CaptureProxy:
             idle_timeout_s=settings.proxy_idle_timeout_s,
         )
         self._core = ProxyCore(upstream_timeout_s=settings.upstream_timeout_s, bounds=bounds)
-        self.host, self.port = _split_listen(settings.proxy_listen)
+        self.host, self.port = split_listen(settings.proxy_listen)
 
     @property
     def url(self) -> str:
         """Base URL of the TCP listener (token routes live under `/r/<token>/v1`)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return base_url(self.host, self.port)
 
     @property
     def tcp_connections(self) -> ConnectionLimit:

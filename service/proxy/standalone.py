@@ -35,7 +35,7 @@ from pydantic import BaseModel
 
 from service.errors import SpecError
 from service.models import CaptureSpec, EndpointSpec, Turn
-from service.proxy.core import ProxyCore
+from service.proxy.core import ProxyCore, base_url, split_listen
 from service.proxy.endpoints import ResolvedEndpoint, resolve_endpoint
 
 __all__ = ["API_KEY_ENV", "OnTurnWriter", "main"]
@@ -123,10 +123,9 @@ async def _serve(args: argparse.Namespace, upstream: ResolvedEndpoint, out: IO[b
         args.rollout_id, upstream, capture, writer, token=token, keep_turns=False
     )
     writer.prompt_ids_json = route.prompt_ids_json
-    host, _, port = args.listen.rpartition(":")
-    host = host or "127.0.0.1"
-    bound = await core.serve_tcp(host, int(port))
-    ready = {"ready": True, "base_url": f"http://{host}:{bound}/r/{route.token}/v1"}
+    host, port = split_listen(args.listen)
+    bound = await core.serve_tcp(host, port)
+    ready = {"ready": True, "base_url": f"{base_url(host, bound)}/r/{route.token}/v1"}
     print(json.dumps(ready), file=sys.stderr, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
