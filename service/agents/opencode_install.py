@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import os
 import shlex
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from service.agents.base import Progress
 from service.errors import AgentInstallError
+from service.file_lock import file_lock
 
 __all__ = ["OpencodeInstaller", "install_script", "npm_error_message", "npm_missing"]
 
@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 
 _MARKER = "installed-binary"
 """Written last in the install directory: the binary's path, so a half install is redone."""
-_LOCK_POLL_S = 0.1
 _ERROR_TAIL_CHARS = 2000
 _PROGRESS_EVERY_S = 10.0
 
@@ -118,7 +117,11 @@ class OpencodeInstaller:
             report(f"waiting for the install of opencode-ai@{self.version} already under way")
         async with self._lock:
             self.directory.parent.mkdir(parents=True, exist_ok=True)
-            async with _file_lock(self.directory.with_name(f"{self.version}.lock"), report):
+            async with contextlib.AsyncExitStack() as held:
+                lock = file_lock(self.directory.with_name(f"{self.version}.lock"))
+                waiting = f"waiting for another process's install ({self.directory})"
+                async with _ticking(report, waiting):
+                    await held.enter_async_context(lock)
                 binary = self.installed_binary()
                 if binary is None:
                     binary = await self._install(report)
@@ -188,21 +191,3 @@ async def _run_bash(script: str) -> tuple[bytes, bytes, int]:
         await process.wait()
         raise
     return stdout, stderr, process.returncode or 0
-
-
-@contextlib.asynccontextmanager
-async def _file_lock(path: Path, report: Progress) -> AsyncIterator[None]:
-    """An exclusive flock on `path`, polled so that waiting for it stays cancellable."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        waiting = f"waiting for another process's install ({path.with_suffix('')})"
-        async with _ticking(report, waiting):
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    await asyncio.sleep(_LOCK_POLL_S)
-        yield
-    finally:
-        os.close(fd)

@@ -9,19 +9,14 @@ Across processes, a file lock per key in the store keeps two servers on one cach
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
-import os
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 from service.images.models import ImageProgress, ProgressCallback
 
-__all__ = ["Flights", "file_lock"]
+__all__ = ["Flights"]
 
 T = TypeVar("T")
-_LOCK_POLL_S = 0.2
 
 
 class _Flight(Generic[T]):
@@ -67,20 +62,3 @@ class Flights(Generic[T]):
             return await work(flight.report)
         finally:
             self._flights.pop(key, None)
-
-
-@contextlib.asynccontextmanager
-async def file_lock(path: Path) -> AsyncIterator[None]:
-    """An exclusive flock on `path`, polled so that waiting stays cancellable."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                await asyncio.sleep(_LOCK_POLL_S)
-        yield
-    finally:
-        os.close(fd)

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Literal
 
 from service.errors import ImageError
+from service.file_lock import file_lock
 from service.images.base import BASE_NAMES, base_key, build_base
 from service.images.dockerfile import build_dockerfile, build_key, context_digest, from_images
-from service.images.flight import Flights, file_lock
+from service.images.flight import Flights
 from service.images.models import (
     BuildOutcome,
     Image,
