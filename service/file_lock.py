@@ -1,5 +1,9 @@
 """One exclusive lock file shared by every process on a machine: two servers (or a server and
-`python -m service.images`) on one cache install opencode or build an image once."""
+`python -m service.images`) on one cache install opencode or build an image once.
+
+The locks live in the cache, which local sandboxes see read-only; flock needs no write access,
+so each lock file is the server's alone (0600): no sandbox user can open it and hold the lock
+to stall an install or a build."""
 
 from __future__ import annotations
 
@@ -20,8 +24,9 @@ async def file_lock(path: Path) -> AsyncIterator[None]:
     """An exclusive flock on `path` (made if missing), polled so that waiting stays
     cancellable; released when the block ends."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
+        os.fchmod(fd, 0o600)  # one made before this rule kept 0644
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
