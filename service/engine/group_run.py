@@ -2,9 +2,10 @@
 when enough count, at the deadline or on cancel.
 
     set up once (`group_template`; a failing setup fails the group, no member starts) ->
-    start n members -> as each ends: record it, publish it, refill it if the infrastructure
-    failed it (budget allowing) -> COMPLETED once `needed` members count, FAILED when none is
-    left running short of that -> the members still running are cancelled (reported so).
+    start n members from its snapshot -> as each ends: record it, publish it, refill it if
+    the infrastructure failed it (budget allowing) -> COMPLETED once `needed` members
+    count, FAILED when none is left running short of that -> the members still running are
+    cancelled (reported so) -> the snapshot is released.
 
 A cancel or the deadline cancels the members still running and waits for their teardown, so
 the group is terminal only when nothing of it is left. A server shutting down interrupts the
@@ -21,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from service.engine.group_members import group_stats, member_of, member_spec, refillable
-from service.engine.lifecycle import PreparedSetup
+from service.engine.group_template import PreparedFilesystem
 from service.errors import RolloutFailure
 from service.models import ErrorKind, Rollout, RolloutError, RolloutSpec
 from service.models.group import Group, GroupMember, GroupSpec, GroupStatus
@@ -35,12 +36,12 @@ log = logging.getLogger(__name__)
 class MemberOps:
     """What a group does to its members through the rollout manager and the store."""
 
-    start: Callable[[RolloutSpec, int, PreparedSetup | None], Coroutine[Any, Any, Rollout]]
+    start: Callable[[RolloutSpec, int, PreparedFilesystem | None], Coroutine[Any, Any, Rollout]]
     """Start member `index` of the (member's) spec, from a prepared filesystem if given."""
     wait: Callable[[str], Coroutine[Any, Any, Rollout]]
     cancel: Callable[[str, str], Awaitable[Rollout]]
     save: Callable[[Group], Awaitable[None]]
-    prepare: Callable[[], Awaitable[PreparedSetup | None]]
+    prepare: Callable[[], Awaitable[PreparedFilesystem | None]]
     """Set the task up once for every member (`engine.group_template`); None: nothing to."""
     release: Callable[[int], None]
     """Give back admission's reserved places."""
@@ -63,7 +64,7 @@ class GroupRun:
         self.task: asyncio.Task[None] | None = None
         self._reserved = reserved
         """Places admission reserved for members not started yet (none for a resumed group)."""
-        self._prepared: PreparedSetup | None = None
+        self._prepared: PreparedFilesystem | None = None
 
     @property
     def changed(self) -> asyncio.Event:
@@ -124,7 +125,18 @@ class GroupRun:
             if not self.interrupted:
                 await self._stop_running()
                 self._finish()
+                await self._release_snapshot()
             await self._save()
+
+    async def _release_snapshot(self) -> None:
+        """Free the members' common layer, now that none is left (on shutdown the backend
+        frees it as it closes)."""
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None:
+            try:
+                await prepared.snapshot.release()
+            except Exception:  # the next server's start-up sweep removes it
+                log.exception("releasing group %s's snapshot failed", self.group.id)
 
     async def _follow(self) -> None:
         while self._running and self.group.stats.counted < self._spec.needed:

@@ -18,9 +18,12 @@ from typing import Protocol
 
 from service.engine.group_members import member_spec
 from service.engine.group_run import GroupRun, MemberOps
-from service.engine.group_template import prepare_filesystem, unpack, worth_a_template
+from service.engine.group_template import (
+    PreparedFilesystem,
+    prepare_filesystem,
+    worth_a_template,
+)
 from service.engine.idempotency import spec_digest
-from service.engine.lifecycle import PreparedSetup
 from service.engine.manager import Checked, RolloutManager
 from service.engine.validation import resolved_timeouts
 from service.errors import (
@@ -189,7 +192,9 @@ class GroupManager:
     def _run_of(
         self, group: Group, spec: GroupSpec, parts: Checked | None, *, reserved: int = 0
     ) -> GroupRun:
-        async def start(member: RolloutSpec, index: int, prepared: PreparedSetup | None) -> Rollout:
+        async def start(
+            member: RolloutSpec, index: int, prepared: PreparedFilesystem | None
+        ) -> Rollout:
             if parts is None:
                 raise RolloutFailure(
                     "members cannot be started again after a restart: the spec needs the "
@@ -201,13 +206,13 @@ class GroupManager:
                 tenant=group.tenant,
                 group_id=group.id,
                 index=index,
-                prepared_setup=prepared,
+                prepared=prepared,
             )
 
         async def cancel(rollout_id: str, reason: str) -> Rollout:
             return await self._rollouts.cancel(rollout_id, reason)
 
-        async def prepare() -> PreparedSetup | None:
+        async def prepare() -> PreparedFilesystem | None:
             if parts is None or not worth_a_template(spec.spec, spec.n, parts[0]):
                 return None
             _, command_timeout_s, _ = resolved_timeouts(spec.spec, self._rollouts.settings)
@@ -218,7 +223,7 @@ class GroupManager:
                 command_timeout_s=command_timeout_s,
             )
             group.template_setups += 1
-            return functools.partial(unpack, prepared)
+            return prepared
 
         ops = MemberOps(
             start=start,

@@ -12,7 +12,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -22,6 +22,7 @@ from opentelemetry import trace
 from service.agents.base import ORACLE, Agent, AgentContext, ModelAccess
 from service.config import Settings
 from service.engine.collect import collect_workdir
+from service.engine.group_template import PreparedFilesystem
 from service.engine.output_cap import OutputCap
 from service.engine.output_scrub import OutputScrubber, scrub
 from service.engine.staging import in_workdir, make_workdir, stage, staged_path, task_workdir
@@ -47,7 +48,7 @@ from service.verifier.commands import run_commands
 from service.verifier.reward import compute_reward
 from service.verifier.takeover import take_back
 
-__all__ = ["ModelAttachment", "PreparedSetup", "RolloutRun"]
+__all__ = ["ModelAttachment", "RolloutRun"]
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("rollout-service")
@@ -78,10 +79,6 @@ BuildImage = Callable[[RolloutSpec, Callable[[str], None]], Awaitable[None]]
 """Makes the image the spec's sandbox runs on when the service builds it (a Harbor task's),
 reporting progress; raises SandboxError."""
 
-PreparedSetup = Callable[[Sandbox], Awaitable[Sequence[CommandResult]]]
-"""Gives a fresh sandbox a filesystem already set up (a group member's: `engine.group_template`)
-in place of staging the task files and running setup; returns the setup results it stands for."""
-
 
 class RolloutRun:
     """Drives one rollout through its phases, publishing every step as an event."""
@@ -96,7 +93,7 @@ class RolloutRun:
         agent: Agent,
         attach_model: AttachModel | None,
         publish: Callable[[EventPayload], None],
-        prepared_setup: PreparedSetup | None = None,
+        prepared: PreparedFilesystem | None = None,
         build_image: BuildImage | None = None,
     ) -> None:
         self.rollout = rollout
@@ -106,7 +103,8 @@ class RolloutRun:
         self._agent = agent
         self._attach_model = attach_model
         self._publish = publish
-        self._prepared_setup = prepared_setup
+        self._prepared = prepared
+        """A group member's filesystem, set up once for the group (`engine.group_template`)."""
         self._build_image = build_image
         self._sandbox: Sandbox | None = None
         self._attachment: ModelAttachment | None = None
@@ -174,6 +172,7 @@ class RolloutRun:
             spec=self._spec.sandbox,
             lifetime_s=self._lifetime_s(),
             on_progress=lambda message: self._enter(Phase.CREATING_SANDBOX, message),
+            snapshot=None if self._prepared is None else self._prepared.snapshot,
         )
         try:
             sandbox = await asyncio.wait_for(
@@ -236,22 +235,22 @@ class RolloutRun:
         self._publish(turn)
 
     async def _setup(self, sandbox: Sandbox) -> bool:
-        if self._prepared_setup is not None:
-            results = list(await self._prepared_setup(sandbox))
+        task = self._spec.task
+        if self._prepared is not None:  # the sandbox started from the group's snapshot
+            results = list(self._prepared.setup_results)
             for result in results:
                 self._publish(result)
             self.rollout.result.setup_results = results
-            return True
-        task = self._spec.task
-        await make_workdir(sandbox, task)
-        await stage(sandbox, task, task.files)
-        results = await self._commands(sandbox, task.setup, CommandStage.SETUP)
-        self.rollout.result.setup_results = results
-        failed = next((r for r in results if not r.passed), None)
-        if failed is not None:
-            detail = "timed out" if failed.timed_out else f"exit {failed.exit_code}"
-            self._fail(ErrorKind.SETUP, f"setup[{failed.index}] failed ({detail})")
-            return False
+        else:
+            await make_workdir(sandbox, task)
+            await stage(sandbox, task, task.files)
+            results = await self._commands(sandbox, task.setup, CommandStage.SETUP)
+            self.rollout.result.setup_results = results
+            failed = next((r for r in results if not r.passed), None)
+            if failed is not None:
+                detail = "timed out" if failed.timed_out else f"exit {failed.exit_code}"
+                self._fail(ErrorKind.SETUP, f"setup[{failed.index}] failed ({detail})")
+                return False
         if self._agent.name == ORACLE:  # the reference solution reaches the oracle only
             await stage(sandbox, task, task.solution_files, solution=True)
         return True

@@ -21,8 +21,9 @@ from datetime import UTC, datetime
 from service.agents.base import Agent
 from service.config import Settings
 from service.engine.events import EventHub
+from service.engine.group_template import PreparedFilesystem
 from service.engine.idempotency import check_same_request
-from service.engine.lifecycle import PreparedSetup, RolloutRun
+from service.engine.lifecycle import RolloutRun
 from service.engine.model_access import ModelRouter
 from service.engine.validation import validate_spec
 from service.errors import (
@@ -215,14 +216,14 @@ class RolloutManager:
         tenant: str,
         group_id: str,
         index: int,
-        prepared_setup: PreparedSetup | None = None,
+        prepared: PreparedFilesystem | None = None,
     ) -> Rollout:
         """Start a member of an admitted group: its place was counted with the group's (a
         refill takes the place of the member it replaces)."""
         rollout = _new_rollout(spec, tenant)
         rollout.group_id, rollout.member_index = group_id, index
         await self._store.insert(rollout)
-        self._launch(rollout, spec, parts, prepared_setup)
+        self._launch(rollout, spec, parts, prepared)
         return rollout
 
     async def wait(self, rollout_id: str) -> Rollout:
@@ -238,7 +239,7 @@ class RolloutManager:
         rollout: Rollout,
         spec: RolloutSpec,
         parts: Checked,
-        prepared_setup: PreparedSetup | None = None,
+        prepared: PreparedFilesystem | None = None,
     ) -> None:
         backend, agent, upstream = parts
         run = RolloutRun(
@@ -249,7 +250,7 @@ class RolloutManager:
             agent=agent,
             attach_model=self._models.attacher(rollout.id, spec, upstream),
             publish=functools.partial(self._publish, rollout.id),
-            prepared_setup=prepared_setup,
+            prepared=prepared,
             build_image=self._harbor.build_image,
         )
         self._start(run)

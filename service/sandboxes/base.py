@@ -31,6 +31,7 @@ __all__ = [
     "Sandbox",
     "SandboxBackend",
     "SandboxRequest",
+    "Snapshot",
 ]
 
 HOME = "/home/user"
@@ -106,6 +107,17 @@ class SandboxRequest:
     """Upper bound on the sandbox's life (a remote provider kills it after this)."""
     on_progress: Callable[[str], None] | None = None
     """Told what a slow creation is doing (an image built at first use), for the events."""
+    snapshot: Snapshot | None = None
+    """Start from this backend's snapshot of a sandbox of the same spec (a group member)."""
+
+
+class Snapshot(Protocol):
+    """A sandbox's filesystem frozen by `SandboxBackend.snapshot`: sandboxes of the same
+    spec start from it, copy-on-write, until it is released."""
+
+    async def release(self) -> None:
+        """Free it; every sandbox started from it must be gone."""
+        ...
 
 
 class BackgroundProcess(Protocol):
@@ -197,9 +209,13 @@ class SandboxBackend(Protocol):
         """Raise SpecError for what only the backend knows is wrong (e.g. an image it lacks)."""
         ...
 
-    def setup_stays_home(self, spec: SandboxSpec) -> bool:
-        """Whether setup can change nothing but HOME and /tmp in such a sandbox, so that a
-        copy of those two carries all it did (a group's set-up-once fork)."""
+    def can_snapshot(self, spec: SandboxSpec) -> bool:
+        """Whether `snapshot` works for sandboxes of this spec (a group's set-up-once fork)."""
+        ...
+
+    async def snapshot(self, sandbox: Sandbox) -> Snapshot:
+        """Freeze all `sandbox` (one of this backend's, its commands reclaimed) wrote, for
+        `SandboxRequest.snapshot`; raises SandboxError."""
         ...
 
     async def create(self, request: SandboxRequest) -> Sandbox:

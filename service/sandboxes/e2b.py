@@ -38,7 +38,7 @@ from e2b import (
 from service.config import Settings
 from service.errors import FieldViolation, RolloutFailure, SandboxError, SpecError
 from service.models import ErrorKind, NetworkPolicy, SandboxSpec
-from service.sandboxes.base import WORKDIR, SandboxRequest
+from service.sandboxes.base import WORKDIR, Sandbox, SandboxRequest, Snapshot
 from service.sandboxes.e2b_guard import (
     CreateRateLimiter,
     RetryPolicy,
@@ -111,9 +111,13 @@ class E2BBackend:
                 ]
             )
 
-    def setup_stays_home(self, spec: SandboxSpec) -> bool:
-        """No: the template's user has sudo, so setup may change any part of the sandbox."""
+    def can_snapshot(self, spec: SandboxSpec) -> bool:
+        """No: each group member sets up on its own (README: E2B's own snapshots are not
+        used yet)."""
         return False
+
+    async def snapshot(self, sandbox: Sandbox) -> Snapshot:
+        raise SandboxError("E2B sandboxes are not snapshotted: each member sets up on its own")
 
     async def create(self, request: SandboxRequest) -> E2BSandbox:
         """Create a sandbox, waiting for a place under the cap and a turn under the rate limit."""

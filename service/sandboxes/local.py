@@ -10,9 +10,10 @@ bwrap holding its namespaces
 `docker exec`: a background daemon a command starts may outlive that command, until
 the sandbox is killed. What a sandbox sees of the host is laid out in `bwrap`; a
 sandbox on an image (`spec.sandbox.image`, `local_image`) runs on the image's root through
-an overlay of its own instead (`local_image_view`, `local_image_start`), as root in a user
-namespace of its own. A missing tool is an error at construction; commands never run
-unsandboxed.
+an overlay of its own instead (`local_image_view`, `local_overlay_start`), as root in a user
+namespace of its own. A group's template sandbox is frozen as a layer its members start
+from, copy-on-write (`snapshot`, `local_snapshot`). A missing tool is an error at
+construction; commands never run unsandboxed.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ import logging
 import os
 import re
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from service.config import Settings
 from service.errors import FieldViolation, SandboxError, SpecError
 from service.images import Image, ImageStore
 from service.models import NetworkPolicy, Resources, SandboxSpec
-from service.sandboxes.base import HOME, WORKDIR, SandboxRequest
+from service.sandboxes.base import HOME, WORKDIR, Sandbox, SandboxRequest
 from service.sandboxes.bwrap import (
     SANDBOX_USER,
     SandboxLayout,
@@ -40,11 +42,24 @@ from service.sandboxes.bwrap import (
 from service.sandboxes.cgroup import MemoryCgroups
 from service.sandboxes.limits import Limits
 from service.sandboxes.local_disk import make_disk
-from service.sandboxes.local_image import HOST_IMAGE, ImageRoots, UidBlocks, prepare_upper
+from service.sandboxes.local_image import (
+    HOST_IMAGE,
+    ImageRoots,
+    UidBlocks,
+    image_overlay,
+    prepare_upper,
+)
 from service.sandboxes.local_image_view import image_mount_args, image_mount_points
 from service.sandboxes.local_network import FullNetwork, full_network, resolv_conf
 from service.sandboxes.local_removal import remove_tree
 from service.sandboxes.local_sandbox import LocalSandbox, SandboxCgroup
+from service.sandboxes.local_snapshot import (
+    LocalSnapshot,
+    home_overlays,
+    image_lower,
+    prepare_home_overlays,
+    take_snapshot,
+)
 from service.sandboxes.local_spawner import ForkServer, SpawnerSetup
 from service.sandboxes.local_warm import WarmKey, WarmPool
 
@@ -71,6 +86,9 @@ class LocalBackend:
         self._settings = settings
         self._state_dir = Path(os.path.realpath(settings.state_dir))
         self._root = self._state_dir / "sandboxes"
+        self._snapshots_dir = self._state_dir / "snapshots"
+        self._snapshots: set[Path] = set()
+        """The directories of the snapshots not released yet (`snapshot`)."""
         self._view = host_view(settings)
         self._privileged = os.geteuid() == 0
         key = hashlib.sha256(str(self._state_dir).encode()).hexdigest()[:12]
@@ -101,12 +119,43 @@ class LocalBackend:
             )
         await self._images.check(spec.image)
 
-    def setup_stays_home(self, spec: SandboxSpec) -> bool:
-        """On the host root, the rest is read-only; an image's root is writable throughout."""
-        return self._images.name(spec.image) == HOST_IMAGE
+    def can_snapshot(self, spec: SandboxSpec) -> bool:
+        """Snapshots are overlay layers: mounting them needs a server running as root."""
+        return self._privileged
+
+    async def snapshot(self, sandbox: Sandbox) -> LocalSnapshot:
+        """Freeze what `sandbox` (reclaimed) wrote: its image's overlay upper layer, or its
+        home and /tmp on the host's root (`local_snapshot`). SandboxError if it cannot."""
+        if not (isinstance(sandbox, LocalSandbox) and self._sandboxes.get(sandbox.name) is sandbox):
+            raise ValueError(f"sandbox {sandbox.id} is not one of this backend's")
+        if not self._privileged:
+            raise SandboxError("snapshots need a server running as root")
+        directory = self._snapshots_dir / sandbox.name
+        self._snapshots.add(directory)
+        self._snapshots_dir.mkdir(mode=0o700, exist_ok=True)
+        taking = asyncio.ensure_future(
+            asyncio.to_thread(
+                take_snapshot, sandbox.layout, sandbox.image_id, directory, self._released
+            )
+        )
+        try:
+            return await asyncio.shield(taking)
+        except OSError as exc:
+            self._snapshots.discard(directory)
+            raise SandboxError(f"could not snapshot sandbox {sandbox.id}: {exc}") from exc
+        except asyncio.CancelledError:  # the copy runs on in its thread: undo it after
+            await asyncio.wait([taking])
+            if not taking.exception():
+                await taking.result().release()
+            self._snapshots.discard(directory)
+            raise
+
+    def _released(self, snapshot: LocalSnapshot) -> None:
+        self._snapshots.discard(snapshot.directory)
 
     async def create(self, request: SandboxRequest) -> LocalSandbox:
-        """A sandbox for the rollout: a warm one renamed to it, else one made now."""
+        """A sandbox for the rollout: a warm one renamed to it, else one made now (from the
+        request's snapshot if any)."""
         rollout_id = request.rollout_id
         if not _ROLLOUT_ID.fullmatch(rollout_id):
             raise ValueError(f"rollout id {rollout_id!r} cannot name a sandbox directory")
@@ -115,16 +164,34 @@ class LocalBackend:
         limits = Limits.resolve(request.spec.resources, self._settings)
         image = await self._images.resolve(request.spec.image, request.on_progress or _quiet)
         key = WarmKey(request.spec.network, limits.disk_bytes, "" if image is None else image.id)
-        warm = await self._warm.take(key)
+        snapshot = None if request.snapshot is None else self._own(request.snapshot, key)
+        # Never a warm one from a snapshot: its layer is mounted as a sandbox starts.
+        warm = None if snapshot is not None else await self._warm.take(key)
         sandbox = None if warm is None else await self._adopt(warm, rollout_id, limits)
         if sandbox is None:
-            sandbox = await self._build(rollout_id, key, limits)
-        self._warm.refill(key)
+            sandbox = await self._build(rollout_id, key, limits, snapshot)
+        if snapshot is None:
+            self._warm.refill(key)
         sandbox.expire_after(request.lifetime_s)
         return sandbox
 
-    async def _build(self, name: str, key: WarmKey, limits: Limits | None = None) -> LocalSandbox:
-        """Make a sandbox's directories (and cgroup); its spawner starts bwrap in them."""
+    def _own(self, snapshot: object, key: WarmKey) -> LocalSnapshot:
+        """The snapshot as this backend's, taken on the same image and not released."""
+        if not isinstance(snapshot, LocalSnapshot) or snapshot.directory not in self._snapshots:
+            raise SandboxError("the snapshot is not one of this backend's, or was released")
+        if snapshot.image_id != key.image:
+            raise SandboxError("the snapshot was taken on another image than the sandbox's")
+        return snapshot
+
+    async def _build(
+        self,
+        name: str,
+        key: WarmKey,
+        limits: Limits | None = None,
+        snapshot: LocalSnapshot | None = None,
+    ) -> LocalSandbox:
+        """Make a sandbox's directories (and cgroup), from a snapshot if given; its spawner
+        starts bwrap in them."""
         limits = limits or Limits.resolve(Resources(), self._settings)
         image = self._images.by_id(key.image) if key.image else None
         layout = SandboxLayout(self._root / name, self._sandbox_uid(name, image))
@@ -132,7 +199,7 @@ class LocalBackend:
             network = self._network(key.network, layout)
             if self._has_leftovers(name):
                 await self._discard(name)  # a crashed run's, under the same id
-            image_dirs = await self._prepared(layout, key, image)
+            overlays = await self._prepared(layout, key, image, snapshot)
         except BaseException:
             self._release(layout.uid)
             raise
@@ -147,7 +214,8 @@ class LocalBackend:
             uid=layout.uid,
             disk=str(layout.disk) if self._privileged else None,
             network=network,
-            image=image_dirs,
+            overlays=overlays,
+            image=image is not None,
         )
         try:
             spawner = await self._forks.spawner(setup)
@@ -168,6 +236,8 @@ class LocalBackend:
             output_bytes,
             on_gone=lambda: self._forget(sandbox),
             image=None if image is None else image.config,
+            image_id=key.image,
+            forked=snapshot is not None,
         )
         self._sandboxes[name] = sandbox
         try:
@@ -239,11 +309,17 @@ class LocalBackend:
         return sandbox_uid(self._state_dir, name) if self._privileged else None
 
     async def _prepared(
-        self, layout: SandboxLayout, key: WarmKey, image: Image | None
-    ) -> dict[str, str] | None:
-        """Make the sandbox's directories (and its disk) in a thread; an image sandbox's
-        overlay directories, for its spawner."""
-        preparing = asyncio.ensure_future(asyncio.to_thread(self._prepare, layout, key, image))
+        self,
+        layout: SandboxLayout,
+        key: WarmKey,
+        image: Image | None,
+        snapshot: LocalSnapshot | None,
+    ) -> list[dict[str, Any]]:
+        """Make the sandbox's directories (and its disk) in a thread; the overlays its
+        spawner mounts (`local_overlay_start`)."""
+        preparing = asyncio.ensure_future(
+            asyncio.to_thread(self._prepare, layout, key, image, snapshot)
+        )
         try:
             return await asyncio.shield(preparing)
         except BaseException as exc:
@@ -259,8 +335,12 @@ class LocalBackend:
         return full_network(layout, self._privileged)
 
     def _prepare(
-        self, layout: SandboxLayout, key: WarmKey, image: Image | None
-    ) -> dict[str, str] | None:
+        self,
+        layout: SandboxLayout,
+        key: WarmKey,
+        image: Image | None,
+        snapshot: LocalSnapshot | None,
+    ) -> list[dict[str, Any]]:
         for shared in self._view.shared:
             # bwrap binds these unconditionally: a sandbox made before the first download
             # must still see the cache, and see what is installed into it later.
@@ -277,9 +357,14 @@ class LocalBackend:
             layout.resolv_conf.write_text(resolv_conf())
             os.mkfifo(layout.network_ready, 0o600)
         if image is not None:
-            return prepare_upper(layout, image, [WORKDIR], image_mount_points(self._view))
+            prepare_upper(layout, image, [WORKDIR], image_mount_points(self._view))
+            top = None if snapshot is None else image_lower(layout, snapshot)
+            return [image_overlay(layout, image, top)]
         self._prepare_host_root(layout)
-        return None
+        if snapshot is None:
+            return []
+        prepare_home_overlays(layout)
+        return home_overlays(layout, snapshot)
 
     def _prepare_host_root(self, layout: SandboxLayout) -> None:
         """The home and /tmp a sandbox on the host's root gets on its disk."""
@@ -325,6 +410,7 @@ class LocalBackend:
             _log.warning("could not list orphaned local sandboxes: %s", exc)
             return 0
         orphans = names - live_rollout_ids - self._sandboxes.keys()
+        await asyncio.to_thread(self._remove_unheld_snapshots)
         for name in orphans:
             _log.info("removing orphaned local sandbox %s", name)
             try:
@@ -334,6 +420,13 @@ class LocalBackend:
         if not self._sandboxes:
             self._cgroups.prune()
         return len(orphans)
+
+    def _remove_unheld_snapshots(self) -> None:
+        """A crashed server's snapshots (a group's members start again from setup)."""
+        if self._snapshots_dir.is_dir():
+            for directory in self._snapshots_dir.iterdir():
+                if directory not in self._snapshots:
+                    remove_tree(directory)
 
     def _directory_names(self) -> set[str]:
         return {entry.name for entry in self._root.iterdir()} if self._root.is_dir() else set()
@@ -345,4 +438,6 @@ class LocalBackend:
         self._sandboxes.clear()
         await asyncio.gather(*(sandbox.kill() for sandbox in sandboxes))
         await asyncio.to_thread(self._forks.close)
+        self._snapshots.clear()
+        await asyncio.to_thread(self._remove_unheld_snapshots)
         self._cgroups.prune()

@@ -27,7 +27,8 @@ Instead, per sandbox:
 
 It runs as `python -S -E -s -m service.sandboxes.local_forkserver FD` from the project
 root, importing the standard library and its siblings `local_wire` (the messages),
-`local_holder_start`, `local_network_start`, `local_mounts` and `local_seccomp` only.
+`local_holder_start`, `local_network_start`, `local_overlay_start`, `local_mounts` and
+`local_seccomp` only.
 The spawner exits when the server closes its socket; the fork server likewise.
 """
 
@@ -51,8 +52,8 @@ from service.sandboxes.local_holder_start import (
     leave_other_disks,
     start_holder,
 )
-from service.sandboxes.local_image_start import make_user_namespace, mount_image_root
 from service.sandboxes.local_network_start import connect_network
+from service.sandboxes.local_overlay_start import ID_SPAN, UserNamespaces, mount_overlay
 from service.sandboxes.local_seccomp import forbid_namespaces, forbid_user_namespaces
 from service.sandboxes.local_wire import receive, send
 
@@ -119,7 +120,7 @@ class _Spawner:
         self._selector.register(sock, selectors.EVENT_READ)
         self._uid: int | None = None
         self._user_namespace = -1
-        """An image sandbox's (`local_image_start`): each command enters it as root."""
+        """An image sandbox's (`local_overlay_start`): each command enters it as root."""
         self._stdin = -1
 
     def set_up(self, setup: dict[str, Any]) -> None:
@@ -129,9 +130,7 @@ class _Spawner:
         try:
             if setup["disk"] is not None:
                 leave_other_disks(setup["disk"])
-            if setup["image"] is not None:
-                self._user_namespace = make_user_namespace(setup["uid"])
-                mount_image_root(setup["image"], self._user_namespace)
+            self._mount_overlays(setup)
             bwrap, pipes = start_holder(setup["holder"])
             try:
                 unjoined = join_cgroup(setup["cgroup"])
@@ -153,6 +152,17 @@ class _Spawner:
         send(self._sock, {"id": 0, "unjoined": unjoined}, [own, init_fd])
         os.close(init_fd)
         os.close(own)
+
+    def _mount_overlays(self, setup: dict[str, Any]) -> None:
+        """An image sandbox's root, a group member's layers (`local_overlay_start`)."""
+        namespaces = UserNamespaces()
+        try:
+            for overlay in setup["overlays"]:
+                mount_overlay(overlay, namespaces.get)
+            if setup["image"]:
+                self._user_namespace = namespaces.get((0, setup["uid"], ID_SPAN))
+        finally:
+            namespaces.close(keep=self._user_namespace)
 
     def _enter(self, namespaces: list[tuple[str, int]], setup: dict[str, Any]) -> None:
         try:

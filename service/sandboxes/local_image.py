@@ -7,7 +7,7 @@ the default costs nothing after the first time (`ImageRoots`); another name cost
 query of the store.
 
 Each image sandbox owns a block of ID_SPAN host ids (`UidBlocks`): root and every other
-id inside map into it (`local_image_start`), so no sandbox shares an id with another or
+id inside map into it (`local_overlay_start`), so no sandbox shares an id with another or
 with the host. A block is held by a lock file for as long as its sandbox lives, across
 every server on the host; a crashed server's locks go with its process.
 """
@@ -20,15 +20,16 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from service.errors import FieldViolation, ImageError, SandboxError, SpecError
 from service.images import Image, ImageProgress, ImageStore
 from service.images.base import BASE_NAMES
 from service.images.storage import qualify
 from service.sandboxes.bwrap import SandboxLayout
-from service.sandboxes.local_image_start import ID_SPAN
+from service.sandboxes.local_overlay_start import ID_SPAN
 
-__all__ = ["HOST_IMAGE", "ImageRoots", "UidBlocks", "image_dirs", "prepare_upper"]
+__all__ = ["HOST_IMAGE", "ImageRoots", "UidBlocks", "image_dirs", "image_overlay", "prepare_upper"]
 
 HOST_IMAGE = "host"
 """The name that keeps the host's root, read-only (no image)."""
@@ -37,7 +38,6 @@ _BASE = {qualify(name) for name in BASE_NAMES}
 _BLOCKS_FIRST = 0x2000_0000
 _BLOCKS = 8192
 """Blocks of ID_SPAN ids from _BLOCKS_FIRST: below the host sandboxes' uids (`bwrap`)."""
-_OVERLAY_UNSAFE = frozenset(",:\\\n")
 
 
 class ImageRoots:
@@ -123,7 +123,7 @@ class UidBlocks:
 
 
 def image_dirs(layout: SandboxLayout) -> dict[str, str]:
-    """Where the spawner mounts an image sandbox's root (`local_image_start`)."""
+    """Where the spawner mounts an image sandbox's root (`local_overlay_start`)."""
     dirs = {
         "lower": layout.root / "image" / "lower",
         "root": layout.root / "image" / "root",
@@ -135,8 +135,8 @@ def image_dirs(layout: SandboxLayout) -> dict[str, str]:
 
 def prepare_upper(
     layout: SandboxLayout, image: Image, made: Sequence[str], mount_points: Sequence[str]
-) -> dict[str, str]:
-    """Make the overlay's directories; returns them with the image's rootfs.
+) -> None:
+    """Make the overlay's directories.
 
     `made` are directories the sandbox gets whether the image has them or not (its
     home), owned by its root; `mount_points` are where bwrap binds what the host shares,
@@ -144,9 +144,6 @@ def prepare_upper(
     the sandbox's root, so bwrap never makes one its root cannot enter.
     """
     dirs = image_dirs(layout)
-    unsafe = [path for path in (*dirs.values(), str(image.rootfs)) if _OVERLAY_UNSAFE & set(path)]
-    if unsafe:
-        raise OSError(f"an overlay cannot name {unsafe[0]!r} (',', ':' or '\\')")
     assert layout.uid is not None
     for key in ("lower", "root"):
         os.makedirs(dirs[key], mode=0o700, exist_ok=True)
@@ -157,7 +154,18 @@ def prepare_upper(
         relative = PurePosixPath(path).relative_to("/")
         for depth in range(1, len(relative.parts) + 1):
             _mirror(image.rootfs, upper, layout.uid, str(PurePosixPath(*relative.parts[:depth])))
-    return {**dirs, "rootfs": str(image.rootfs)}
+
+
+def image_overlay(
+    layout: SandboxLayout, image: Image, top: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The sandbox's root for its spawner (`local_overlay_start.mount_overlay`): the
+    image's rootfs under `top` if given (a group member's snapshot), then its own writes."""
+    assert layout.uid is not None
+    dirs = image_dirs(layout)
+    rootfs = {"source": str(image.rootfs), "at": dirs["lower"], "map": [0, layout.uid, ID_SPAN]}
+    lowers = [rootfs] if top is None else [top, rootfs]
+    return {"target": dirs["root"], "upper": dirs["upper"], "work": dirs["work"], "lowers": lowers}
 
 
 def _mirror(rootfs: Path, upper: Path, first_id: int, relative: str) -> None:

@@ -78,6 +78,8 @@ class LocalSandbox:
         output_bytes: tuple[int, int],
         on_gone: Callable[[], None],
         image: ImageConfig | None = None,
+        image_id: str = "",
+        forked: bool = False,
     ) -> None:
         self.name = name
         """Of its directory and cgroup: its rollout's id, or a warm sandbox's own."""
@@ -92,6 +94,11 @@ class LocalSandbox:
         self._output_bytes = output_bytes
         self._image = image
         """The config of the image it runs on (`local_image_view`); None on the host's root."""
+        self.image_id = image_id
+        """The store's id of that image; "" on the host's root."""
+        self._forked = forked
+        """Started from a snapshot (`local_snapshot`): on the host's root its home and /tmp
+        are overlays only its spawner's mount namespace has."""
         self._root_fd = -1
         self._roots = _host_roots(layout)
         self._processes: set[SandboxedProcess] = set()
@@ -145,11 +152,13 @@ class LocalSandbox:
         init, unjoined = await self._spawner.ready()
         self._holder = Holder(init)
         self._namespace = self._holder.pid_namespace()
-        if self._image is not None:
-            # Every absolute path is the image's: files are reached through the sandbox's
-            # own root (its overlay, as its init sees it), held open until teardown.
+        if self._image is not None or self._forked:
+            # Files are reached through the sandbox's own root (its overlays, as its init
+            # sees them), held open until teardown. On an image every absolute path is the
+            # image's; on the host's root, only its home and /tmp are the sandbox's.
             self._root_fd = self._holder.open_root()
-            self._roots = {"": Path(f"/proc/self/fd/{self._root_fd}")}
+            root = Path(f"/proc/self/fd/{self._root_fd}")
+            self._roots = {"": root} if self._image is not None else _trees_inside(root)
         if unjoined is not None and self._cgroup is not None:
             _log.warning("commands run outside memory cgroup %s: %s", self._cgroup.path, unjoined)
 
@@ -350,3 +359,8 @@ class LocalSandbox:
 def _host_roots(layout: SandboxLayout) -> dict[str, Path]:
     """A host-root sandbox's writable trees, behind which its files are reached."""
     return {HOME: layout.home, "/tmp": layout.tmp}
+
+
+def _trees_inside(root: Path) -> dict[str, Path]:
+    """The same trees reached through the sandbox's root: a forked sandbox's overlays."""
+    return {tree: root / tree.lstrip("/") for tree in (HOME, "/tmp")}

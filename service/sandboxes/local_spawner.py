@@ -28,7 +28,7 @@ __all__ = ["FORK_SERVER", "Command", "ForkServer", "Spawner", "SpawnerSetup"]
 FORK_SERVER = (sys.executable, "-S", "-E", "-s", "-m", "service.sandboxes.local_forkserver")
 """Like `-I`, but with the project root (its working directory) on sys.path: it imports
 its siblings (`local_wire`, `local_holder_start`, `local_network_start`, `local_mounts`,
-`local_seccomp`, `local_image_start`) and the standard library, nothing from site-packages."""
+`local_seccomp`, `local_overlay_start`) and the standard library, nothing from site-packages."""
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _EXIT_WAIT_S = 1.0
 _SETUP_WAIT_S = 10.0
@@ -120,9 +120,12 @@ class SpawnerSetup:
     the spawner starts bwrap without any other sandbox's disk in view."""
     network: dict[str, list[str]] | None = None
     """Under network FULL: pasta and the namespace's routes (`local_network.full_network`)."""
-    image: dict[str, str] | None = None
-    """An image sandbox's rootfs and overlay directories (`local_image_start`); `uid` is
-    then the first host id of its block."""
+    overlays: list[dict[str, Any]] = field(default_factory=list)
+    """Overlays to mount before bwrap starts (`local_overlay_start.mount_overlay`): an
+    image sandbox's root, a group member's layers."""
+    image: bool = False
+    """An image sandbox: `uid` is the first host id of its block, and every command runs
+    as root in a user namespace mapping the block."""
 
 
 @dataclass

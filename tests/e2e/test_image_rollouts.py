@@ -206,26 +206,39 @@ async def test_a_killed_servers_image_sandboxes_leave_no_mount(tmp_path: Path) -
     assert not (sandboxes / started.rollout.id).exists()
 
 
-async def test_a_group_on_an_image_sets_up_each_member(
-    stub: pb_grpc.RolloutServiceAsyncStub,
+async def test_a_group_on_an_image_sets_up_once_and_members_fork_copy_on_write(
+    stub: pb_grpc.RolloutServiceAsyncStub, server_process: ServerProcess
 ) -> None:
-    """Setup on an image may write anywhere (here /opt): a fork copying HOME and /tmp would
-    hand members a root without it, so each member runs its own setup."""
+    """Setup on an image may change anything on its root: each member starts from all of it
+    (a file under /opt with its owner, a file of the image removed), and what a member
+    writes over it is its own, seen by no other member."""
     spec = command_spec(
-        "cat /opt/made.txt > out.txt",
-        setup=("head -c 8 /dev/urandom | od -An -tx1 > /opt/made.txt",),
-        verify=("test -s out.txt",),
+        "cp /opt/made.txt before.txt; stat -c %u:%g /opt/made.txt > owner.txt; "
+        "if test -e /etc/debian_version; then echo present; else echo absent; fi > gone.txt; "
+        "echo $RANDOM$RANDOM$$ >> /opt/made.txt; sleep 0.5; cp /opt/made.txt after.txt",
+        setup=(
+            "head -c 8 /dev/urandom | od -An -tx1 > /opt/made.txt",
+            "chown 1000:1000 /opt/made.txt && rm /etc/debian_version",
+        ),
+        verify=("test -s after.txt",),
         **_BASE,
     )
-    group = (await stub.RunGroup(pb.RunGroupRequest(spec=pb.GroupSpec(spec=spec, n=2)))).group
+    group = (await stub.RunGroup(pb.RunGroupRequest(spec=pb.GroupSpec(spec=spec, n=3)))).group
     assert group.status == pb.GROUP_STATUS_COMPLETED, group
-    assert group.template_setups == 0
-    assert group.stats.reward_mean == 1.0
-    outputs = set()
+    assert group.template_setups == 1
+    files = []
     for member in group.members:
         got = await stub.GetRollout(pb.GetRolloutRequest(rollout_id=member.rollout_id))
-        outputs.add(got.rollout.result.files["out.txt"])
-    assert len(outputs) == 2  # each member's own setup: two random values
+        files.append(got.rollout.result.files)
+        assert len(got.rollout.result.setup_results) == 2
+    (prepared,) = {f["before.txt"] for f in files}  # one setup run: the same random bytes
+    assert {f["owner.txt"] for f in files} == {b"1000:1000\n"}
+    assert {f["gone.txt"] for f in files} == {b"absent\n"}
+    after = [f["after.txt"] for f in files]
+    assert len(set(after)) == 3
+    assert all(a.startswith(prepared) and a.count(b"\n") == 2 for a in after)
+    snapshots = server_process.state_dir / "snapshots"
+    assert not snapshots.exists() or list(snapshots.iterdir()) == []
 
 
 async def test_root_inside_cannot_mount_over_what_the_verifier_reads(
