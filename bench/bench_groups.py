@@ -5,7 +5,8 @@ calibrated on this machine first, so contention shows as wall time rather than l
 the agent reads one file and the verifier checks it. Each round runs, on fresh servers
 (16 running slots each):
 
-- group: RunGroup with n=16 (setup once in a template sandbox, each member unpacks it);
+- group: RunGroup with n=16 (setup once in a template sandbox, each member starts from
+  its snapshot, copy-on-write);
 - separate: 16 concurrent RunRollout calls of the same spec (setup 16 times).
 
 Reported per approach: wall time of the call(s), how many times setup ran, and the CPU
@@ -121,8 +122,6 @@ def measure(approach: Approach, spec: pb.RolloutSpec, n: int) -> dict[str, float
                 "ROLLOUT_MAX_RUNNING": str(n),
                 "ROLLOUT_MAX_QUEUED": str(n),
                 "ROLLOUT_LOG_LEVEL": "WARNING",
-                # The fork is taken on the host root only (README, Groups).
-                "ROLLOUT_SANDBOX_IMAGE": "host",
             },
         )
         target = server.start()

@@ -38,7 +38,7 @@ from e2b import (
 from service.config import Settings
 from service.errors import FieldViolation, RolloutFailure, SandboxError, SpecError
 from service.models import ErrorKind, NetworkPolicy, SandboxSpec
-from service.sandboxes.base import WORKDIR, Sandbox, SandboxRequest, Snapshot
+from service.sandboxes.base import WORKDIR, Sandbox, SandboxRequest
 from service.sandboxes.e2b_guard import (
     CreateRateLimiter,
     RetryPolicy,
@@ -47,6 +47,7 @@ from service.sandboxes.e2b_guard import (
     retry_transient,
 )
 from service.sandboxes.e2b_sandbox import KILL_TIMEOUT_S, SDK_ERRORS, E2BSandbox
+from service.sandboxes.e2b_snapshot import E2BSnapshot, take_snapshot
 
 __all__ = ["API_KEY_ENV", "INSTANCE_LABEL", "ROLLOUT_LABEL", "E2BBackend"]
 
@@ -112,12 +113,14 @@ class E2BBackend:
             )
 
     def can_snapshot(self, spec: SandboxSpec) -> bool:
-        """No: each group member sets up on its own (README: E2B's own snapshots are not
-        used yet)."""
-        return False
+        """Yes: E2B's own snapshots (`e2b_snapshot`)."""
+        return True
 
-    async def snapshot(self, sandbox: Sandbox) -> Snapshot:
-        raise SandboxError("E2B sandboxes are not snapshotted: each member sets up on its own")
+    async def snapshot(self, sandbox: Sandbox) -> E2BSnapshot:
+        """Snapshot one of this backend's sandboxes (`e2b_snapshot`); raises SandboxError."""
+        if self._live.get(sandbox.id) is not sandbox:
+            raise ValueError(f"sandbox {sandbox.id} is not one of this backend's")
+        return await take_snapshot(sandbox.id, self._api_key)
 
     async def create(self, request: SandboxRequest) -> E2BSandbox:
         """Create a sandbox, waiting for a place under the cap and a turn under the rate limit."""
@@ -183,8 +186,13 @@ class E2BBackend:
 
     def _create_args(self, request: SandboxRequest, idempotency_key: str) -> dict[str, Any]:
         labels = {INSTANCE_LABEL: self._settings.instance_id, ROLLOUT_LABEL: request.rollout_id}
+        template = request.spec.template or self._settings.e2b_template
+        if request.snapshot is not None:
+            if not isinstance(request.snapshot, E2BSnapshot):
+                raise SandboxError("the snapshot is not one of the e2b backend's")
+            template = request.snapshot.snapshot_id
         return {
-            "template": request.spec.template or self._settings.e2b_template,
+            "template": template,
             "timeout": self._timeout_s(request),
             "metadata": labels,
             "envs": {},

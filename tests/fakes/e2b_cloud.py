@@ -10,9 +10,12 @@ mode, which skips create/kill and would test nothing). Faults: `fail_creates` (s
 "reset"), `hold_creates`, `vanish` (a sandbox dies mid-command).
 
 Templates: `add_template(name, files)` seeds files into the writable paths of every sandbox
-made from it. Network: `PUT /sandboxes/{id}/network` is recorded in `network_updates`; the
-fake cannot filter by host, so any `allowOut` opens the sandbox's network as a whole (for
-commands started after the update).
+made from it. Snapshots (`POST /sandboxes/{id}/snapshots`, as `create_snapshot` sends it) are
+templates too: the sandbox's regular files under its writable paths, with their modes (no
+memory, empty directory or link); `DELETE /templates/{id}` (`delete_snapshot`) removes one;
+`snapshots` lists every one taken. Network: `PUT /sandboxes/{id}/network` is recorded in
+`network_updates`; the fake cannot filter by host, so any `allowOut` opens the sandbox's
+network as a whole (for commands started after the update).
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
 from tests.fakes.envd import ENVD_VERSION, FakeSandbox, serve_envd
 from tests.fakes.http1 import Http1Server, HttpRequest, HttpResponse
@@ -77,6 +81,8 @@ class FakeE2B:
         self.network_updates: list[tuple[str, dict[str, Any]]] = []
         """(sandbox id, body) of every network update received."""
         self._templates: dict[str, dict[str, tuple[bytes, int]]] = {}
+        self.snapshots: list[str] = []
+        """The id of every snapshot taken, deleted or not."""
         self._failures: list[int | str] = []
         self._by_idempotency_key: dict[str, str] = {}
         self._server = Http1Server(self._handle)
@@ -138,6 +144,11 @@ class FakeE2B:
             await self._create(request, response)
         elif route == ("GET", "/v2/sandboxes"):
             await self._list(request, response)
+        elif request.method == "POST" and request.path.endswith("/snapshots"):
+            sandbox_id = request.path.removeprefix("/sandboxes/").removesuffix("/snapshots")
+            await self._snapshot(sandbox_id, response)
+        elif request.method == "DELETE" and request.path.startswith("/templates/"):
+            await self._delete_template(request.path.removeprefix("/templates/"), response)
         elif request.method == "DELETE" and request.path.startswith("/sandboxes/"):
             await self._delete(request.path.removeprefix("/sandboxes/"), response)
         elif request.method == "PUT" and request.path.endswith("/network"):
@@ -240,6 +251,27 @@ class FakeE2B:
             record.expiry.cancel()
         await response.reply_empty(204)
 
+    async def _snapshot(self, sandbox_id: str, response: HttpResponse) -> None:
+        record = self.records.get(sandbox_id)
+        if record is None or not record.sandbox.alive:
+            message = f"sandbox '{sandbox_id}' not found"
+            return await response.reply_json(404, {"code": 404, "message": message})
+        snapshot_id = f"snapshot-{uuid.uuid4().hex[:12]}:default"
+        self._templates[snapshot_id] = await asyncio.to_thread(_files_of, record.sandbox)
+        self.snapshots.append(snapshot_id)
+        await response.reply_json(201, {"snapshotID": snapshot_id, "names": [snapshot_id]})
+
+    async def _delete_template(self, template_id: str, response: HttpResponse) -> None:
+        template_id = unquote(template_id)
+        if self._templates.pop(template_id, None) is None:
+            message = f"template '{template_id}' not found"
+            return await response.reply_json(404, {"code": 404, "message": message})
+        await response.reply_empty(204)
+
+    def template_ids(self) -> set[str]:
+        """Templates and snapshots not deleted."""
+        return set(self._templates)
+
     async def _update_network(
         self, sandbox_id: str, body: dict[str, Any], response: HttpResponse
     ) -> None:
@@ -251,3 +283,13 @@ class FakeE2B:
         if body.get("allowOut"):
             record.sandbox.internet = True
         await response.reply_empty(204)
+
+
+def _files_of(sandbox: FakeSandbox) -> dict[str, tuple[bytes, int]]:
+    """The sandbox's regular files under its writable paths: sandbox path -> (data, mode)."""
+    files = {}
+    for path in sorted(sandbox.root.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            inside = "/" + str(path.relative_to(sandbox.root))
+            files[inside] = (path.read_bytes(), path.stat().st_mode & 0o7777)
+    return files

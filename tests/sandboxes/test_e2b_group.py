@@ -1,6 +1,6 @@
-"""A group on the e2b backend (the fake E2B cloud): every member runs its own setup (the
-template's user has sudo, so a copy of HOME and /tmp could miss what setup changed), the
-group completes, and no sandbox is left."""
+"""A group on the e2b backend (the fake E2B cloud): setup runs once, in a template sandbox
+E2B snapshots (`create_snapshot`); every member is created from the snapshot; the group
+completes, and neither a sandbox nor the snapshot is left."""
 
 from __future__ import annotations
 
@@ -30,11 +30,11 @@ async def stub(cloud: FakeE2B, tmp_path: Path) -> AsyncIterator[pb_grpc.RolloutS
     assert await asyncio.to_thread(server.stop) == 0, server.text()
 
 
-async def test_a_group_on_e2b_sets_up_per_member_and_leaves_no_sandbox(
+async def test_a_group_on_e2b_sets_up_once_from_a_snapshot_and_leaves_nothing(
     stub: pb_grpc.RolloutServiceAsyncStub, cloud: FakeE2B
 ) -> None:
     spec = command_spec(
-        "cat made.txt > out.txt",
+        "cat made.txt > out.txt; echo $RANDOM$$ >> made.txt; cp made.txt after.txt",
         setup=("head -c 8 /dev/urandom | od -An -tx1 > made.txt",),
         verify=("test -s out.txt",),
         sandbox={"backend": "e2b", "template": "tmpl"},
@@ -42,14 +42,19 @@ async def test_a_group_on_e2b_sets_up_per_member_and_leaves_no_sandbox(
     request = pb.RunGroupRequest(spec=pb.GroupSpec(spec=spec, n=3))
     group = (await stub.RunGroup(request)).group
     assert group.status == pb.GROUP_STATUS_COMPLETED, group
-    assert group.template_setups == 0
+    assert group.template_setups == 1
     assert group.stats.reward_mean == 1.0
-    outputs = set()
+    files = []
     for member in group.members:
         rollout = (
             await stub.GetRollout(pb.GetRolloutRequest(rollout_id=member.rollout_id))
         ).rollout
-        outputs.add(rollout.result.files["out.txt"])
-    assert len(outputs) == 3  # every member ran its own setup: three random values
-    assert len(cloud.records) == 3  # three members, no template
+        files.append(rollout.result.files)
+    (prepared,) = {f["out.txt"] for f in files}  # one setup: every member has its random bytes
+    assert len({f["after.txt"] for f in files}) == 3  # each member's writes are its own
+    assert all(f["after.txt"].startswith(prepared) for f in files)
+    [snapshot] = cloud.snapshots
+    templates = [record.template for record in cloud.records.values()]
+    assert sorted(templates) == sorted(["tmpl", *[snapshot] * 3])  # the template, then members
     assert cloud.live_ids() == set()
+    assert snapshot not in cloud.template_ids()  # deleted at the group's end
