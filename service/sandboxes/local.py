@@ -19,10 +19,12 @@ construction; commands never run unsandboxed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -199,7 +201,8 @@ class LocalBackend:
             network = self._network(key.network, layout)
             if self._has_leftovers(name):
                 await self._discard(name)  # a crashed run's, under the same id
-            overlays = await self._prepared(layout, key, image, snapshot)
+            prepare = functools.partial(self._prepare, layout, key, image, snapshot)
+            overlays = await self._prepared(layout, prepare)
         except BaseException:
             self._release(layout.uid)
             raise
@@ -309,17 +312,11 @@ class LocalBackend:
         return sandbox_uid(self._state_dir, name) if self._privileged else None
 
     async def _prepared(
-        self,
-        layout: SandboxLayout,
-        key: WarmKey,
-        image: Image | None,
-        snapshot: LocalSnapshot | None,
+        self, layout: SandboxLayout, prepare: Callable[[], list[dict[str, Any]]]
     ) -> list[dict[str, Any]]:
-        """Make the sandbox's directories (and its disk) in a thread; the overlays its
-        spawner mounts (`local_overlay_start`)."""
-        preparing = asyncio.ensure_future(
-            asyncio.to_thread(self._prepare, layout, key, image, snapshot)
-        )
+        """Make the sandbox's directories (and its disk) in a thread (`_prepare`); the
+        overlays its spawner mounts (`local_overlay_start`)."""
+        preparing = asyncio.ensure_future(asyncio.to_thread(prepare))
         try:
             return await asyncio.shield(preparing)
         except BaseException as exc:

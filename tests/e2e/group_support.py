@@ -6,7 +6,9 @@ from __future__ import annotations
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-__all__ = ["call_model_then", "group_spec", "run_to_end", "start_group"]
+from tests.server_process import ServerProcess
+
+__all__ = ["call_model_then", "group_spec", "run_to_end", "snapshots_left", "start_group"]
 
 _CALL_MODEL = """python3 - <<'PY'
 import json, os, urllib.request
@@ -44,3 +46,9 @@ async def run_to_end(stub: pb_grpc.RolloutServiceAsyncStub, group_id: str) -> pb
         if response.HasField("group"):
             return response.group
     raise AssertionError(f"WatchGroup({group_id}) ended without the group")
+
+
+def snapshots_left(server: ServerProcess) -> list[str]:
+    """The group snapshots the server's local backend holds (`<state dir>/snapshots`)."""
+    directory = server.state_dir / "snapshots"
+    return sorted(entry.name for entry in directory.iterdir()) if directory.is_dir() else []

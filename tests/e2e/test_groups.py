@@ -21,7 +21,13 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.engine.group_members import member_seed
 from tests.e2e.bad_request import violated_fields
-from tests.e2e.group_support import call_model_then, group_spec, run_to_end, start_group
+from tests.e2e.group_support import (
+    call_model_then,
+    group_spec,
+    run_to_end,
+    snapshots_left,
+    start_group,
+)
 from tests.e2e.processes import eventually, processes_with
 from tests.e2e.specs import command_spec
 from tests.fakes.llm_upstream import FakeUpstream, Reply
@@ -178,10 +184,11 @@ async def test_min_complete_cancels_the_stragglers_and_leaves_no_process(
 
 
 async def test_cancel_group_mid_run_leaves_nothing(
-    group_stub: pb_grpc.RolloutServiceAsyncStub,
+    group_stub: pb_grpc.RolloutServiceAsyncStub, group_server: ServerProcess
 ) -> None:
     marker = f"7{uuid.uuid4().int % 10**6:06d}"
-    group = await start_group(group_stub, group_spec(command_spec(f"sleep {marker}"), 3))
+    spec = command_spec(f"sleep {marker}", setup=("echo prepared > prepared.txt",))
+    group = await start_group(group_stub, group_spec(spec, 3))
     await eventually(lambda: len(processes_with(marker)) >= 3, timeout_s=60)
     cancelled = (
         await group_stub.CancelGroup(pb.CancelGroupRequest(group_id=group.id, reason="enough"))
@@ -190,7 +197,9 @@ async def test_cancel_group_mid_run_leaves_nothing(
     assert "enough" in cancelled.error.message
     assert {m.status for m in cancelled.members} == {pb.ROLLOUT_STATUS_CANCELLED}
     assert cancelled.stats.counted == 0
+    assert cancelled.template_setups == 1
     assert processes_with(marker) == []
+    assert snapshots_left(group_server) == []  # the members' common layer went with them
 
 
 async def test_the_deadline_times_the_group_out_and_leaves_nothing(

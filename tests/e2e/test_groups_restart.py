@@ -13,7 +13,13 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.engine.group_members import member_seed
-from tests.e2e.group_support import call_model_then, group_spec, run_to_end, start_group
+from tests.e2e.group_support import (
+    call_model_then,
+    group_spec,
+    run_to_end,
+    snapshots_left,
+    start_group,
+)
 from tests.e2e.processes import eventually, processes_with
 from tests.e2e.specs import command_spec
 from tests.fakes.llm_upstream import FakeUpstream, Reply
@@ -37,10 +43,13 @@ async def _group_killed_mid_run(
     and member 1 is running, and start the server again."""
     marker = f"5{uuid.uuid4().int % 10**6:06d}"
     slow = member_seed(GROUP_SEED, 1)
-    upstream.script(*[Reply(text="slow")] * 4, match=lambda body: body.get("seed") == slow)
+    # Member 1's first call only: it then sleeps until the server is killed (however loaded
+    # the machine), and its refill, given the default reply, does not.
+    upstream.script(Reply(text="slow"), match=lambda body: body.get("seed") == slow)
     spec = command_spec(
-        call_model_then(f"grep -q slow reply.txt && sleep 4.{marker}; true"),
-        verify=("true",),
+        call_model_then(f"grep -q slow reply.txt && sleep 600.{marker}; true"),
+        setup=("echo prepared > prepared.txt",),
+        verify=("test -s prepared.txt",),
         endpoint={"base_url": upstream.base_url, "model": "fake-model", "api_key": api_key},
         sampling={"seed": GROUP_SEED},
     )
@@ -78,6 +87,8 @@ async def test_a_restart_keeps_finished_members_and_refills_the_interrupted(
     assert [r.WhichOneof("event") for r in replayed] == ["member"] * 3 + ["group"]
     assert replayed[0].member.id == finished.id
     assert replayed[-1].group == group
+    # The killed server's snapshot was swept at the start; the refill set up on its own.
+    assert snapshots_left(fresh_server) == []
 
 
 async def test_a_restart_reports_members_it_cannot_start_without_the_key(

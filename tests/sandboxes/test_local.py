@@ -9,6 +9,7 @@ import signal
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -235,10 +236,11 @@ async def test_bwrap_failure_is_a_sandbox_error(
     prepare = LocalBackend._prepare
 
     def prepare_without_proxy_dir(
-        self: LocalBackend, layout: SandboxLayout, key: WarmKey, image: None
-    ) -> None:
-        prepare(self, layout, key, image)
+        self: LocalBackend, layout: SandboxLayout, key: WarmKey, image: None, snapshot: None
+    ) -> list[dict[str, Any]]:
+        overlays = prepare(self, layout, key, image, snapshot)
         layout.proxy_dir.rmdir()  # bwrap cannot bind what is not there
+        return overlays
 
     monkeypatch.setattr(LocalBackend, "_prepare", prepare_without_proxy_dir)
     with pytest.raises(SandboxError, match=r"failed to start: .*proxy"):

@@ -133,3 +133,18 @@ async def test_the_start_up_sweep_removes_snapshots_no_group_holds(
     assert not crashed.exists()
     assert held.directory.is_dir()
     await held.release()
+
+
+async def test_a_snapshot_cancelled_mid_copy_leaves_no_layer(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    template = await _create(backend, "template", "host")
+    await _run(template, "mkdir many && for i in $(seq 2000); do echo $i > many/$i; done")
+    await template.reclaim()
+    taking = asyncio.ensure_future(backend.snapshot(template))
+    await asyncio.sleep(0)  # the copy has started in its thread
+    taking.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await taking
+    assert list((tmp_path / "state" / "snapshots").iterdir()) == []
+    await template.kill()
