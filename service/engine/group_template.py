@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from dataclasses import dataclass
 
-from service.engine.staging import make_workdir, stage
+from service.engine.staging import in_workdir, make_workdir, stage
 from service.errors import RolloutFailure, SandboxError
 from service.models import CommandResult, CommandStage, ErrorKind, RolloutSpec
 from service.sandboxes.base import SandboxBackend, SandboxRequest, Snapshot
@@ -71,6 +72,8 @@ async def prepare_filesystem(
             spec.task.setup,
             stage=CommandStage.SETUP,
             timeout_s=command_timeout_s,
+            env=spec.task.env,  # as a lone rollout's setup runs (`RolloutRun._commands`)
+            wrap=functools.partial(in_workdir, spec.task.workdir),
             on_result=lambda result: None,
             stop_on_failure=True,
         )

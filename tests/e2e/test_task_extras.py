@@ -85,6 +85,30 @@ async def test_solution_files_reach_the_oracle_only(stub: pb_grpc.RolloutService
     assert b"No such file" in peeked.result.files["peek.txt"]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="image sandboxes need a root server")
+async def test_an_oracle_group_gets_its_solution_over_the_shared_setup(
+    stub: pb_grpc.RolloutServiceAsyncStub,
+) -> None:
+    """Members start from the template's snapshot, which has no solution (the template is no
+    oracle's); each oracle member still gets it staged. The template's setup ran in the
+    task's workdir, with the task's env, as a lone rollout's does."""
+    task: dict[str, Any] = {
+        "instruction": "x",
+        "setup": ["echo $PREPARED > prepared.txt"],
+        "env": {"PREPARED": "prepared"},
+        "verify": ["grep -qx 42 /app/answer.txt && grep -qx prepared /app/prepared.txt"],
+        "solutionFiles": {"solve.sh": _b64('echo "$ANSWER" > answer.txt\n')},
+        "solutionEnv": {"ANSWER": "42"},
+        "workdir": "/app",
+    }
+    spec = command_spec(agent={"name": "oracle"}, task=task, sandbox={"image": "rollout/base"})
+    group = (await stub.RunGroup(pb.RunGroupRequest(spec=pb.GroupSpec(spec=spec, n=2)))).group
+    assert group.status == pb.GROUP_STATUS_COMPLETED, group
+    assert group.template_setups == 1
+    assert group.stats.rewarded == 2
+    assert group.stats.reward_mean == 1.0
+
+
 @pytest.mark.parametrize(
     ("task", "field"),
     [
