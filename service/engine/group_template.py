@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 from dataclasses import dataclass
 
 from service.engine.staging import in_workdir, make_workdir, stage
@@ -28,6 +29,8 @@ from service.sandboxes.base import SandboxBackend, SandboxRequest, Snapshot
 from service.verifier.commands import run_commands
 
 __all__ = ["PreparedFilesystem", "prepare_filesystem", "worth_a_template"]
+
+log = logging.getLogger(__name__)
 
 _SNAPSHOT_MARGIN_S = 300.0
 """The template's lifetime past its setup budget: staging, reclaim and the snapshot."""
@@ -51,10 +54,11 @@ def worth_a_template(spec: RolloutSpec, n: int, backend: SandboxBackend) -> bool
 
 async def prepare_filesystem(
     backend: SandboxBackend, spec: RolloutSpec, *, name: str, command_timeout_s: float
-) -> PreparedFilesystem:
+) -> PreparedFilesystem | None:
     """Run the task's staging and setup once in a template sandbox and snapshot it;
     RolloutFailure (SETUP) if a setup command fails, SandboxError if the template cannot
-    be made or snapshotted."""
+    be made. None if the snapshot failed (logged): the backend works, so each member sets
+    up on its own rather than the group failing (e.g. an E2B team without snapshots)."""
     request = SandboxRequest(
         rollout_id=name,
         spec=spec.sandbox,
@@ -84,7 +88,11 @@ async def prepare_filesystem(
             message = f"setup[{failed.index}] failed ({detail}), once for the group: {tail}"
             raise RolloutFailure(message, kind=ErrorKind.SETUP)
         await sandbox.reclaim()  # what setup left running must not write mid-snapshot
-        return PreparedFilesystem(await backend.snapshot(sandbox), tuple(results))
+        try:
+            return PreparedFilesystem(await backend.snapshot(sandbox), tuple(results))
+        except SandboxError as exc:
+            log.warning("%s: no snapshot, each member sets up on its own: %s", name, exc)
+            return None
     finally:
         with contextlib.suppress(Exception):
             await asyncio.shield(sandbox.kill())

@@ -222,7 +222,8 @@ class GroupManager:
                 name=f"{group.id}-template",
                 command_timeout_s=command_timeout_s,
             )
-            group.template_setups += 1
+            if prepared is not None:
+                group.template_setups += 1
             return prepared
 
         ops = MemberOps(

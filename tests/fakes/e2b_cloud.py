@@ -83,6 +83,8 @@ class FakeE2B:
         self._templates: dict[str, dict[str, tuple[bytes, int]]] = {}
         self.snapshots: list[str] = []
         """The id of every snapshot taken, deleted or not."""
+        self.refuse_snapshots = False
+        """Answer snapshots 400, as E2B does where a team may not take them."""
         self._failures: list[int | str] = []
         self._by_idempotency_key: dict[str, str] = {}
         self._server = Http1Server(self._handle)
@@ -256,6 +258,9 @@ class FakeE2B:
         if record is None or not record.sandbox.alive:
             message = f"sandbox '{sandbox_id}' not found"
             return await response.reply_json(404, {"code": 404, "message": message})
+        if self.refuse_snapshots:
+            refused = {"code": 400, "message": "snapshots are not enabled for this team"}
+            return await response.reply_json(400, refused)
         snapshot_id = f"snapshot-{uuid.uuid4().hex[:12]}:default"
         self._templates[snapshot_id] = await asyncio.to_thread(_files_of, record.sandbox)
         self.snapshots.append(snapshot_id)

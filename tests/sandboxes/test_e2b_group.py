@@ -58,3 +58,28 @@ async def test_a_group_on_e2b_sets_up_once_from_a_snapshot_and_leaves_nothing(
     assert sorted(templates) == sorted(["tmpl", *[snapshot] * 3])  # the template, then members
     assert cloud.live_ids() == set()
     assert snapshot not in cloud.template_ids()  # deleted at the group's end
+
+
+async def test_where_e2b_refuses_the_snapshot_each_member_sets_up_on_its_own(
+    stub: pb_grpc.RolloutServiceAsyncStub, cloud: FakeE2B
+) -> None:
+    cloud.refuse_snapshots = True
+    spec = command_spec(
+        "cat made.txt > out.txt",
+        setup=("head -c 8 /dev/urandom | od -An -tx1 > made.txt",),
+        verify=("test -s out.txt",),
+        sandbox={"backend": "e2b", "template": "tmpl"},
+    )
+    group = (await stub.RunGroup(pb.RunGroupRequest(spec=pb.GroupSpec(spec=spec, n=3)))).group
+    assert group.status == pb.GROUP_STATUS_COMPLETED, group
+    assert group.template_setups == 0
+    assert group.stats.reward_mean == 1.0
+    outputs = set()
+    for member in group.members:
+        rollout = (
+            await stub.GetRollout(pb.GetRolloutRequest(rollout_id=member.rollout_id))
+        ).rollout
+        outputs.add(rollout.result.files["out.txt"])
+    assert len(outputs) == 3  # each member's own setup: three random values
+    assert [record.template for record in cloud.records.values()] == ["tmpl"] * 4
+    assert cloud.live_ids() == set()
