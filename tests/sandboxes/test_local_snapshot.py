@@ -85,9 +85,10 @@ async def test_members_start_from_the_snapshot_and_write_only_their_own(
     assert await first.read_file(f"{WORKDIR}/made.txt", max_bytes=100) == b"set-up\nfirst\n"
     assert await first.read_file("/tmp/from-server", max_bytes=100) == b"written\n"
     assert await second.read_file(f"{WORKDIR}/made.txt", max_bytes=100) == b"set-up\n"
-    assert (await _run(second, "ls; cat /tmp/scratch; ls /tmp")).split() == [
+    seen_by_second = "ls; cat /tmp/scratch; test -e /tmp/from-server && echo seen || echo own"
+    assert (await _run(second, seen_by_second)).split() == [
         *("made.txt", "staged.txt", "scratch"),
-        "scratch",
+        "own",
     ]
     after = sorted(str(p.relative_to(snapshot.directory)) for p in snapshot.directory.rglob("*"))
     assert after == layer  # no member wrote into the layer
