@@ -47,7 +47,12 @@ from service.sandboxes.e2b_guard import (
     retry_transient,
 )
 from service.sandboxes.e2b_sandbox import KILL_TIMEOUT_S, SDK_ERRORS, E2BSandbox
-from service.sandboxes.e2b_snapshot import E2BSnapshot, take_snapshot
+from service.sandboxes.e2b_snapshot import (
+    E2BSnapshot,
+    snapshot_prefix,
+    sweep_snapshots,
+    take_snapshot,
+)
 
 __all__ = ["API_KEY_ENV", "INSTANCE_LABEL", "ROLLOUT_LABEL", "E2BBackend"]
 
@@ -92,6 +97,8 @@ class E2BBackend:
         self._retry = retry or RetryPolicy()
         self._health_interval_s = health_interval_s
         self._live: dict[str, E2BSandbox] = {}
+        self._snapshots: set[str] = set()
+        """The ids of the snapshots taken and not released (`e2b_snapshot`)."""
         self._reapers: set[asyncio.Task[None]] = set()
 
     def check_ready(self) -> None:
@@ -120,7 +127,13 @@ class E2BBackend:
         """Snapshot one of this backend's sandboxes (`e2b_snapshot`); raises SandboxError."""
         if self._live.get(sandbox.id) is not sandbox:
             raise ValueError(f"sandbox {sandbox.id} is not one of this backend's")
-        return await take_snapshot(sandbox.id, self._api_key)
+        prefix = snapshot_prefix(self._settings.instance_id)
+        snapshot = await take_snapshot(sandbox.id, self._api_key, prefix, self._released)
+        self._snapshots.add(snapshot.snapshot_id)
+        return snapshot
+
+    def _released(self, snapshot: E2BSnapshot) -> None:
+        self._snapshots.discard(snapshot.snapshot_id)
 
     async def create(self, request: SandboxRequest) -> E2BSandbox:
         """Create a sandbox, waiting for a place under the cap and a turn under the rate limit."""
@@ -141,7 +154,8 @@ class E2BBackend:
         return sandbox
 
     async def sweep_orphans(self, live_rollout_ids: set[str]) -> int:
-        """Kill this instance's sandboxes that no live rollout owns; returns how many."""
+        """Kill this instance's sandboxes that no live rollout owns, and delete its group
+        snapshots this backend does not hold; returns how many sandboxes were killed."""
         if not self._api_key:
             return 0
         orphans = [
@@ -153,6 +167,10 @@ class E2BBackend:
         killed = await asyncio.gather(*(self._kill_by_id(sandbox_id) for sandbox_id in orphans))
         if orphans:
             _log.info("orphan sweep: killed %d of %d E2B sandboxes", sum(killed), len(orphans))
+        prefix = snapshot_prefix(self._settings.instance_id)
+        deleted = await sweep_snapshots(prefix, self._api_key, set(self._snapshots))
+        if deleted:
+            _log.info("orphan sweep: deleted %d E2B snapshots of groups no server runs", deleted)
         return sum(killed)
 
     async def close(self) -> None:

@@ -12,10 +12,11 @@ mode, which skips create/kill and would test nothing). Faults: `fail_creates` (s
 Templates: `add_template(name, files)` seeds files into the writable paths of every sandbox
 made from it. Snapshots (`POST /sandboxes/{id}/snapshots`, as `create_snapshot` sends it) are
 templates too: the sandbox's regular files under its writable paths, with their modes (no
-memory, empty directory or link); `DELETE /templates/{id}` (`delete_snapshot`) removes one;
-`snapshots` lists every one taken. Network: `PUT /sandboxes/{id}/network` is recorded in
-`network_updates`; the fake cannot filter by host, so any `allowOut` opens the sandbox's
-network as a whole (for commands started after the update).
+memory, empty directory or link); `GET /snapshots` lists them (`list_snapshots`), `DELETE
+/templates/{id}` (`delete_snapshot`) removes one; `snapshots` lists every one taken.
+Network: `PUT /sandboxes/{id}/network` is recorded in `network_updates`; the fake cannot
+filter by host, so any `allowOut` opens the sandbox's network as a whole (for commands
+started after the update).
 """
 
 from __future__ import annotations
@@ -148,7 +149,9 @@ class FakeE2B:
             await self._list(request, response)
         elif request.method == "POST" and request.path.endswith("/snapshots"):
             sandbox_id = request.path.removeprefix("/sandboxes/").removesuffix("/snapshots")
-            await self._snapshot(sandbox_id, response)
+            await self._snapshot(sandbox_id, json.loads(request.body or b"{}"), response)
+        elif route == ("GET", "/snapshots"):
+            await self._list_snapshots(request, response)
         elif request.method == "DELETE" and request.path.startswith("/templates/"):
             await self._delete_template(request.path.removeprefix("/templates/"), response)
         elif request.method == "DELETE" and request.path.startswith("/sandboxes/"):
@@ -232,11 +235,18 @@ class FakeE2B:
             for record in self.records.values()
             if record.sandbox.alive and wanted.items() <= record.metadata.items()
         ]
+        await self._reply_page(request, response, matching)
+
+    @staticmethod
+    async def _reply_page(
+        request: HttpRequest, response: HttpResponse, items: list[dict[str, Any]]
+    ) -> None:
+        """One page of a listing, the next page's offset in `x-next-token` as E2B does."""
         offset = int(request.param("nextToken") or 0)
         limit = int(request.param("limit") or 100)
-        page = matching[offset : offset + limit]
+        page = items[offset : offset + limit]
         headers = {"content-type": "application/json"}
-        if offset + limit < len(matching):
+        if offset + limit < len(items):
             headers["x-next-token"] = str(offset + limit)
         body = json.dumps(page).encode()
         await response.start(200, headers | {"content-length": str(len(body))})
@@ -253,7 +263,9 @@ class FakeE2B:
             record.expiry.cancel()
         await response.reply_empty(204)
 
-    async def _snapshot(self, sandbox_id: str, response: HttpResponse) -> None:
+    async def _snapshot(
+        self, sandbox_id: str, body: dict[str, Any], response: HttpResponse
+    ) -> None:
         record = self.records.get(sandbox_id)
         if record is None or not record.sandbox.alive:
             message = f"sandbox '{sandbox_id}' not found"
@@ -261,10 +273,19 @@ class FakeE2B:
         if self.refuse_snapshots:
             refused = {"code": 400, "message": "snapshots are not enabled for this team"}
             return await response.reply_json(400, refused)
-        snapshot_id = f"snapshot-{uuid.uuid4().hex[:12]}:default"
+        name = body.get("name") or f"snapshot-{uuid.uuid4().hex[:12]}"
+        snapshot_id = f"{name}:default"
         self._templates[snapshot_id] = await asyncio.to_thread(_files_of, record.sandbox)
         self.snapshots.append(snapshot_id)
-        await response.reply_json(201, {"snapshotID": snapshot_id, "names": [snapshot_id]})
+        await response.reply_json(201, self._snapshot_info(snapshot_id))
+
+    @staticmethod
+    def _snapshot_info(snapshot_id: str) -> dict[str, Any]:
+        return {"snapshotID": snapshot_id, "names": [f"fake-team/{snapshot_id}"]}
+
+    async def _list_snapshots(self, request: HttpRequest, response: HttpResponse) -> None:
+        snapshots = [self._snapshot_info(s) for s in self.snapshots if s in self._templates]
+        await self._reply_page(request, response, snapshots)
 
     async def _delete_template(self, template_id: str, response: HttpResponse) -> None:
         template_id = unquote(template_id)

@@ -97,6 +97,24 @@ async def test_sweep_kills_only_this_instances_orphans(cloud: FakeE2B, tmp_path:
     assert cloud.records[live.id].metadata[ROLLOUT_LABEL] == "still-running"
 
 
+async def test_sweep_deletes_this_instances_snapshots_no_group_holds(
+    backend: E2BBackend, cloud: FakeE2B, tmp_path: Path
+) -> None:
+    crashed = make_backend(tmp_path)  # a run that died mid-group, its snapshot taken
+    other = make_backend(tmp_path, instance_id="default-2")  # another instance's
+    snapshots = []
+    for owner, name in ((crashed, "g1-template"), (other, "g2-template"), (backend, "g3-template")):
+        template = await owner.create(make_request(name))
+        snapshots.append(await owner.snapshot(template))
+        await template.kill()
+    left, theirs, held = snapshots
+    await backend.sweep_orphans(set())
+    assert cloud.template_ids() >= {theirs.snapshot_id, held.snapshot_id}
+    assert left.snapshot_id not in cloud.template_ids()
+    await held.release()
+    assert held.snapshot_id not in cloud.template_ids()
+
+
 async def test_sweep_spares_sandboxes_the_backend_holds(
     backend: E2BBackend, cloud: FakeE2B
 ) -> None:
