@@ -254,22 +254,29 @@ class FakeE2B:
         await response.end()
 
     async def _delete(self, sandbox_id: str, response: HttpResponse) -> None:
-        record = self.records.get(sandbox_id)
-        if record is None or not record.sandbox.alive:
-            message = f"sandbox '{sandbox_id}' not found"
-            return await response.reply_json(404, {"code": 404, "message": message})
+        record = await self._live_record(sandbox_id, response)
+        if record is None:
+            return
         record.sandbox.destroy()
         if record.expiry is not None:
             record.expiry.cancel()
         await response.reply_empty(204)
 
-    async def _snapshot(
-        self, sandbox_id: str, body: dict[str, Any], response: HttpResponse
-    ) -> None:
+    async def _live_record(self, sandbox_id: str, response: HttpResponse) -> SandboxRecord | None:
+        """The live sandbox's record, or None once the API's 404 is sent."""
         record = self.records.get(sandbox_id)
         if record is None or not record.sandbox.alive:
             message = f"sandbox '{sandbox_id}' not found"
-            return await response.reply_json(404, {"code": 404, "message": message})
+            await response.reply_json(404, {"code": 404, "message": message})
+            return None
+        return record
+
+    async def _snapshot(
+        self, sandbox_id: str, body: dict[str, Any], response: HttpResponse
+    ) -> None:
+        record = await self._live_record(sandbox_id, response)
+        if record is None:
+            return
         if self.refuse_snapshots:
             refused = {"code": 400, "message": "snapshots are not enabled for this team"}
             return await response.reply_json(400, refused)
@@ -301,10 +308,9 @@ class FakeE2B:
     async def _update_network(
         self, sandbox_id: str, body: dict[str, Any], response: HttpResponse
     ) -> None:
-        record = self.records.get(sandbox_id)
-        if record is None or not record.sandbox.alive:
-            message = f"sandbox '{sandbox_id}' not found"
-            return await response.reply_json(404, {"code": 404, "message": message})
+        record = await self._live_record(sandbox_id, response)
+        if record is None:
+            return
         self.network_updates.append((sandbox_id, body))
         if body.get("allowOut"):
             record.sandbox.internet = True
