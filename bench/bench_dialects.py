@@ -4,7 +4,7 @@ translated, each against the upstream called directly in the same dialect, in on
 Processes: the fake upstream in its standalone mode (`tests.fakes.llm_upstream`: one
 pre-rendered reply on chat completions, with logprobs and ~12k prompt ids, and vLLM's
 native `/v1/messages` and `/v1/responses` answers), two standalone proxies
-(`service.proxy.standalone`, `--dialect-mode translated` and `native`) and this load
+(`service.proxy.remote.standalone`, `--dialect-mode translated` and `native`) and this load
 generator. The requests are the opencode-sized request of `bench_proxy` (~50 KB: system
 prompt, a dozen tools, eight tool rounds) spelled in each dialect.
 
@@ -54,7 +54,7 @@ from bench.bench_proxy import (  # noqa: E402
     summary,
     unary_call,
 )
-from service.proxy.upstream import UpstreamPool, UpstreamTarget  # noqa: E402
+from service.proxy.transport.upstream import UpstreamPool, UpstreamTarget  # noqa: E402
 
 MARKERS = {"messages": b'"text_delta"', "responses": b'"response.output_text.delta"'}
 """What the first generated text looks like in each dialect's stream."""
@@ -202,7 +202,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def _proxy(upstream: str, mode: str, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
-    argv = [sys.executable, "-m", "service.proxy.standalone", "--listen", "127.0.0.1:0"]
+    argv = [sys.executable, "-m", "service.proxy.remote.standalone", "--listen", "127.0.0.1:0"]
     argv += ["--base-url", upstream, "--model", MODEL, "--turns-file", os.devnull]
     argv += ["--token", "token", "--dialect-mode", mode]
     process, ready = start(argv, env, ready_on_stderr=True)

@@ -31,7 +31,7 @@ from service.config import Settings
 from service.images import ImageStore
 from service.models import SandboxSpec
 from service.sandboxes.base import SandboxRequest
-from service.sandboxes.local import LocalBackend
+from service.sandboxes.local.backend import LocalBackend
 from tests.server_process import ServerProcess
 
 RESULTS = Path(__file__).parent / "results"

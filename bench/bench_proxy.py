@@ -2,7 +2,7 @@
 
 Three processes: the fake upstream in its standalone mode (`tests.fakes.llm_upstream`: one
 pre-rendered reply, as vLLM shapes it with logprobs and token ids, ~12k prompt ids
-included), the proxy (`service.proxy.standalone`, writing every turn as a JSON line to
+included), the proxy (`service.proxy.remote.standalone`, writing every turn as a JSON line to
 /dev/null) and this load generator, which uses the proxy's own lean HTTP client for both
 paths. Each request is an opencode-sized ~50 KB chat request (system prompt, a dozen tool
 schemas, a conversation with tool results); every worker adds its own last message, so the
@@ -38,7 +38,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from service.proxy.upstream import UpstreamPool, UpstreamTarget  # noqa: E402
+from service.proxy.transport.upstream import UpstreamPool, UpstreamTarget  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 API_KEY = "bench-upstream-key"
@@ -310,7 +310,7 @@ def main() -> None:
             [
                 sys.executable,
                 "-m",
-                "service.proxy.standalone",
+                "service.proxy.remote.standalone",
                 "--listen",
                 "127.0.0.1:0",
                 "--base-url",

@@ -5,7 +5,7 @@ N plain `asyncio.create_subprocess_exec("true")` (the baseline), N `LocalSandbox
 (one fork of the sandbox's spawner, inside its namespaces, per command), and a sandbox's
 whole life (create, one exec, kill), made on the spot and taken warm (the warm one is made
 before the clock starts, as it is while the previous rollout runs), under network NONE
-and FULL (a network namespace routed by pasta: `local_network`). Prints a markdown
+and FULL (a network namespace routed by pasta: `local.network`). Prints a markdown
 table and writes bench/results/sandbox.json.
 
     python bench/bench_sandbox.py [-n 300]
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from service.config import Settings
 from service.models import NetworkPolicy, SandboxSpec
 from service.sandboxes.base import SandboxRequest
-from service.sandboxes.local import LocalBackend, LocalSandbox
+from service.sandboxes.local.backend import LocalBackend, LocalSandbox
 
 RESULTS = Path(__file__).parent / "results"
 Case = Callable[[], Awaitable[None]]

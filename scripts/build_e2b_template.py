@@ -36,8 +36,8 @@ from e2b.template.main import TemplateBuilder
 
 from service.agents.opencode_install import install_script
 from service.config import Settings
-from service.proxy.bundle import requirements, sources_tarball
-from service.proxy.placement import TEMPLATE_DIR
+from service.proxy.remote.bundle import requirements, sources_tarball
+from service.proxy.remote.placement import TEMPLATE_DIR
 
 OPENCODE_PREFIX = "/opt/opencode"
 PROXY_CONTEXT = "rollout-proxy"
@@ -53,7 +53,7 @@ def template(context: Path, opencode_version: str) -> TemplateBuilder:
     )
     check_proxy = (
         f'python3 -I -c \'import sys; sys.path[:0] = ["{TEMPLATE_DIR}/src", '
-        f'"{TEMPLATE_DIR}/lib"]; import service.proxy.standalone\''
+        f'"{TEMPLATE_DIR}/lib"]; import service.proxy.remote.standalone\''
     )
     return (
         Template(file_context_path=str(context))

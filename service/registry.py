@@ -17,8 +17,8 @@ from service.sandboxes.base import SandboxBackend
 __all__ = ["AGENTS", "BACKENDS", "MissingDependencyError", "load_agent", "load_backend"]
 
 BACKENDS: dict[str, tuple[str, str]] = {
-    "local": ("service.sandboxes.local:LocalBackend", "the Debian package bubblewrap"),
-    "e2b": ("service.sandboxes.e2b:E2BBackend", "the Python package e2b"),
+    "local": ("service.sandboxes.local.backend:LocalBackend", "the Debian package bubblewrap"),
+    "e2b": ("service.sandboxes.e2b.backend:E2BBackend", "the Python package e2b"),
 }
 """Backend name -> (import path, what to install when the import fails)."""
 

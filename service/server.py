@@ -29,7 +29,7 @@ from service.api.servicer import RolloutServicer
 from service.api.transport import check_exposure, server_credentials
 from service.config import Settings
 from service.engine.events import EventHub
-from service.engine.groups import GroupManager
+from service.engine.groups.manager import GroupManager
 from service.engine.manager import RolloutManager
 from service.engine.model_access import ModelRouter
 from service.errors import ConfigError

@@ -13,7 +13,7 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 from tests.server_process import ServerProcess
 
 # The suite tests the host-root sandbox's boundaries unless a test names an image
-# (tests/sandboxes/test_local_image*.py, tests/e2e/test_image_rollouts.py); those use the
+# (tests/sandboxes/local/test_image*.py, tests/e2e/test_image_rollouts.py); those use the
 # server's shared cache, where the Debian base is built once per machine.
 os.environ.setdefault("ROLLOUT_SANDBOX_IMAGE", "host")
 

@@ -29,7 +29,7 @@ from service.api.inbound import (
 )
 from service.api.paging import RolloutPageBuilder
 from service.engine.events import EventHub
-from service.engine.groups import GroupManager
+from service.engine.groups.manager import GroupManager
 from service.engine.manager import RolloutManager
 
 __all__ = ["RolloutServicer"]

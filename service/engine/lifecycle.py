@@ -22,7 +22,7 @@ from opentelemetry import trace
 from service.agents.base import ORACLE, Agent, AgentContext, ModelAccess
 from service.config import Settings
 from service.engine.collect import collect_workdir
-from service.engine.group_template import PreparedFilesystem
+from service.engine.groups.template import PreparedFilesystem
 from service.engine.output_cap import OutputCap
 from service.engine.output_scrub import OutputScrubber, scrub
 from service.engine.staging import in_workdir, make_workdir, stage, staged_path, task_workdir
@@ -42,7 +42,7 @@ from service.models import (
     RolloutStatus,
     Turn,
 )
-from service.proxy.tally import CallTally
+from service.proxy.capture.tally import CallTally
 from service.sandboxes.base import Sandbox, SandboxBackend, SandboxRequest
 from service.verifier.commands import run_commands
 from service.verifier.reward import compute_reward
@@ -104,7 +104,7 @@ class RolloutRun:
         self._attach_model = attach_model
         self._publish = publish
         self._prepared = prepared
-        """A group member's filesystem, set up once for the group (`engine.group_template`)."""
+        """A group member's filesystem, set up once for the group (`engine.groups.template`)."""
         self._build_image = build_image
         self._sandbox: Sandbox | None = None
         self._attachment: ModelAttachment | None = None

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from service.agents.base import Agent
 from service.config import Settings
 from service.engine.events import EventHub
-from service.engine.group_template import PreparedFilesystem
+from service.engine.groups.template import PreparedFilesystem
 from service.engine.idempotency import check_same_request
 from service.engine.lifecycle import RolloutRun
 from service.engine.model_access import ModelRouter

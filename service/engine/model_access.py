@@ -6,7 +6,7 @@ Where the proxy runs for a rollout with capture TRANSPARENT_PROXY (`ModelRouter.
   route: the route is reachable from that sandbox only, and carries no token;
 - a remote sandbox (E2B) reaches it at `Settings.proxy_public_url` when the operator set one
   (host placement);
-- otherwise the proxy runs inside the remote sandbox (`service.proxy.in_sandbox`).
+- otherwise the proxy runs inside the remote sandbox (`service.proxy.remote.in_sandbox`).
 A remote sandbox with network NONE is opened to the one host the proxy needs: the public
 URL's for host placement, the upstream's for the proxy inside.
 """
@@ -26,9 +26,9 @@ from service.engine.lifecycle import AttachModel, ModelAttachment
 from service.errors import FieldViolation, SandboxError, SpecError
 from service.models import CaptureMode, NetworkPolicy, RolloutSpec, Turn
 from service.proxy.access import direct_access, host_socket_access
+from service.proxy.capture.route import Route
 from service.proxy.endpoints import ResolvedEndpoint, resolve_endpoint
-from service.proxy.in_sandbox import InSandboxProxy
-from service.proxy.route import Route
+from service.proxy.remote.in_sandbox import InSandboxProxy
 from service.proxy.server import CaptureProxy
 from service.sandboxes.base import Sandbox
 

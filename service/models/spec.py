@@ -141,7 +141,7 @@ class SandboxSpec(_Model):
     resources: Resources = Field(default_factory=Resources)
     """Resource limits."""
     image: str = ""
-    """Image of a local sandbox (`service.sandboxes.local_image`): a store name, "host", or
+    """Image of a local sandbox (`service.sandboxes.local.image`): a store name, "host", or
     empty for the server's default."""
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from service.agents.base import ModelAccess
 from service.proxy import forward
-from service.proxy.rewrite import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS
-from service.proxy.route import Route
+from service.proxy.capture.rewrite import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS
+from service.proxy.capture.route import Route
 from service.sandboxes.base import PROXY_SOCKET
 
 __all__ = ["DEFAULT_FORWARD_PORT", "SOCKET_ROUTE_KEY", "direct_access", "host_socket_access"]

@@ -34,16 +34,16 @@ from pathlib import Path
 import orjson
 
 from service.models import CaptureSpec
-from service.proxy.connections import ConnectionLimit
+from service.proxy.capture.failures import error_body
+from service.proxy.capture.relay import relay
+from service.proxy.capture.rewrite import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS, rewrite_request
+from service.proxy.capture.route import OnTurn, Route
 from service.proxy.dialects import DIALECT_ENDPOINTS, DialectCall, serve_dialect
 from service.proxy.endpoints import ResolvedEndpoint
-from service.proxy.failures import error_body
-from service.proxy.httpserver import Handler, HttpRequest, HttpServerProtocol, Responder
-from service.proxy.relay import relay
-from service.proxy.rewrite import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS, rewrite_request
-from service.proxy.route import OnTurn, Route
-from service.proxy.unix_socket import bind_unix
-from service.proxy.upstream import UpstreamPool
+from service.proxy.transport.connections import ConnectionLimit
+from service.proxy.transport.httpserver import Handler, HttpRequest, HttpServerProtocol, Responder
+from service.proxy.transport.unix_socket import bind_unix
+from service.proxy.transport.upstream import UpstreamPool
 
 __all__ = ["ConnectionBounds", "ProxyCore", "base_url", "split_listen"]
 

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from service.models import CaptureSpec
-from service.proxy.connections import ConnectionLimit
+from service.proxy.capture.route import OnTurn, Route
 from service.proxy.core import ConnectionBounds, ProxyCore, base_url, split_listen
 from service.proxy.endpoints import ResolvedEndpoint
-from service.proxy.route import OnTurn, Route
+from service.proxy.transport.connections import ConnectionLimit
 
 if TYPE_CHECKING:
     from service.config import Settings

@@ -15,12 +15,12 @@ from service.agents.base import AgentContext, ModelAccess
 from service.config import Settings
 from service.models import AgentOutput, CaptureSpec, NetworkPolicy, SandboxSpec, Turn
 from service.proxy.access import host_socket_access
+from service.proxy.capture.route import Route
 from service.proxy.endpoints import ResolvedEndpoint
-from service.proxy.route import Route
 from service.proxy.server import CaptureProxy
 from service.sandboxes.base import SandboxRequest
-from service.sandboxes.bwrap import sandbox_uid
-from service.sandboxes.local import LocalBackend, LocalSandbox
+from service.sandboxes.local.backend import LocalBackend, LocalSandbox
+from service.sandboxes.local.bwrap import sandbox_uid
 from tests.fakes.llm_upstream import FakeUpstream
 
 UPSTREAM_KEY = "sk-upstream-secret-5b1e"

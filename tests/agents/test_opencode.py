@@ -17,9 +17,9 @@ from service.agents.opencode_config import LAUNCHER
 from service.config import Settings
 from service.errors import AgentError
 from service.models import AgentOutputKind, NetworkPolicy, SandboxSpec
-from service.proxy.rewrite import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS
+from service.proxy.capture.rewrite import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS
 from service.sandboxes.base import WORKDIR, SandboxRequest
-from service.sandboxes.local import LocalBackend
+from service.sandboxes.local.backend import LocalBackend
 from tests.agents.conftest import UPSTREAM_KEY, Rig
 from tests.agents.npm_registry import FakeNpmRegistry, host_npm_arch
 from tests.agents.processes import running, until

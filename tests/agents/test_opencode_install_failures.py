@@ -14,7 +14,7 @@ from service.config import Settings
 from service.errors import AgentInstallError
 from service.models import ErrorKind, NetworkPolicy, SandboxSpec
 from service.sandboxes.base import SandboxRequest
-from service.sandboxes.local import LocalBackend
+from service.sandboxes.local.backend import LocalBackend
 from tests.agents.npm_registry import FakeNpmRegistry
 from tests.fakes.public_host import public_host
 

@@ -12,7 +12,7 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from service.engine.group_members import member_seed
+from service.engine.groups.members import member_seed
 from tests.e2e.group_support import (
     call_model_then,
     group_spec,

@@ -19,7 +19,7 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.proxy.access import SOCKET_ROUTE_KEY
 from service.sandboxes.base import PROXY_SOCKET
-from service.sandboxes.bwrap import SandboxLayout
+from service.sandboxes.local.bwrap import SandboxLayout
 from tests.e2e.processes import eventually
 from tests.e2e.specs import terminal
 from tests.fakes.llm_upstream import FakeUpstream

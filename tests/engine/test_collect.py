@@ -12,7 +12,7 @@ from service.engine import collect
 from service.engine.collect import collect_workdir
 from service.models import SandboxSpec
 from service.sandboxes.base import WORKDIR, SandboxRequest
-from service.sandboxes.local import LocalBackend, LocalSandbox
+from service.sandboxes.local.backend import LocalBackend, LocalSandbox
 
 
 def make_settings(tmp_path: Path, **bounds: int) -> Settings:

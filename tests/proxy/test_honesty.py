@@ -172,7 +172,7 @@ async def test_each_failed_upstream_call_is_a_warning_without_secrets(
     with caplog.at_level(logging.WARNING, logger="service.proxy"):
         for _ in range(2):
             await agent.post(rollout.chat_url, json=chat("hi"), headers=rollout.headers)
-    [record] = [r for r in caplog.records if r.name == "service.proxy.route"]
+    [record] = [r for r in caplog.records if r.name == "service.proxy.capture.route"]
     line = record.getMessage()
     assert record.levelno == logging.WARNING
     assert "rollout-logged" in line

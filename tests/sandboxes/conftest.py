@@ -13,10 +13,10 @@ import pytest
 from service.config import Settings
 from service.models import NetworkPolicy, Resources, SandboxSpec
 from service.sandboxes.base import SandboxRequest
-from service.sandboxes.local import LocalBackend, LocalSandbox
-from service.sandboxes.local_spawner import FORK_SERVER
+from service.sandboxes.local.backend import LocalBackend, LocalSandbox
+from service.sandboxes.local.spawner import FORK_SERVER
 from tests.fakes.e2b_cloud import FakeE2B
-from tests.sandboxes.e2b_support import fake_cloud
+from tests.sandboxes.e2b.support import fake_cloud
 
 MakeSandbox = Callable[..., Awaitable[LocalSandbox]]
 _POLL_S = 0.02

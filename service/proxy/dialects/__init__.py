@@ -12,7 +12,7 @@ completions, each call becoming the same `Turn`.
 The mode is the endpoint's (`ResolvedEndpoint.dialect_mode`). Translated calls carry the
 upstream's exact prompt and completion token ids and logprobs; native ones carry what
 their dialect returns (see `native_*`). `handler` serves a call; the `Codec` protocol
-(`service.proxy.codec`) is how the relay reads and writes each dialect.
+(`service.proxy.capture.codec`) is how the relay reads and writes each dialect.
 """
 
 from service.proxy.dialects.handler import COUNT_TOKENS, DialectCall, serve_dialect

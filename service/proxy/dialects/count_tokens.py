@@ -17,11 +17,11 @@ import orjson
 
 from service.errors import DialectRequestError
 from service.models import Dialect, DialectMode
+from service.proxy.capture.failures import transport_failure, upstream_error_message
+from service.proxy.capture.route import Exchange
 from service.proxy.dialects.messages_in import messages_to_chat
 from service.proxy.dialects.messages_out import anthropic_error
-from service.proxy.failures import transport_failure, upstream_error_message
-from service.proxy.route import Exchange
-from service.proxy.upstream import UpstreamConnectionError
+from service.proxy.transport.upstream import UpstreamConnectionError
 
 if TYPE_CHECKING:
     from service.proxy.dialects.handler import DialectCall, _RouteState

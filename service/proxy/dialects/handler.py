@@ -20,7 +20,12 @@ import orjson
 
 from service.errors import DialectRequestError
 from service.models import Dialect, DialectMode
-from service.proxy.codec import Codec
+from service.proxy.capture.codec import Codec
+from service.proxy.capture.failures import error_body
+from service.proxy.capture.relay import relay
+from service.proxy.capture.request_parse import RequestParser
+from service.proxy.capture.rewrite import rewrite_request, upstream_headers
+from service.proxy.capture.route import Exchange, Route
 from service.proxy.dialects.count_tokens import count_tokens
 from service.proxy.dialects.messages_in import ArgumentsMemory, ConversionMemo, messages_to_chat
 from service.proxy.dialects.messages_out import MessagesCodec, anthropic_error
@@ -28,13 +33,8 @@ from service.proxy.dialects.native_messages import NativeMessagesCodec, rewrite_
 from service.proxy.dialects.native_responses import NativeResponsesCodec, rewrite_responses
 from service.proxy.dialects.responses_in import responses_to_chat
 from service.proxy.dialects.responses_out import ResponsesCodec
-from service.proxy.failures import error_body
-from service.proxy.httpserver import HttpRequest, Responder
-from service.proxy.relay import relay
-from service.proxy.request_parse import RequestParser
-from service.proxy.rewrite import rewrite_request, upstream_headers
-from service.proxy.route import Exchange, Route
-from service.proxy.upstream import UpstreamPool, UpstreamTarget
+from service.proxy.transport.httpserver import HttpRequest, Responder
+from service.proxy.transport.upstream import UpstreamPool, UpstreamTarget
 
 __all__ = ["COUNT_TOKENS", "DialectCall", "serve_dialect"]
 

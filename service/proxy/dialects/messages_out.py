@@ -27,9 +27,9 @@ from typing import Any
 
 import orjson
 
-from service.proxy.assembly import CompletionAssembler, first_choice, reasoning_of
+from service.proxy.capture.assembly import CompletionAssembler, first_choice, reasoning_of
+from service.proxy.capture.json_shapes import as_dict, as_str
 from service.proxy.dialects.messages_in import ArgumentsMemory
-from service.proxy.json_shapes import as_dict, as_str
 
 __all__ = ["MessagesCodec", "anthropic_error", "anthropic_stream_error", "stop_reason"]
 

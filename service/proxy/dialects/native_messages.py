@@ -22,11 +22,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from service.models import CaptureSpec
-from service.proxy.assembly import CompletionAssembler
+from service.proxy.capture.assembly import CompletionAssembler
+from service.proxy.capture.json_shapes import as_dict
+from service.proxy.capture.rewrite import apply_sampling, cap_tokens, disable_template_thinking
 from service.proxy.dialects.messages_out import anthropic_error, anthropic_stream_error
 from service.proxy.endpoints import ResolvedEndpoint
-from service.proxy.json_shapes import as_dict
-from service.proxy.rewrite import apply_sampling, cap_tokens, disable_template_thinking
 
 __all__ = ["NativeMessagesCodec", "rewrite_messages"]
 

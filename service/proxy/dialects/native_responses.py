@@ -26,11 +26,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from service.models import CaptureSpec
-from service.proxy.assembly import CompletionAssembler
+from service.proxy.capture.assembly import CompletionAssembler
+from service.proxy.capture.failures import error_body
+from service.proxy.capture.json_shapes import as_dict
+from service.proxy.capture.rewrite import apply_sampling, cap_tokens, disable_template_thinking
 from service.proxy.endpoints import ResolvedEndpoint
-from service.proxy.failures import error_body
-from service.proxy.json_shapes import as_dict
-from service.proxy.rewrite import apply_sampling, cap_tokens, disable_template_thinking
 
 __all__ = ["NativeResponsesCodec", "rewrite_responses"]
 

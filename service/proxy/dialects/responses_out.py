@@ -30,9 +30,9 @@ from typing import Any
 
 import orjson
 
-from service.proxy.assembly import CompletionAssembler, first_choice, reasoning_of
-from service.proxy.failures import error_body
-from service.proxy.json_shapes import as_dict
+from service.proxy.capture.assembly import CompletionAssembler, first_choice, reasoning_of
+from service.proxy.capture.failures import error_body
+from service.proxy.capture.json_shapes import as_dict
 
 __all__ = ["ResponsesCodec"]
 

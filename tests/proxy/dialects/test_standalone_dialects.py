@@ -10,10 +10,10 @@ import anthropic
 
 from service.models import Dialect, Turn
 from service.proxy import MAIN_MODEL_ALIAS
-from service.proxy.bundle import source_files
+from service.proxy.remote.bundle import source_files
 from tests.fakes.llm_upstream import FakeUpstream, Reply
 from tests.proxy.conftest import UPSTREAM_KEY, UPSTREAM_MODEL
-from tests.proxy.test_standalone import lines, start
+from tests.proxy.remote.test_standalone import lines, start
 
 
 def test_the_bundle_carries_the_dialects_subpackage() -> None:

@@ -8,9 +8,9 @@ import orjson
 import pytest
 
 from service.errors import DialectRequestError
+from service.proxy.capture.request_parse import RequestParser
 from service.proxy.dialects.messages_in import ArgumentsMemory, ConversionMemo, messages_to_chat
 from service.proxy.dialects.responses_in import responses_to_chat
-from service.proxy.request_parse import RequestParser
 
 
 def test_messages_blocks_become_chat_messages() -> None:

@@ -1,0 +1,6 @@
+"""Groups (GRPO): n samples of one task, set up once and forked copy-on-write, infrastructure
+failures refilled and never scored.
+
+`manager` (admission as a unit, watchers, cancel, restart) -> `run` (one group's life) ->
+`template` (set up once, snapshot) and `members` (specs, seeds, what counts, statistics).
+"""

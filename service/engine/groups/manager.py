@@ -1,0 +1,295 @@
+"""The group manager: admission of groups as a unit, their runs, watchers, cancel and restart.
+
+A group takes n places at once or none: it is admitted while the rollout manager's admission
+is held and every one of its n members fits (else RESOURCE_EXHAUSTED naming the places); a
+group larger than the server could ever hold is INVALID_ARGUMENT. A refill takes the place
+of the member it replaces. Tenancy is as for rollouts: another tenant's group is "not found".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Protocol
+
+from service.engine.groups.members import member_spec
+from service.engine.groups.run import GroupRun, MemberOps
+from service.engine.groups.template import (
+    PreparedFilesystem,
+    prepare_filesystem,
+    worth_a_template,
+)
+from service.engine.idempotency import spec_digest
+from service.engine.manager import Checked, RolloutManager
+from service.engine.validation import resolved_timeouts
+from service.errors import (
+    FieldViolation,
+    NotFoundError,
+    RequestConflictError,
+    RolloutFailure,
+    RolloutServiceError,
+    SpecError,
+)
+from service.models import Rollout, RolloutSpec
+from service.models.group import Group, GroupSpec
+from service.store.base import RolloutStore
+from service.store.groups import GroupStore
+
+__all__ = ["GroupManager"]
+
+log = logging.getLogger(__name__)
+
+_MAX_REFILLS_PER_MEMBER = 10
+
+
+class Store(RolloutStore, GroupStore, Protocol):
+    """The store groups need: rollouts and groups."""
+
+
+class GroupManager:
+    """Owns every live group of this server."""
+
+    def __init__(self, rollouts: RolloutManager, store: Store) -> None:
+        self._rollouts = rollouts
+        self._store = store
+        self._live: dict[str, GroupRun] = {}
+
+    async def submit(self, spec: GroupSpec, *, tenant: str | None = None) -> Group:
+        """Admit a group and start its members; idempotent on the tenant's request_id."""
+        try:
+            resolved = await self._rollouts.resolve_task(spec.spec)
+        except SpecError as exc:
+            raise SpecError(_in_group(exc.violations)) from exc
+        spec = spec.model_copy(update={"spec": resolved})
+        parts = await self._checked(spec)
+        async with self._rollouts.admitting(spec.n):
+            existing = await self._existing(spec, tenant or "")
+            if existing is not None:
+                return existing
+            group = Group(
+                id=uuid.uuid4().hex,
+                spec=spec.model_copy(update={"spec": spec.spec.redacted()}),
+                create_time=datetime.now(UTC),
+                tenant=tenant or "",
+            )
+            secret_free = not spec.spec.endpoint.api_key
+            stored = await self._store.insert_group(group, secret_free=secret_free)
+            if stored.id != group.id:
+                return _same_request(stored, spec)
+            self._rollouts.reserve(spec.n)
+            run = self._run_of(group, spec, parts, reserved=spec.n)
+        self._execute(run)  # its members start once the task is set up, in the places reserved
+        return group
+
+    async def run(self, spec: GroupSpec, *, tenant: str | None = None) -> Group:
+        """Submit and wait until terminal; cancelling the wait cancels the group."""
+        group = await self.submit(spec, tenant=tenant)
+        run = self._live.get(group.id)
+        if run is None or run.task is None:
+            return await self.get(group.id, tenant=tenant)
+        try:
+            await asyncio.shield(run.task)
+        except asyncio.CancelledError:
+            await asyncio.shield(self.cancel(group.id, "the RunGroup call was cancelled"))
+            raise
+        return run.group
+
+    async def get(self, group_id: str, *, tenant: str | None = None) -> Group:
+        run = self._live.get(group_id)
+        group = run.group if run is not None else await self._store.get_group(group_id)
+        if group is None or (tenant is not None and group.tenant != tenant):
+            raise NotFoundError(f"no group {group_id!r}")
+        return group
+
+    async def cancel(self, group_id: str, reason: str = "", *, tenant: str | None = None) -> Group:
+        """Cancel a live group and wait until every member has torn down."""
+        group = await self.get(group_id, tenant=tenant)
+        run = self._live.get(group_id)
+        if run is None or run.task is None:
+            return group
+        if not run.cancel_reason:
+            run.cancel_reason = reason or "cancelled by request"
+            run.task.cancel()
+        await asyncio.wait([run.task])
+        return run.group
+
+    async def watch(
+        self, group_id: str, *, tenant: str | None = None
+    ) -> AsyncIterator[Rollout | Group]:
+        """Each member's terminal rollout in the order they ended, then the terminal group."""
+        group = await self.get(group_id, tenant=tenant)
+        run = self._live.get(group_id)
+        if run is None:
+            for rollout in await self._ended_members(group):
+                yield rollout
+            yield group
+            return
+        index = 0
+        while True:
+            changed = run.changed
+            while index < len(run.finished):
+                entry = run.finished[index]
+                index += 1
+                yield entry
+                if isinstance(entry, Group):
+                    return
+            await changed.wait()
+
+    async def recover(self) -> int:
+        """Resume the groups a previous server left running (after the rollout manager has
+        failed their interrupted members)."""
+        unfinished = await self._store.unfinished_groups()
+        for group, secret_free in unfinished:
+            spec = group.spec
+            try:
+                parts: Checked | None = await self._rollouts.checked(spec.spec)
+            except RolloutServiceError as exc:  # e.g. an endpoint that needs the lost key
+                log.warning("group %s cannot start members again: %s", group.id, exc)
+                parts, secret_free = None, False
+            run = self._run_of(group, spec, parts)
+            members = await self._member_rollouts(group)
+            await run.resume(members, secret_free=secret_free)
+            self._execute(run)
+        return len(unfinished)
+
+    async def shutdown(self) -> None:
+        """Stop following groups, leaving them RUNNING in the store for the next server;
+        their members are the rollout manager's to stop."""
+        for run in list(self._live.values()):
+            if run.task is not None:
+                run.interrupted = True
+                run.task.cancel()
+        tasks = [run.task for run in self._live.values() if run.task is not None]
+        if tasks:
+            await asyncio.wait(tasks)
+
+    async def _checked(self, spec: GroupSpec) -> Checked:
+        violations = list(_group_violations(spec, self._rollouts.capacity))
+        try:
+            parts = await self._rollouts.checked(member_spec(spec.spec, uuid.uuid4().hex, 0))
+        except SpecError as exc:
+            violations += _in_group(exc.violations)
+            parts = None
+        if violations or parts is None:
+            raise SpecError(violations)
+        return parts
+
+    async def _existing(self, spec: GroupSpec, tenant: str) -> Group | None:
+        request_id = spec.spec.request_id
+        if not request_id:
+            return None
+        for run in self._live.values():
+            group = run.group
+            if group.tenant == tenant and group.spec.spec.request_id == request_id:
+                return _same_request(group, spec)
+        found = await self._store.find_group(request_id, tenant=tenant)
+        return None if found is None else _same_request(found, spec)
+
+    def _run_of(
+        self, group: Group, spec: GroupSpec, parts: Checked | None, *, reserved: int = 0
+    ) -> GroupRun:
+        async def start(
+            member: RolloutSpec, index: int, prepared: PreparedFilesystem | None
+        ) -> Rollout:
+            if parts is None:
+                raise RolloutFailure(
+                    "members cannot be started again after a restart: the spec needs the "
+                    "endpoint's API key, which is never stored"
+                )
+            return await self._rollouts.submit_member(
+                member,
+                parts,
+                tenant=group.tenant,
+                group_id=group.id,
+                index=index,
+                prepared=prepared,
+            )
+
+        async def cancel(rollout_id: str, reason: str) -> Rollout:
+            return await self._rollouts.cancel(rollout_id, reason)
+
+        async def prepare() -> PreparedFilesystem | None:
+            if parts is None or not worth_a_template(spec.spec, spec.n, parts[0]):
+                return None
+            _, command_timeout_s, _ = resolved_timeouts(spec.spec, self._rollouts.settings)
+            prepared = await prepare_filesystem(
+                parts[0],
+                spec.spec,
+                name=f"{group.id}-template",
+                command_timeout_s=command_timeout_s,
+            )
+            if prepared is not None:
+                group.template_setups += 1
+            return prepared
+
+        ops = MemberOps(
+            start=start,
+            wait=self._rollouts.wait,
+            cancel=cancel,
+            save=self._store.save_group,
+            prepare=prepare,
+            release=self._rollouts.release,
+        )
+        return GroupRun(group, spec, ops, reserved=reserved)
+
+    def _execute(self, run: GroupRun) -> None:
+        self._live[run.group.id] = run
+        run.task = asyncio.create_task(run.execute(), name=f"group-{run.group.id}")
+        run.task.add_done_callback(functools.partial(self._forget, run.group.id))
+
+    def _forget(self, group_id: str, _: asyncio.Task[None]) -> None:
+        self._live.pop(group_id, None)
+
+    async def _member_rollouts(self, group: Group) -> dict[str, Rollout]:
+        found = {}
+        for member in group.members:
+            rollout = await self._store.get(member.rollout_id)
+            if rollout is not None:
+                found[rollout.id] = rollout
+        return found
+
+    async def _ended_members(self, group: Group) -> list[Rollout]:
+        rollouts = [r for r in (await self._member_rollouts(group)).values() if r.terminal]
+        rollouts.sort(key=lambda rollout: rollout.finish_time or rollout.create_time)
+        return [rollout.slim() for rollout in rollouts]
+
+
+def _group_violations(spec: GroupSpec, capacity: int) -> Iterator[FieldViolation]:
+    if spec.n < 1:
+        yield FieldViolation("spec.n", "must be at least 1")
+    elif spec.n > capacity:
+        yield FieldViolation(
+            "spec.n", f"{spec.n} members exceed the {capacity} rollouts this server can hold"
+        )
+    if spec.min_complete > spec.n:
+        yield FieldViolation("spec.min_complete", f"must be at most n ({spec.n})")
+    limit = _MAX_REFILLS_PER_MEMBER * max(spec.n, 1)
+    if spec.max_refills is not None and spec.max_refills > limit:
+        yield FieldViolation("spec.max_refills", f"must be at most {limit} (10 per member)")
+    if spec.deadline_s is not None and spec.deadline_s <= 0:
+        yield FieldViolation("spec.deadline", "must be positive")
+
+
+def _knobs(spec: GroupSpec) -> tuple[object, ...]:
+    return spec.n, spec.min_complete, spec.max_refills, spec.deadline_s
+
+
+def _same_request(existing: Group, spec: GroupSpec) -> Group:
+    """`existing` if it was made from `spec`; RequestConflictError naming the field if not."""
+    same_spec = spec_digest(existing.spec.spec) == spec_digest(spec.spec)
+    if not same_spec or _knobs(existing.spec) != _knobs(spec):
+        raise RequestConflictError(
+            FieldViolation(
+                "spec.spec.request_id", f"already names group {existing.id}, made from another spec"
+            )
+        )
+    return existing
+
+
+def _in_group(violations: Sequence[FieldViolation]) -> list[FieldViolation]:
+    """A member spec's violations, named as fields of the group's spec (`spec.spec.…`)."""
+    return [FieldViolation(f"spec.{v.field}", v.description) for v in violations]

@@ -1,0 +1,439 @@
+"""The `local` sandbox backend: bubblewrap on this host, the embedded default.
+
+A local sandbox is a pair of private host directories (`<state_dir>/sandboxes/<id>/`
+holds its home and /tmp, on a size-limited filesystem of its own: `disk`), a network
+namespace of its own (`network` under FULL), a host uid of its own when the server runs
+as root, a memory cgroup where the host allows one, one long-lived bwrap holding its
+namespaces (`holder`), and a spawner inside them, forked from the backend's fork server
+(`forkserver`), which forks every exec and spawn there (`process`), like `docker exec`:
+a background daemon a command starts may outlive that command, until the sandbox is
+killed. What a sandbox sees of the host is laid out in `bwrap`; a sandbox on an image
+(`spec.sandbox.image`, `image`) runs on the image's root through an overlay of its own
+instead (`image_view`, `overlay_start`), as root in a user namespace of its own. A
+group's template sandbox is frozen as a layer its members start from, copy-on-write
+(`LocalBackend.snapshot`, the `snapshot` module). A missing tool is an error at
+construction; commands never run unsandboxed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import logging
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from service.config import Settings
+from service.errors import FieldViolation, SandboxError, SpecError
+from service.images import Image, ImageStore
+from service.models import NetworkPolicy, Resources, SandboxSpec
+from service.sandboxes.base import HOME, WORKDIR, Sandbox, SandboxRequest
+from service.sandboxes.local.bwrap import (
+    SANDBOX_USER,
+    SandboxLayout,
+    holder_argv,
+    host_view,
+    require_bwrap,
+    sandbox_uid,
+)
+from service.sandboxes.local.cgroup import MemoryCgroups
+from service.sandboxes.local.disk import make_disk
+from service.sandboxes.local.image import (
+    HOST_IMAGE,
+    ImageRoots,
+    UidBlocks,
+    image_overlay,
+    prepare_upper,
+)
+from service.sandboxes.local.image_view import image_mount_args, image_mount_points
+from service.sandboxes.local.limits import Limits
+from service.sandboxes.local.network import FullNetwork, full_network, resolv_conf
+from service.sandboxes.local.removal import remove_tree
+from service.sandboxes.local.sandbox import LocalSandbox, SandboxCgroup
+from service.sandboxes.local.snapshot import (
+    LocalSnapshot,
+    home_overlays,
+    image_lower,
+    prepare_home_overlays,
+    take_snapshot,
+)
+from service.sandboxes.local.spawner import ForkServer, SpawnerSetup
+from service.sandboxes.local.warm import WarmKey, WarmPool
+
+__all__ = ["LocalBackend", "LocalSandbox", "require_bwrap"]
+
+
+def _quiet(_: str) -> None:
+    """Where image progress goes when the caller wants none."""
+
+
+_log = logging.getLogger(__name__)
+_ROLLOUT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_ID_BLOCKS = Path("/run/rollout-service/id-blocks")
+"""Lock files of the host id blocks image sandboxes hold, shared by every server here."""
+
+
+class LocalBackend:
+    """Creates bubblewrap sandboxes on this host; matches `SandboxBackend`."""
+
+    name = "local"
+
+    def __init__(self, settings: Settings) -> None:
+        self._bwrap = require_bwrap()
+        self._settings = settings
+        self._state_dir = Path(os.path.realpath(settings.state_dir))
+        self._root = self._state_dir / "sandboxes"
+        self._snapshots_dir = self._state_dir / "snapshots"
+        self._snapshots: set[Path] = set()
+        """The directories of the snapshots not released yet (`snapshot`)."""
+        self._view = host_view(settings)
+        self._privileged = os.geteuid() == 0
+        key = hashlib.sha256(str(self._state_dir).encode()).hexdigest()[:12]
+        self._cgroups = MemoryCgroups(key)
+        self._sandboxes: dict[str, LocalSandbox] = {}
+        self._forks = ForkServer()
+        self._warm = WarmPool(settings.local_warm_sandboxes, self._build)
+        store = ImageStore(Path(settings.cache_dir), timeout_s=settings.image_build_timeout_s)
+        self._images = ImageRoots(store, settings.sandbox_image)
+        self._id_blocks = UidBlocks(_ID_BLOCKS)
+        self._image_holds: dict[int, int] = {}
+        """An image sandbox's id block -> its hold on the image (`ImageStore.hold`)."""
+        if not self._privileged:
+            _log.warning(
+                "local sandboxes have no disk quota and run on the host's root: mounting "
+                "their filesystems and images needs a server running as root"
+            )
+            self._images.default = HOST_IMAGE
+
+    def check_ready(self) -> None:
+        """Always ready: bwrap was found when the backend was built."""
+
+    async def check_spec(self, spec: SandboxSpec) -> None:
+        """Refuse an image the store lacks (the default base is made at first use)."""
+        if not self._privileged and self._images.name(spec.image) != HOST_IMAGE:
+            raise SpecError(
+                [FieldViolation("spec.sandbox.image", "images need a server running as root")]
+            )
+        await self._images.check(spec.image)
+
+    def can_snapshot(self, spec: SandboxSpec) -> bool:
+        """Snapshots are overlay layers: mounting them needs a server running as root."""
+        return self._privileged
+
+    async def snapshot(self, sandbox: Sandbox) -> LocalSnapshot:
+        """Freeze what `sandbox` (reclaimed) wrote: its image's overlay upper layer, or its
+        home and /tmp on the host's root (`snapshot`). SandboxError if it cannot."""
+        if not (isinstance(sandbox, LocalSandbox) and self._sandboxes.get(sandbox.name) is sandbox):
+            raise ValueError(f"sandbox {sandbox.id} is not one of this backend's")
+        if not self._privileged:
+            raise SandboxError("snapshots need a server running as root")
+        directory = self._snapshots_dir / sandbox.name
+        self._snapshots.add(directory)
+        self._snapshots_dir.mkdir(mode=0o700, exist_ok=True)
+        taking = asyncio.ensure_future(
+            asyncio.to_thread(
+                take_snapshot, sandbox.layout, sandbox.image_id, directory, self._released
+            )
+        )
+        try:
+            return await asyncio.shield(taking)
+        except OSError as exc:
+            self._snapshots.discard(directory)
+            raise SandboxError(f"could not snapshot sandbox {sandbox.id}: {exc}") from exc
+        except asyncio.CancelledError:  # the copy runs on in its thread: undo it after
+            await asyncio.wait([taking])
+            if not taking.exception():
+                await taking.result().release()
+            self._snapshots.discard(directory)
+            raise
+
+    def _released(self, snapshot: LocalSnapshot) -> None:
+        self._snapshots.discard(snapshot.directory)
+
+    async def create(self, request: SandboxRequest) -> LocalSandbox:
+        """A sandbox for the rollout: a warm one renamed to it, else one made now (from the
+        request's snapshot if any)."""
+        rollout_id = request.rollout_id
+        if not _ROLLOUT_ID.fullmatch(rollout_id):
+            raise ValueError(f"rollout id {rollout_id!r} cannot name a sandbox directory")
+        if rollout_id in self._sandboxes:
+            raise SandboxError(f"a local sandbox for rollout {rollout_id} already exists")
+        limits = Limits.resolve(request.spec.resources, self._settings)
+        image = await self._images.resolve(request.spec.image, request.on_progress or _quiet)
+        key = WarmKey(request.spec.network, limits.disk_bytes, "" if image is None else image.id)
+        snapshot = None if request.snapshot is None else self._own(request.snapshot, key)
+        # Never a warm one from a snapshot: its layer is mounted as a sandbox starts.
+        warm = None if snapshot is not None else await self._warm.take(key)
+        sandbox = None if warm is None else await self._adopt(warm, rollout_id, limits)
+        if sandbox is None:
+            sandbox = await self._build(rollout_id, key, limits, snapshot)
+        if snapshot is None:
+            self._warm.refill(key)
+        sandbox.expire_after(request.lifetime_s)
+        return sandbox
+
+    def _own(self, snapshot: object, key: WarmKey) -> LocalSnapshot:
+        """The snapshot as this backend's, taken on the same image and not released."""
+        if not isinstance(snapshot, LocalSnapshot) or snapshot.directory not in self._snapshots:
+            raise SandboxError("the snapshot is not one of this backend's, or was released")
+        if snapshot.image_id != key.image:
+            raise SandboxError("the snapshot was taken on another image than the sandbox's")
+        return snapshot
+
+    async def _build(
+        self,
+        name: str,
+        key: WarmKey,
+        limits: Limits | None = None,
+        snapshot: LocalSnapshot | None = None,
+    ) -> LocalSandbox:
+        """Make a sandbox's directories (and cgroup), from a snapshot if given; its spawner
+        starts bwrap in them."""
+        limits = limits or Limits.resolve(Resources(), self._settings)
+        image = self._images.by_id(key.image) if key.image else None
+        layout = SandboxLayout(self._root / name, self._sandbox_uid(name, image))
+        try:
+            network = self._network(key.network, layout)
+            if self._has_leftovers(name):
+                await self._discard(name)  # a crashed run's, under the same id
+            prepare = functools.partial(self._prepare, layout, key, image, snapshot)
+            overlays = await self._prepared(layout, prepare)
+        except BaseException:
+            self._release(layout.uid)
+            raise
+        group = self._cgroups.create(name, limits.memory_bytes)
+        cgroup = None if group is None else SandboxCgroup(self._cgroups, group)
+        mounts = None if image is None else image_mount_args(self._view, layout, key.network)
+        holder = holder_argv(self._bwrap, self._view, layout, network=key.network, mounts=mounts)
+        setup = SpawnerSetup(
+            holder=holder,
+            user_namespace=layout.uid is None,
+            cgroup=None if group is None else str(group),
+            uid=layout.uid,
+            disk=str(layout.disk) if self._privileged else None,
+            network=network,
+            overlays=overlays,
+            image=image is not None,
+        )
+        try:
+            spawner = await self._forks.spawner(setup)
+        except BaseException:
+            if cgroup is not None:
+                await cgroup.remove()
+            await asyncio.to_thread(remove_tree, layout.root)
+            self._release(layout.uid)
+            raise
+        output_bytes = (self._settings.output_head_bytes, self._settings.output_tail_bytes)
+        sandbox = LocalSandbox(
+            name,
+            layout,
+            spawner,
+            self._view,
+            cgroup,
+            limits.rlimits,
+            output_bytes,
+            on_gone=lambda: self._forget(sandbox),
+            image=None if image is None else image.config,
+            image_id=key.image,
+            forked=snapshot is not None,
+        )
+        self._sandboxes[name] = sandbox
+        try:
+            await sandbox.open()
+        except BaseException:
+            await sandbox.kill()
+            raise
+        return sandbox
+
+    async def _adopt(
+        self, sandbox: LocalSandbox, rollout_id: str, limits: Limits
+    ) -> LocalSandbox | None:
+        """Rename a warm sandbox's directories and cgroup to the rollout's and set its
+        limits; None (and the sandbox killed) if that failed, or cancelled."""
+        warm_name = sandbox.name
+        try:
+            if self._has_leftovers(rollout_id):
+                await self._discard(rollout_id)
+            self._rename(sandbox, rollout_id, limits)
+        except OSError as exc:
+            _log.warning("could not claim warm sandbox %s: %s", warm_name, exc)
+            await sandbox.kill()
+            return None
+        except BaseException:
+            await asyncio.shield(sandbox.kill())
+            raise
+        return sandbox
+
+    def _rename(self, sandbox: LocalSandbox, rollout_id: str, limits: Limits) -> None:
+        """On the loop, awaiting nothing (renames are quick): the sandbox always knows
+        where its directories and cgroup are, so a kill at any point finds them."""
+        layout = SandboxLayout(self._root / rollout_id, sandbox.layout.uid)
+        sandbox.layout.root.rename(layout.root)
+        self._sandboxes[rollout_id] = self._sandboxes.pop(sandbox.name)
+        sandbox.adopt(rollout_id, layout, sandbox.cgroup, limits.rlimits)
+        if sandbox.cgroup is not None:
+            group = self._cgroups.rename(sandbox.cgroup.path, rollout_id)
+            sandbox.adopt(rollout_id, layout, SandboxCgroup(self._cgroups, group), limits.rlimits)
+            self._cgroups.limit(group, limits.memory_bytes)
+
+    async def warm_up(self, network: NetworkPolicy = NetworkPolicy.NONE) -> None:
+        """Make the warm sandboxes of this kind now and wait for them (rather than after
+        the first rollout that asks for one)."""
+        disk_bytes = Limits.resolve(Resources(), self._settings).disk_bytes
+        image = await self._images.resolve("", _quiet)
+        key = WarmKey(network, disk_bytes, "" if image is None else image.id)
+        self._warm.refill(key)
+        await self._warm.wait(key)
+
+    def _forget(self, sandbox: LocalSandbox) -> None:
+        if self._sandboxes.get(sandbox.name) is sandbox:
+            del self._sandboxes[sandbox.name]
+        self._warm.forget(sandbox)
+        self._release(sandbox.layout.uid)
+
+    def _release(self, uid: int | None) -> None:
+        """Give back an image sandbox's id block and its hold on the image."""
+        self._id_blocks.release(uid)
+        hold = self._image_holds.pop(uid, None) if uid is not None else None
+        if hold is not None:
+            os.close(hold)
+
+    def _sandbox_uid(self, name: str, image: Image | None) -> int | None:
+        """The host uid of a host-root sandbox, or the first id of an image sandbox's block."""
+        if image is not None:
+            first = self._id_blocks.claim(f"{self._state_dir}\0{name}")
+            self._image_holds[first] = self._images.store.hold(image.id)  # prune leaves it
+            return first
+        return sandbox_uid(self._state_dir, name) if self._privileged else None
+
+    async def _prepared(
+        self, layout: SandboxLayout, prepare: Callable[[], list[dict[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        """Make the sandbox's directories (and its disk) in a thread (`_prepare`); the
+        overlays its spawner mounts (`overlay_start`)."""
+        preparing = asyncio.ensure_future(asyncio.to_thread(prepare))
+        try:
+            return await asyncio.shield(preparing)
+        except BaseException as exc:
+            await asyncio.wait([preparing])  # its thread runs on if we were cancelled
+            await asyncio.shield(asyncio.to_thread(remove_tree, layout.root))
+            if isinstance(exc, OSError):
+                raise SandboxError(f"could not prepare sandbox {layout.root.name}: {exc}") from exc
+            raise
+
+    def _network(self, network: NetworkPolicy, layout: SandboxLayout) -> FullNetwork | None:
+        if network is NetworkPolicy.NONE:
+            return None
+        return full_network(layout, self._privileged)
+
+    def _prepare(
+        self,
+        layout: SandboxLayout,
+        key: WarmKey,
+        image: Image | None,
+        snapshot: LocalSnapshot | None,
+    ) -> list[dict[str, Any]]:
+        for shared in self._view.shared:
+            # bwrap binds these unconditionally: a sandbox made before the first download
+            # must still see the cache, and see what is installed into it later.
+            os.makedirs(shared, exist_ok=True)
+        self._root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self._root, 0o700)  # sandbox files must not be reachable by host users
+        layout.root.mkdir(mode=0o700)
+        if self._privileged and key.disk_bytes > 0:
+            make_disk(layout, key.disk_bytes, self._state_dir / "disk-images")
+        else:
+            layout.disk.mkdir()
+        layout.proxy_dir.mkdir(mode=0o755)  # the server's: the sandbox user cannot write it
+        if key.network is NetworkPolicy.FULL:
+            layout.resolv_conf.write_text(resolv_conf())
+            os.mkfifo(layout.network_ready, 0o600)
+        if image is not None:
+            prepare_upper(layout, image, [WORKDIR], image_mount_points(self._view))
+            top = None if snapshot is None else image_lower(layout, snapshot)
+            return [image_overlay(layout, image, top)]
+        self._prepare_host_root(layout)
+        if snapshot is None:
+            return []
+        prepare_home_overlays(layout)
+        return home_overlays(layout, snapshot)
+
+    def _prepare_host_root(self, layout: SandboxLayout) -> None:
+        """The home and /tmp a sandbox on the host's root gets on its disk."""
+        workdir = layout.home / PurePosixPath(WORKDIR).relative_to(HOME)
+        for directory in (layout.home, workdir):
+            directory.mkdir(mode=0o755)
+            if layout.uid is not None:
+                os.chown(directory, layout.uid, layout.uid)
+        layout.tmp.mkdir()
+        os.chmod(layout.tmp, 0o1777)
+        if layout.uid is not None:
+            self._write_accounts(layout)
+
+    @staticmethod
+    def _write_accounts(layout: SandboxLayout) -> None:
+        """The host's passwd and group plus the sandbox user, so `id` and `~` resolve."""
+        uid = layout.uid
+        user = f"{SANDBOX_USER}:x:{uid}:{uid}:rollout sandbox:{HOME}:/bin/bash\n"
+        passwd = Path("/etc/passwd").read_text()
+        layout.passwd.write_text(passwd.rstrip("\n") + "\n" + user)
+        group = Path("/etc/group").read_text()
+        layout.group.write_text(group.rstrip("\n") + f"\n{SANDBOX_USER}:x:{uid}:\n")
+
+    def _has_leftovers(self, name: str) -> bool:
+        group = self._cgroups.path(name)
+        return (group is not None and group.is_dir()) or (self._root / name).exists()
+
+    async def _discard(self, name: str) -> None:
+        group = self._cgroups.path(name)
+        if group is not None and group.is_dir():
+            await self._cgroups.remove(group)
+        await asyncio.to_thread(remove_tree, self._root / name)
+
+    async def sweep_orphans(self, live_rollout_ids: set[str]) -> int:
+        """Remove the directories and cgroups of sandboxes no live rollout owns.
+
+        Whatever a sandbox left, the sweep logs what it could not remove and goes on:
+        it runs at start-up, which nothing a sandbox made may stop.
+        """
+        try:
+            names = set(self._cgroups.names()) | await asyncio.to_thread(self._directory_names)
+        except OSError as exc:
+            _log.warning("could not list orphaned local sandboxes: %s", exc)
+            return 0
+        orphans = names - live_rollout_ids - self._sandboxes.keys()
+        await asyncio.to_thread(self._remove_unheld_snapshots)
+        for name in orphans:
+            _log.info("removing orphaned local sandbox %s", name)
+            try:
+                await self._discard(name)
+            except OSError as exc:
+                _log.warning("could not remove orphaned local sandbox %s: %s", name, exc)
+        if not self._sandboxes:
+            self._cgroups.prune()
+        return len(orphans)
+
+    def _remove_unheld_snapshots(self) -> None:
+        """A crashed server's snapshots (a group's members start again from setup)."""
+        if self._snapshots_dir.is_dir():
+            for directory in self._snapshots_dir.iterdir():
+                if directory not in self._snapshots:
+                    remove_tree(directory)
+
+    def _directory_names(self) -> set[str]:
+        return {entry.name for entry in self._root.iterdir()} if self._root.is_dir() else set()
+
+    async def close(self) -> None:
+        """Kill every sandbox this backend created that is still alive, warm ones too."""
+        await self._warm.close()
+        sandboxes = list(self._sandboxes.values())
+        self._sandboxes.clear()
+        await asyncio.gather(*(sandbox.kill() for sandbox in sandboxes))
+        await asyncio.to_thread(self._forks.close)
+        self._snapshots.clear()
+        await asyncio.to_thread(self._remove_unheld_snapshots)
+        self._cgroups.prune()

@@ -1,0 +1,314 @@
+"""The fork server of the local backend, and the spawner it forks for each sandbox.
+
+Run as its own small process, so forking never copies the server. Starting a command
+from the server costs a fork of a large multithreaded process plus a chain of execs
+(nsenter, prlimit, setpriv, bash: about 8 ms here, in a VM where every exec and
+copy-on-write fault is dear).
+Instead, per sandbox:
+
+1. The server asks the fork server (one per backend) for a spawner, handing it one end
+   of a socket pair and the sandbox's bwrap command line. The fork server forks; the
+   child is the sandbox's spawner.
+2. The spawner leaves the other sandboxes' disks behind (`holder_start`) and
+   starts bwrap, whose sleeping holder keeps the sandbox's namespaces alive
+   (`--die-with-parent`: the sandbox dies with its spawner). While bwrap builds them it
+   joins the sandbox's memory cgroup (a migration costs a slow RCU grace period), so the
+   holder stays out of it and every command is born in it. Under network FULL it
+   starts pasta for the sandbox (in the cgroup too) and routes the sandbox's network
+   namespace (`network`, `network_start`). It then enters the namespaces
+   and gives up what no command may have: no_new_privs, an empty capability bounding
+   set, no inheritable capability, no user namespace (`seccomp`). It stays root,
+   outside the sandbox's pid namespace: no sandboxed process can name it.
+3. Each command is one fork of the spawner: the child leads a session of its own, sets
+   the sandbox's rlimits, takes the command's supplementary group (`bwrap.command_tag`)
+   and the sandbox uid, and execs bash in WORKDIR. The spawner reports the host pid
+   and, later, how the command ended; it keeps the exited command unreaped (a zombie
+   pins its pid) until the server is done with it, so a tree kill never hits a reused pid.
+
+It runs as `python -S -E -s -m service.sandboxes.local.forkserver FD` from the project
+root, importing the standard library and its siblings `wire` (the messages),
+`holder_start`, `network_start`, `overlay_start`, `mounts` and `seccomp` only.
+The spawner exits when the server closes its socket; the fork server likewise.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import selectors
+import signal
+import socket
+import sys
+from typing import Any, NamedTuple
+
+from service.sandboxes.local.holder_start import (
+    NAMESPACE_TYPES,
+    SetupError,
+    attach,
+    await_holder,
+    join_cgroup,
+    leave_other_disks,
+    start_holder,
+)
+from service.sandboxes.local.network_start import connect_network
+from service.sandboxes.local.overlay_start import ID_SPAN, UserNamespaces, mount_overlay
+from service.sandboxes.local.seccomp import forbid_namespaces, forbid_user_namespaces
+from service.sandboxes.local.wire import receive, send
+
+__all__: list[str] = []  # a program, run by `local_spawner.ForkServer`
+
+_CLONE_NEWUSER = 0x10000000
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
+_CAP_VERSION_3 = 0x20080522
+_RLIMITS = {
+    "data": resource.RLIMIT_DATA,
+    "cpu": resource.RLIMIT_CPU,
+    "nproc": resource.RLIMIT_NPROC,
+    "fsize": resource.RLIMIT_FSIZE,
+}
+
+
+class _Capabilities(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _last_capability() -> int:
+    with open("/proc/sys/kernel/cap_last_cap") as file:
+        return int(file.read())
+
+
+def _give_up_privileges(last_cap: int) -> None:
+    """What no command may have, dropped once for all of them (the spawner never execs)."""
+    _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    for cap in range(last_cap + 1):
+        _check(_libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), "dropping the bounding set")
+    header = _CapHeader(_CAP_VERSION_3, 0)
+    caps = (_Capabilities * 2)()
+    _check(_libc.capget(ctypes.byref(header), caps), "capget")
+    for half in caps:
+        half.inheritable = 0
+    _check(_libc.capset(ctypes.byref(header), caps), "capset")
+
+
+class _Spawner:
+    """One sandbox's spawner: starts its holder, enters it, then forks its commands."""
+
+    def __init__(self, sock: socket.socket, last_cap: int) -> None:
+        self._sock = sock
+        self._last_cap = last_cap
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(sock, selectors.EVENT_READ)
+        self._uid: int | None = None
+        self._user_namespace = -1
+        """An image sandbox's (`overlay_start`): each command enters it as root."""
+        self._stdin = -1
+
+    def set_up(self, setup: dict[str, Any]) -> None:
+        """Make the sandbox, then reply with pidfds of this spawner and the sandbox's init."""
+        own = os.pidfd_open(os.getpid())
+        bwrap: int | None = None
+        try:
+            if setup["disk"] is not None:
+                leave_other_disks(setup["disk"])
+            self._mount_overlays(setup)
+            bwrap, pipes = start_holder(setup["holder"])
+            try:
+                unjoined = join_cgroup(setup["cgroup"])
+                init = await_holder(bwrap, pipes)
+            finally:
+                for fd in pipes:
+                    os.close(fd)
+            if setup["network"] is not None:
+                pasta = connect_network(init, setup["network"], setup["user_namespace"])
+                self._selector.register(os.pidfd_open(pasta), selectors.EVENT_READ, (0, pasta))
+            init_fd, namespaces = attach(bwrap, init, setup["user_namespace"])
+            self._enter(namespaces, setup)
+        except (OSError, SetupError, ValueError, KeyError) as exc:
+            if bwrap is not None:
+                os.kill(bwrap, signal.SIGKILL)
+            send(self._sock, {"id": 0, "error": str(exc)}, [own])
+            os._exit(1)
+        self._selector.register(os.pidfd_open(bwrap), selectors.EVENT_READ, (0, bwrap))
+        send(self._sock, {"id": 0, "unjoined": unjoined}, [own, init_fd])
+        os.close(init_fd)
+        os.close(own)
+
+    def _mount_overlays(self, setup: dict[str, Any]) -> None:
+        """An image sandbox's root, a group member's layers (`overlay_start`)."""
+        namespaces = UserNamespaces()
+        try:
+            for overlay in setup["overlays"]:
+                mount_overlay(overlay, namespaces.get)
+            if setup["image"]:
+                self._user_namespace = namespaces.get((0, setup["uid"], ID_SPAN))
+        finally:
+            namespaces.close(keep=self._user_namespace)
+
+    def _enter(self, namespaces: list[tuple[str, int]], setup: dict[str, Any]) -> None:
+        try:
+            for name, fd in namespaces:
+                _check(_libc.setns(fd, NAMESPACE_TYPES[name]), f"entering the {name} namespace")
+        finally:
+            for _, fd in namespaces:
+                os.close(fd)
+        self._uid = setup["uid"]
+        _give_up_privileges(self._last_cap)
+        forbid_user_namespaces()
+        self._stdin = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+
+    def serve(self) -> None:
+        while True:
+            for key, _ in self._selector.select():
+                if key.fileobj is self._sock:
+                    message, fds = receive(self._sock)
+                    if message is None:
+                        os._exit(0)
+                    self._handle(message, fds)
+                else:
+                    self._reap(key)
+
+    def _handle(self, message: dict[str, Any], fds: list[int]) -> None:
+        try:
+            if message["op"] == "run":
+                pid = self._run(message, fds)
+                send(self._sock, {"id": message["id"], "pid": pid})
+            elif message["op"] == "release":
+                os.waitpid(message["pid"], 0)
+        except OSError as exc:
+            send(self._sock, {"id": message["id"], "error": str(exc), "errno": exc.errno})
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _run(self, message: dict[str, Any], fds: list[int]) -> int:
+        argv, env, cwd = message["argv"], message["env"], message["cwd"]
+        program = _find_program(argv[0], env.get("PATH", os.defpath))
+        groups = message["groups"]
+        limits = [(_RLIMITS[name], value) for name, value in message["rlimits"].items()]
+        pid = os.fork()
+        if pid == 0:
+            stdio = (self._stdin, *fds)
+            identity = _Identity(self._uid, groups, self._user_namespace)
+            _become_command(program, argv, env, cwd, stdio, limits, identity)
+        self._selector.register(os.pidfd_open(pid), selectors.EVENT_READ, (message["id"], pid))
+        return pid
+
+    def _reap(self, key: selectors.SelectorKey) -> None:
+        """A child exited. A command's exit is reported, and it stays unreaped until the
+        server releases it; bwrap (id 0), whose sandbox is gone, is reaped at once."""
+        run_id, pid = key.data
+        self._selector.unregister(key.fileobj)
+        os.close(key.fd)
+        if run_id == 0:
+            os.waitpid(pid, 0)
+            return
+        status = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        if status is None:
+            raise ChildProcessError(pid)
+        code = status.si_status if status.si_code == os.CLD_EXITED else -status.si_status
+        send(self._sock, {"id": run_id, "exit": code})
+
+
+def _find_program(name: str, search_path: str) -> str:
+    for directory in search_path.split(":"):
+        candidate = os.path.join(directory, name)
+        if directory.startswith("/") and os.access(candidate, os.X_OK):
+            return candidate
+    return name  # exec fails in the child, which says so on its stderr
+
+
+class _Identity(NamedTuple):
+    """Who a command runs as: a host uid with its tag group, root in an image sandbox's
+    user namespace (entered when `user_namespace` >= 0), or the server's own (uid None)."""
+
+    uid: int | None
+    groups: list[int]
+    user_namespace: int
+
+
+def _become_command(
+    program: str,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    stdio: tuple[int, ...],
+    limits: list[tuple[int, int]],
+    identity: _Identity,
+) -> None:
+    """In the forked child: become the command, or exit 127 saying why on its stderr."""
+    try:
+        os.setsid()
+        for target, fd in enumerate(stdio):
+            os.dup2(fd, target)
+        for limit, value in limits:  # before privileges drop: raising a hard limit is root's
+            resource.setrlimit(limit, (value, value))
+        if identity.user_namespace >= 0:
+            _check(_libc.setns(identity.user_namespace, _CLONE_NEWUSER), "entering the userns")
+            forbid_namespaces()
+            os.setgroups([])
+            os.setresgid(0, 0, 0)
+            os.setresuid(0, 0, 0)
+        elif identity.uid is not None:
+            os.setgroups(identity.groups)
+            os.setresgid(identity.uid, identity.uid, identity.uid)
+            os.setresuid(identity.uid, identity.uid, identity.uid)
+        os.chdir(cwd)
+        os.execve(program, argv, env)
+    except BaseException as exc:  # noqa: BLE001 - nothing may escape a forked child
+        os.write(2, f"rollout sandbox: cannot start {argv[0]}: {exc}\n".encode(errors="replace"))
+    finally:
+        os._exit(127)
+
+
+def _serve_forks(sock: socket.socket) -> None:
+    """The fork server: a spawner per request, until the server closes the socket."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # spawners reap themselves
+    last_cap = _last_capability()
+    while True:
+        setup, fds = receive(sock)
+        if setup is None:
+            return
+        if os.fork() == 0:
+            try:
+                sock.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a spawner waits for children
+                spawner = _Spawner(socket.socket(fileno=fds[0]), last_cap)
+                spawner.set_up(setup)
+                spawner.serve()
+            finally:
+                os._exit(1)  # never back into the fork server's loop
+        for fd in fds:
+            os.close(fd)
+
+
+def _default_dispositions() -> None:
+    """Commands start with no signal ignored: an exec keeps what is ignored, and Python
+    ignores SIGPIPE and SIGXFSZ (so would whatever started the server). glibc's own two
+    (32 and 33) are out of Python's reach, and glibc handles them itself."""
+    for number in signal.valid_signals():
+        if signal.getsignal(number) == signal.SIG_IGN:
+            signal.signal(number, signal.SIG_DFL)
+
+
+if __name__ == "__main__":
+    _default_dispositions()
+    _serve_forks(socket.socket(fileno=int(sys.argv[1])))

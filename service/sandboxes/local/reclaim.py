@@ -1,0 +1,109 @@
+"""Killing every process of a local sandbox but its init and holder, from the host.
+
+Whatever a command started, however it hid (setsid, double fork, SIGTERM ignored,
+another uid, a pid namespace of its own), lives in the sandbox's pid namespace or in one
+nested inside it: no process can leave its pid namespace. So the sandbox's processes are
+those whose /proc/<pid>/ns/pid is the sandbox's, or a namespace whose ancestors include
+it (NS_GET_PARENT), but for pids 1 and 2 of the sandbox's own: bwrap's init and the
+holder (`bwrap.holder_argv`). A namespace link costs one readlink: the host's other
+processes are never read further.
+
+`kill_all` stops and kills them (`local_tree.kill_tree`), waits for them, and does it
+again until a round finds none, so what forked meanwhile dies too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from service.sandboxes.local.tree import Selection, await_exits, kill_tree
+
+__all__ = ["SandboxProcesses", "kill_all"]
+
+_NS_GET_PARENT = 0xB702
+"""ioctl on a namespace descriptor: a descriptor of its parent (linux/nsfs.h)."""
+_SPARED = 2
+"""The sandbox's init (pid 1 inside) and holder (pid 2) live on."""
+_MAX_NESTING = 32
+"""The kernel allows 32 levels of pid namespaces."""
+
+
+@dataclass(frozen=True)
+class SandboxProcesses:
+    """Every process of a sandbox but its init and holder (a `local_tree.Selection`)."""
+
+    namespace: str
+    """The sandbox's pid namespace, as /proc/<init>/ns/pid names it (`pid:[inode]`)."""
+
+    def find(self) -> set[int]:
+        by_namespace: dict[str, set[int]] = {}
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    link = os.readlink(f"/proc/{entry.name}/ns/pid")
+                    by_namespace.setdefault(link, set()).add(int(entry.name))
+        ours: set[int] = set()
+        for link, pids in by_namespace.items():
+            if link == self.namespace or self._nested(min(pids)):
+                ours |= pids
+        return {pid for pid in ours if self.owns(pid, ours)}
+
+    def owns(self, pid: int, found: set[int]) -> bool:
+        try:
+            link = os.readlink(f"/proc/{pid}/ns/pid")
+            state, inner_pid = _state(pid)
+        except (OSError, ValueError, KeyError, IndexError):
+            return False
+        if state in {"Z", "X"}:  # exited: nothing to kill
+            return False
+        if link == self.namespace:
+            return inner_pid > _SPARED
+        return self._nested(pid)
+
+    def _nested(self, pid: int) -> bool:
+        """Whether `pid`'s pid namespace lies below the sandbox's."""
+        ancestor = int(self.namespace.removeprefix("pid:[").removesuffix("]"))
+        try:
+            fd = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            for _ in range(_MAX_NESTING):
+                parent = fcntl.ioctl(fd, _NS_GET_PARENT)
+                os.close(fd)
+                fd = parent
+                if os.fstat(fd).st_ino == ancestor:
+                    return True
+        except OSError:  # the host's own namespace has no parent
+            return False
+        finally:
+            os.close(fd)
+        return False
+
+
+def _state(pid: int) -> tuple[str, int]:
+    """(state letter, pid in its own pid namespace) from /proc/<pid>/status."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return fields["State"].split()[0], int(fields["NSpid"].split()[-1])
+
+
+async def kill_all(selection: Selection, rounds: int) -> tuple[int, bool]:
+    """Kill the selected processes and wait for them, again until a round finds none.
+
+    Returns how many were killed, and whether a round found none within `rounds`.
+    """
+    killed = 0
+    for _ in range(rounds):
+        pidfds = await asyncio.to_thread(kill_tree, selection)
+        if not pidfds:
+            return killed, True
+        killed += len(pidfds)
+        await await_exits(pidfds)
+    return killed, False

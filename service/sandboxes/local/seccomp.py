@@ -1,0 +1,135 @@
+"""No user namespaces inside a local sandbox: a seccomp filter every command inherits.
+
+A nested user namespace (`unshare -Urm`) makes the agent uid 0 with every capability
+over namespaces of its own: mounts, network configuration, and the kernel surface that
+comes with them. bwrap's `--disable-userns` cannot cover it: a server running as root
+runs each sandbox as a host uid of its own in the host's user namespace, where bwrap
+makes none. So the spawner installs this filter on itself once it has entered the
+sandbox (after no_new_privs), and every command it forks inherits it, as Docker's
+default profile does:
+
+    unshare, clone with CLONE_NEWUSER   EPERM
+    clone3                              ENOSYS: its flags sit in memory a filter cannot
+                                        read; glibc then falls back to clone
+    any other ABI (i386 via int 0x80,   EPERM: their syscall numbers differ and would
+    x32)                                slip past the checks above
+    everything else                     allowed
+
+In an image sandbox a command is root in a user namespace of the sandbox's own
+(`local.overlay_start`), where it could make namespaces of every other kind (their owner
+would be that user namespace; the filter above refuses only user namespaces): each such
+command adds a second filter once it is in it,
+
+    setns; unshare, clone with any CLONE_NEW* flag   EPERM
+
+so it stays in the namespaces bwrap made, as every command of a host sandbox does.
+
+Standard library only (it runs in the fork server's processes, `forkserver`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import platform
+import struct
+
+__all__ = ["forbid_namespaces", "forbid_user_namespaces"]
+
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEW_ANY = 0x7E020000
+"""CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET (clone's NEWTIME bit is
+the exit signal's: a time namespace needs unshare, or clone3, refused already)."""
+_CLONE_NEWTIME = 0x80
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+_RET_ALLOW = 0x7FFF0000
+_RET_ERRNO = 0x00050000
+_X32_BIT = 0x40000000
+# BPF opcodes: load word at absolute offset, jump if equal / greater-or-equal, and, return.
+_LD_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
+_NR, _ARCH, _ARG0 = 0, 4, 16
+"""Offsets in `struct seccomp_data` (arg0's low word, on these little-endian machines)."""
+_SYSCALLS = {
+    # machine: (AUDIT_ARCH_*, unshare, clone, clone3)
+    "x86_64": (0xC000003E, 272, 56, 435),
+    "aarch64": (0xC00000B7, 97, 220, 435),
+}
+_SETNS = {"x86_64": 308, "aarch64": 268}
+
+
+def _program(arch: int, unshare: int, clone: int, clone3: int) -> list[tuple[int, int, int, int]]:
+    """(code, jump-if-true, jump-if-false, k) instructions; jumps count from the next one."""
+    eperm, enosys = _RET_ERRNO | errno.EPERM, _RET_ERRNO | errno.ENOSYS
+    return [
+        (_LD_ABS, 0, 0, _ARCH),
+        (_JEQ, 1, 0, arch),
+        (_RET, 0, 0, eperm),  # another ABI
+        (_LD_ABS, 0, 0, _NR),
+        (_JGE, 0, 1, _X32_BIT),
+        (_RET, 0, 0, eperm),  # x32
+        (_JEQ, 0, 1, clone3),
+        (_RET, 0, 0, enosys),
+        (_JEQ, 1, 0, unshare),
+        (_JEQ, 0, 3, clone),
+        (_LD_ABS, 0, 0, _ARG0),
+        (_JSET, 0, 1, _CLONE_NEWUSER),
+        (_RET, 0, 0, eperm),
+        (_RET, 0, 0, _RET_ALLOW),
+    ]
+
+
+def _namespace_program(
+    arch: int, setns: int, unshare: int, clone: int
+) -> list[tuple[int, int, int, int]]:
+    """The image sandbox's second filter (see the module's docstring)."""
+    eperm = _RET_ERRNO | errno.EPERM
+    return [
+        (_LD_ABS, 0, 0, _ARCH),
+        (_JEQ, 1, 0, arch),
+        (_RET, 0, 0, eperm),
+        (_LD_ABS, 0, 0, _NR),
+        (_JEQ, 0, 1, setns),
+        (_RET, 0, 0, eperm),
+        (_JEQ, 0, 3, unshare),
+        (_LD_ABS, 0, 0, _ARG0),
+        (_JSET, 0, 5, _CLONE_NEW_ANY | _CLONE_NEWTIME),
+        (_RET, 0, 0, eperm),
+        (_JEQ, 0, 3, clone),
+        (_LD_ABS, 0, 0, _ARG0),
+        (_JSET, 0, 1, _CLONE_NEW_ANY),
+        (_RET, 0, 0, eperm),
+        (_RET, 0, 0, _RET_ALLOW),
+    ]
+
+
+class _Program(ctypes.Structure):
+    _fields_ = [("length", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+
+def forbid_user_namespaces() -> None:
+    """Install the filter on the calling process (no_new_privs must be set already)."""
+    arch, unshare, clone, clone3 = _arch_numbers()
+    _install(_program(arch, unshare, clone, clone3))
+
+
+def forbid_namespaces() -> None:
+    """Install the image sandbox's second filter on the calling process."""
+    arch, unshare, clone, _ = _arch_numbers()
+    _install(_namespace_program(arch, _SETNS[platform.machine()], unshare, clone))
+
+
+def _arch_numbers() -> tuple[int, int, int, int]:
+    machine = platform.machine()
+    if machine not in _SYSCALLS:
+        raise OSError(errno.ENOSYS, f"no seccomp filter for {machine} machines")
+    return _SYSCALLS[machine]
+
+
+def _install(code: list[tuple[int, int, int, int]]) -> None:
+    raw = b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
+    program = _Program(len(code), raw)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"installing the seccomp filter: {errno.errorcode.get(number)}")

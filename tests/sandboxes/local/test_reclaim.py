@@ -1,0 +1,105 @@
+"""`LocalSandbox.reclaim`: every process the sandbox's commands started dies, however it
+hid, the sandbox lives on, and what is in the way is removed host-side without following
+a link."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from service.models import Resources
+from service.sandboxes.base import HOME, VERIFIER_DIR, WORKDIR
+from service.sandboxes.local.backend import LocalSandbox
+from tests.sandboxes.conftest import MakeSandbox, SleepMarker
+
+_HIDING = {
+    "new session": "setsid {sleep} &",
+    "double fork": "( ( {sleep} & ) & )",
+    "SIGTERM ignored": "( trap '' TERM HUP INT; exec {sleep} ) &",
+    "nested pid namespace": "setsid unshare -Upf {sleep} &",
+}
+
+
+async def test_reclaim_kills_every_daemon_and_keeps_the_sandbox(
+    local_sandbox: LocalSandbox, sleep_marker: SleepMarker
+) -> None:
+    for how, command in _HIDING.items():
+        started = await local_sandbox.exec(
+            command.format(sleep=sleep_marker.command) + " >/dev/null 2>&1", timeout_s=30
+        )
+        assert started.exit_code == 0, (how, started.stderr)
+    await sleep_marker.wait_running()
+    # The sandbox refuses user namespaces, so the nested one fails: its `unshare`, which names
+    # the marker too, may still be exiting here. The other three hiders are certain.
+    certain = len(_HIDING) - 1
+    assert len(sleep_marker.pids()) >= certain
+
+    reclaimed = await local_sandbox.reclaim()
+
+    assert sleep_marker.pids() == []
+    assert reclaimed.processes >= certain
+    after = await local_sandbox.exec("echo alive", timeout_s=30)
+    assert after.stdout == "alive\n"  # init and holder were spared
+
+
+async def test_reclaim_of_an_idle_sandbox_kills_nothing(local_sandbox: LocalSandbox) -> None:
+    assert (await local_sandbox.exec("true", timeout_s=30)).exit_code == 0
+    reclaimed = await local_sandbox.reclaim()
+    assert reclaimed.processes == 0
+    assert reclaimed.removed == ()
+
+
+async def test_reclaim_spares_other_sandboxes(
+    make_local_sandbox: MakeSandbox, sleep_marker: SleepMarker
+) -> None:
+    ours, theirs = await make_local_sandbox("ours"), await make_local_sandbox("theirs")
+    try:
+        await theirs.exec(f"setsid {sleep_marker.command} >/dev/null 2>&1 &", timeout_s=30)
+        await sleep_marker.wait_running()
+        assert (await ours.reclaim()).processes == 0
+        assert sleep_marker.pids() != []
+    finally:
+        await ours.kill()
+        await theirs.kill()
+
+
+async def test_reclaim_empties_a_directory_and_clears_paths_in_the_way(
+    local_sandbox: LocalSandbox, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("host")
+    planted = (
+        f"mkdir -p {VERIFIER_DIR}/deep && echo 1 > {VERIFIER_DIR}/reward.txt && "
+        f"chmod 000 {VERIFIER_DIR}/deep && "
+        "mkdir -p tests/test_a.py/inner && "  # a directory where a file goes
+        f"ln -s {outside} linked.py && "  # a link where a file goes
+        "echo x > readonly.py && chmod 444 readonly.py && "
+        "echo not-a-dir > pkg && "  # a file where a directory goes
+        "d=tree; for i in $(seq 300); do d=$d/d; done; mkdir -p $d"  # deep
+    )
+    assert (await local_sandbox.exec(planted, timeout_s=60)).exit_code == 0
+    paths = [f"{WORKDIR}/{p}" for p in ("tests/test_a.py", "linked.py", "readonly.py")]
+    paths += [f"{WORKDIR}/pkg/module.py", f"{WORKDIR}/tree", f"{WORKDIR}/absent/x.py"]
+
+    reclaimed = await local_sandbox.reclaim(remove=paths, empty_dirs=[VERIFIER_DIR])
+
+    assert set(reclaimed.removed) == {*paths[:-1], VERIFIER_DIR}
+    assert outside.read_text() == "host"  # the link went, never its target
+    listed = await local_sandbox.exec(
+        f"ls -A {VERIFIER_DIR}; stat -c %U {VERIFIER_DIR}; ls -A", timeout_s=30
+    )
+    assert listed.stdout.split() == ["user", "tests"]  # empty, the sandbox user's; tests/ stays
+    await local_sandbox.write_files({f"{WORKDIR}/pkg/module.py": b"ok", f"{HOME}/x": b""})
+
+
+async def test_reclaim_ends_a_fork_bomb(make_local_sandbox: MakeSandbox) -> None:
+    sandbox = await make_local_sandbox("bomb", resources=Resources(max_processes=64))
+    try:
+        # Forks until the process limit, and keeps trying: a bomb that is still going (the
+        # classic `b | b &` may burn itself out at the limit before reclaim runs).
+        await sandbox.exec("(while :; do sleep 60 & done) >/dev/null 2>&1 &", timeout_s=30)
+        reclaimed = await sandbox.reclaim()
+        assert reclaimed.processes > 1  # the loop and at least one of its children
+        left = await sandbox.exec("ps -e --no-headers | wc -l", timeout_s=30)
+        assert left.stdout.strip() == "5"  # init, holder, and this bash, ps and wc
+    finally:
+        await sandbox.kill()
