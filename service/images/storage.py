@@ -22,6 +22,9 @@ from service.images.process import run_tool
 __all__ = ["ContainerStorage", "qualify"]
 
 _QUERY_TIMEOUT_S = 120.0
+_LIST_TRIES = 5
+_VANISHED = "image not known"
+"""What buildah says of an image removed while it was listing it."""
 
 
 def qualify(name: str) -> str:
@@ -82,10 +85,22 @@ class ContainerStorage:
         return json.loads("\n".join(lines) or "null")
 
     async def images(self) -> list[dict[str, Any]]:
-        """Every named image: `id` (full), `names`, `size` (layer-cache images left out)."""
+        """Every named image: `id` (full), `names`, `size` (layer-cache images left out).
+
+        buildah lists the ids, then reads each image: one removed in between, by another
+        process sharing the cache (a prune, `images rm`, another server), fails the whole
+        listing with "image not known". The listing is then taken again, a few times.
+        """
         if not self.root.exists():
             return []
-        images = list(await self.query("images", "--json", "--no-trunc") or [])
+        for attempt in range(1, _LIST_TRIES + 1):
+            try:
+                listed = await self.query("images", "--json", "--no-trunc")
+                break
+            except ImageError as exc:
+                if _VANISHED not in str(exc) or attempt == _LIST_TRIES:
+                    raise
+        images = list(listed or [])
         for image in images:
             # A bare hex id: buildah takes it as is, and a path holding it can be an overlay
             # lowerdir (where ":" separates layers).
