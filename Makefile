@@ -48,8 +48,12 @@ $(STAMP): pyproject.toml client/pyproject.toml | $(PY)
 run: install
 	$(PY) -m service.server
 
+# Two workers (this machine's and CI's cores: 11 minutes on one, about 5 on two); a test
+# file, with its module-scoped server, stays on one worker. `make test TEST_WORKERS=0` runs
+# the suite in one process.
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # A real model (SmolLM2-135M on llama-cpp-python's server) through the service. The server is
 # built once into ~/.cache/rollout-service-build (about 7 minutes on 2 cores), then reused.
