@@ -59,7 +59,7 @@ def _summary(group: pb.Group) -> list[str]:
     stddev = f"{stats.reward_stddev:.4g}" if stats.HasField("reward_stddev") else "-"
     lines.append(
         f"  counted {stats.counted}, rewarded {stats.rewarded}, reward mean {mean} "
-        f"stddev {stddev}, refills {stats.refills}"
+        f"stddev {stddev}, refills {stats.refills}, template setups {group.template_setups}"
     )
     return lines
 

@@ -63,7 +63,9 @@ def test_the_command_line_runs_and_shows_a_group(server_target: str, tmp_path: P
     lines = ran.stdout.splitlines()
     assert lines[0].startswith("group ")
     assert sum(line.startswith("member ") for line in lines) == 2
-    assert "counted 2, rewarded 2, reward mean 1 stddev 0, refills 0" in ran.stdout
+    assert (
+        "counted 2, rewarded 2, reward mean 1 stddev 0, refills 0, template setups 1" in ran.stdout
+    )
     group_id = lines[0].split()[1]
     shown = runner.invoke(app, ["group", "get", group_id, "--json", "--target", server_target])
     assert json.loads(shown.stdout)["status"] == "GROUP_STATUS_COMPLETED"
