@@ -153,7 +153,8 @@ class Sampling(_Model):
     """
 
     seed: int | None = None
-    """Sent upstream as `seed`; in a group spec, the group's seed (see `service.engine.group`)."""
+    """Sent upstream as `seed`; in a group spec, the group's seed, from which each member's
+    is derived (`service.engine.groups.members`)."""
     temperature: float | None = None
     """Sent upstream as `temperature`, replacing the agent's."""
     top_p: float | None = None

@@ -12,7 +12,8 @@ Rules (each applied to the parsed JSON body, in place):
   `ResolvedEndpoint.asks_token_ids`): hosted APIs return no ids and may reject the field;
 - streams get `stream_options.include_usage = true`;
 - `capture.sampling` sets `seed`, `temperature` and `top_p` where given, replacing the
-  agent's (a group member's seed is its own, derived from the group's: `service.engine.group`).
+  agent's (a group member's seed is its own, derived from the group's:
+  `service.engine.groups.members`).
 Headers are not rewritten but rebuilt: see `upstream_headers`.
 """
 
