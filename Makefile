@@ -48,7 +48,7 @@ $(STAMP): pyproject.toml client/pyproject.toml | $(PY)
 run: install
 	$(PY) -m service.server
 
-# Two workers (this machine's and CI's cores: 11 minutes on one, about 5 on two); a test
+# Two workers (this machine's and CI's cores: 11 minutes on one, 6 to 8 on two); a test
 # file, with its module-scoped server, stays on one worker. `make test TEST_WORKERS=0` runs
 # the suite in one process.
 TEST_WORKERS ?= 2
