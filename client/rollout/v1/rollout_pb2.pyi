@@ -86,6 +86,7 @@ class ErrorKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_KIND_CANCELLED: _ClassVar[ErrorKind]
     ERROR_KIND_INTERNAL: _ClassVar[ErrorKind]
     ERROR_KIND_AGENT_INSTALL: _ClassVar[ErrorKind]
+    ERROR_KIND_TAMPERED: _ClassVar[ErrorKind]
 
 class CommandStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -159,6 +160,7 @@ ERROR_KIND_VERIFIER: ErrorKind
 ERROR_KIND_CANCELLED: ErrorKind
 ERROR_KIND_INTERNAL: ErrorKind
 ERROR_KIND_AGENT_INSTALL: ErrorKind
+ERROR_KIND_TAMPERED: ErrorKind
 COMMAND_STAGE_UNSPECIFIED: CommandStage
 COMMAND_STAGE_SETUP: CommandStage
 COMMAND_STAGE_VERIFY: CommandStage
@@ -513,7 +515,7 @@ class Rollout(_message.Message):
     def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[RolloutSpec, _Mapping]] = ..., status: _Optional[_Union[RolloutStatus, str]] = ..., phase: _Optional[_Union[Phase, str]] = ..., result: _Optional[_Union[RolloutResult, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., group_id: _Optional[str] = ..., member_index: _Optional[int] = ...) -> None: ...
 
 class RolloutResult(_message.Message):
-    __slots__ = ("reward", "metrics", "agent_exit_code", "setup_results", "verify_results", "turns", "files", "agent_log_tail", "error", "timings", "sandbox_id", "turn_count", "files_omitted", "trainable_calls", "trainable_calls_failed")
+    __slots__ = ("reward", "metrics", "agent_exit_code", "setup_results", "verify_results", "turns", "files", "agent_log_tail", "error", "timings", "sandbox_id", "turn_count", "files_omitted", "trainable_calls", "trainable_calls_failed", "reward_key")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -543,6 +545,7 @@ class RolloutResult(_message.Message):
     FILES_OMITTED_FIELD_NUMBER: _ClassVar[int]
     TRAINABLE_CALLS_FIELD_NUMBER: _ClassVar[int]
     TRAINABLE_CALLS_FAILED_FIELD_NUMBER: _ClassVar[int]
+    REWARD_KEY_FIELD_NUMBER: _ClassVar[int]
     reward: float
     metrics: _containers.ScalarMap[str, float]
     agent_exit_code: int
@@ -558,7 +561,8 @@ class RolloutResult(_message.Message):
     files_omitted: _containers.RepeatedScalarFieldContainer[str]
     trainable_calls: int
     trainable_calls_failed: int
-    def __init__(self, reward: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ..., agent_exit_code: _Optional[int] = ..., setup_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., verify_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., turns: _Optional[_Iterable[_Union[Turn, _Mapping]]] = ..., files: _Optional[_Mapping[str, bytes]] = ..., agent_log_tail: _Optional[str] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., timings: _Optional[_Union[PhaseTimings, _Mapping]] = ..., sandbox_id: _Optional[str] = ..., turn_count: _Optional[int] = ..., files_omitted: _Optional[_Iterable[str]] = ..., trainable_calls: _Optional[int] = ..., trainable_calls_failed: _Optional[int] = ...) -> None: ...
+    reward_key: str
+    def __init__(self, reward: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ..., agent_exit_code: _Optional[int] = ..., setup_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., verify_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., turns: _Optional[_Iterable[_Union[Turn, _Mapping]]] = ..., files: _Optional[_Mapping[str, bytes]] = ..., agent_log_tail: _Optional[str] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., timings: _Optional[_Union[PhaseTimings, _Mapping]] = ..., sandbox_id: _Optional[str] = ..., turn_count: _Optional[int] = ..., files_omitted: _Optional[_Iterable[str]] = ..., trainable_calls: _Optional[int] = ..., trainable_calls_failed: _Optional[int] = ..., reward_key: _Optional[str] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("kind", "message")
