@@ -7,7 +7,9 @@ Nothing outside what the caller may name is ever read:
 | path    | absolute, empty, `.`/`..` parts, control characters; an unknown root; a          |
 |         | directory or file whose real path (links resolved) leaves the task directory     |
 | archive | over ROLLOUT_HARBOR_ARCHIVE_MAX_MB compressed; not gzip/tar; any member that is   |
-|         | not a regular file or directory (links, devices, fifos); absolute or `..` names  |
+|         | not a regular file or directory (links, devices, fifos); absolute or `..` names; |
+|         | a stream over ROLLOUT_HARBOR_TASK_MAX_MB + 8 MiB, headers included, refused      |
+|         | before it is read (`bounded`: tarfile reads PAX and long-name headers whole)     |
 | both    | over ROLLOUT_HARBOR_TASK_MAX_MB or _MAX_FILES uncompressed, counted as it is read |
 
 The tree is keyed by "/"-separated path relative to the task directory; an archive whose
@@ -16,6 +18,7 @@ only top-level entry is a directory is that directory.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import os
@@ -24,13 +27,18 @@ import tarfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO, cast
 
 from service.errors import FieldViolation, SpecError
+from service.harbor.bounded import BoundedReader, BoundExceeded
 
 __all__ = ["TaskFile", "TaskTree", "read_archive", "read_rooted", "tree_digest"]
 
 FIELD = "spec.harbor_task"
 _MAX_FILES = 4096
+_HEADER_BYTES = _MAX_FILES * 4 * tarfile.BLOCKSIZE
+"""What an archive may hold beyond its content: four blocks a member (its header, a
+long-name or PAX header and one block of its record, padding), 8 MiB in all."""
 
 
 @dataclass(frozen=True)
@@ -113,10 +121,16 @@ def read_archive(archive: bytes, max_compressed: int, max_bytes: int) -> TaskTre
     if len(archive) > max_compressed:
         raise refuse(field, f"{len(archive)} bytes exceeds {max_compressed} compressed")
     budget, tree = _Budget(max_bytes), TaskTree()
+    limit = max_bytes + _HEADER_BYTES
     try:
-        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
-            for member in tar:  # streamed: nothing is read past the budget
-                _take_member(tar, member, tree, budget, field)
+        with gzip.GzipFile(fileobj=io.BytesIO(archive)) as stream:
+            bounded = BoundedReader(cast(BinaryIO, stream), limit)
+            with tarfile.open(fileobj=cast(BinaryIO, bounded), mode="r:") as tar:
+                for member in tar:  # streamed: nothing is read past the budget
+                    _take_member(tar, member, tree, budget, field)
+    except BoundExceeded as exc:
+        why = f"holds more than {limit} bytes uncompressed, headers included ({exc})"
+        raise refuse(field, why) from exc
     except (tarfile.TarError, zlib.error, EOFError, OSError) as exc:
         raise refuse(field, f"is not a readable .tar.gz: {exc}") from exc
     return _unwrapped(tree)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+import gzip
 import io
 import os
 import tarfile
+import tracemalloc
+import zlib
 from pathlib import Path
 
 import pytest
 
 from service.errors import SpecError
-from service.harbor.source import read_archive, read_rooted, tree_digest
+from service.harbor.source import TaskFile, read_archive, read_rooted, tree_digest
 
 TASKS = Path(__file__).parent / "tasks"
 _MB = 1024 * 1024
@@ -130,3 +134,69 @@ def test_archive_bounds_compressed_and_uncompressed() -> None:
 def test_garbage_is_not_an_archive() -> None:
     with pytest.raises(SpecError, match=r"not a readable \.tar\.gz"):
         read_archive(os.urandom(64), _MB, _MB)
+
+
+@functools.cache
+def _zeros_gz(size: int) -> bytes:
+    """`size` zero bytes as one gzip member (gzip members concatenate into one stream)."""
+    compressor = zlib.compressobj(wbits=31)
+    chunk = bytes(_MB)
+    return b"".join(compressor.compress(chunk) for _ in range(size // _MB)) + compressor.flush()
+
+
+def _header_bomb(kind: bytes, record_size: int, repeat: int = 1) -> bytes:
+    """`repeat` times: a `kind` header (PAX, GNU long name) whose record is `record_size`
+    zero bytes, followed by the empty file it describes."""
+    header = tarfile.TarInfo("././@header")
+    header.type, header.size = kind, record_size
+    described = tarfile.TarInfo("task/x").tobuf(tarfile.USTAR_FORMAT)
+    one = gzip.compress(header.tobuf(tarfile.USTAR_FORMAT)) + _zeros_gz(record_size)
+    return (one + gzip.compress(described)) * repeat + gzip.compress(bytes(1024))
+
+
+def _refused_header_bytes(archive: bytes, max_compressed: int, max_bytes: int) -> int:
+    """The peak of memory traced while `archive` is refused for its headers' bytes."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(SpecError) as error:
+            read_archive(archive, max_compressed, max_bytes)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    field, description = _violation(error)
+    assert field == "spec.harbor_task.archive"
+    assert "headers included" in description
+    return peak
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK],
+)
+def test_a_header_bomb_is_refused_before_it_is_read(kind: bytes) -> None:
+    """Issue 21: a 256 MiB PAX header of zeros, gzipped to ~250 KiB, raised the server's
+    memory by 305 MiB; at the default bounds it is refused before a byte of it is read."""
+    archive = _header_bomb(kind, 256 * _MB)
+    assert len(archive) < _MB
+    peak = _refused_header_bytes(archive, 16 * _MB, 64 * _MB)
+    assert peak < 4 * _MB
+
+
+def test_headers_count_toward_the_bound_together() -> None:
+    """Each 1 MiB long-name record is small, and describes an empty file: only counting
+    every header byte refuses the archive (1 MiB of content allowed, 8 MiB of headers)."""
+    archive = _header_bomb(tarfile.GNUTYPE_LONGNAME, _MB, repeat=12)
+    peak = _refused_header_bytes(archive, _MB, _MB)
+    assert peak < 4 * _MB
+
+
+@pytest.mark.parametrize("form", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_long_names_in_gnu_and_pax_archives_are_read(form: int) -> None:
+    name = "task/" + "deep/" * 40 + "instruction.md"
+    member, data = _file(name, b"do it\n")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", format=form) as tar:
+        member.pax_headers = {"comment": "x" * 4096}
+        tar.addfile(member, io.BytesIO(data))
+    tree = read_archive(buffer.getvalue(), _MB, _MB)
+    assert tree == {name.removeprefix("task/"): TaskFile(b"do it\n", 0o644)}
