@@ -40,7 +40,7 @@ from service.agents.packages import NpmPackage
 from service.config import Settings
 from service.errors import AgentError, FieldViolation
 from service.models import AgentOutput, AgentOutputKind
-from service.sandboxes.base import HOME, WORKDIR
+from service.sandboxes.base import HOME
 
 __all__ = ["CodexAgent", "CodexHarness", "config_toml", "translate_event"]
 
@@ -106,8 +106,9 @@ exporter = "none"
 
 
 def launcher_script(binary: str) -> bytes:
-    """`run.sh`: codex exec in the workdir, the instruction on stdin, JSONL on stdout."""
-    argv = [binary, "exec", "--json", "--skip-git-repo-check", "--strict-config", "-C", WORKDIR]
+    """`run.sh`: codex exec where it is started (the task's workdir: no `-C`), the
+    instruction on stdin, JSONL on stdout."""
+    argv = [binary, "exec", "--json", "--skip-git-repo-check", "--strict-config"]
     command = " ".join(shlex.quote(part) for part in argv)
     return f"exec {command} - < {shlex.quote(INSTRUCTION_FILE)}\n".encode()
 

@@ -6,9 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from service.agents.base import AgentContext, AgentOutcome, EmitOutput, Progress
-from service.agents.process import wait_with_deadline
+from service.agents.process import run_in_task
 from service.config import Settings
-from service.engine.staging import in_workdir
 from service.errors import FieldViolation
 from service.models import AgentOutput, AgentOutputKind
 from service.sandboxes.base import OutputCallback, OutputStream, Sandbox
@@ -41,23 +40,18 @@ class CommandAgent:
 
     async def run(self, sandbox: Sandbox, context: AgentContext, emit: EmitOutput) -> AgentOutcome:
         command, env = self.command_and_env(context)
-        command = in_workdir(context.workdir, command)
-        process = await sandbox.spawn(command, env=env, on_output=stream_to(emit))
-        return await wait_with_deadline(process, context.timeout_s)
+        return await run_in_task(sandbox, context, command, env=env, on_output=stream_to(emit))
 
     def command_and_env(self, context: AgentContext) -> tuple[str, dict[str, str]]:
-        """What to run, and its environment beyond the sandbox's."""
-        env = dict(context.env)
-        command = context.command
-        if context.model is not None:
-            env |= {
-                "OPENAI_BASE_URL": context.model.base_url,
-                "OPENAI_API_KEY": context.model.api_key,
-                "OPENAI_MODEL": context.model.model,
-            }
-            if context.model.command_prefix:
-                command = f"{context.model.command_prefix}\n{command}"
-        return command, env
+        """What to run, and its environment over the task's."""
+        if context.model is None:
+            return context.command, {}
+        env = {
+            "OPENAI_BASE_URL": context.model.base_url,
+            "OPENAI_API_KEY": context.model.api_key,
+            "OPENAI_MODEL": context.model.model,
+        }
+        return context.command, env
 
 
 def stream_to(emit: EmitOutput) -> OutputCallback:

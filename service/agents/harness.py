@@ -11,9 +11,15 @@ does the rest, the same for every one of them:
 - prepare(): the cache's entry when the sandbox sees the cache, else the package's own
   `sandbox_script` run inside the sandbox (a template with it pre-installed, else its
   package manager); then the harness's files;
-- run(): the launcher under the model access's command prefix (the proxy forwarder), the
-  instruction verbatim from a file, stdout through the harness's translator as live
-  events, killed with its children at the deadline or on cancel (`wait_with_deadline`).
+- run(): the launcher through the launch path every agent shares (`process.run_in_task`):
+  in the task's workdir, with the task's env under the harness's, after the model
+  access's command prefix (the proxy forwarder), killed with its children at the
+  deadline or on cancel; the instruction verbatim from a file, stdout through the
+  harness's translator as live events.
+
+A harness's own files (`files`, its launcher, its install) live at absolute paths under
+HOME and its program starts in the working directory it is given, never one of its own:
+so it works where the task says, and none of its state is in the task's workdir.
 
 An entry that cannot be installed or found is `AgentInstallError` (infrastructure,
 retried), never `AGENT`, which a trainer scores. A host without the package's installer
@@ -35,7 +41,7 @@ from typing import Any, Protocol
 from service.agents.base import AgentContext, AgentOutcome, EmitOutput, ModelAccess, Progress
 from service.agents.cached_install import CachedInstall, installer_missing
 from service.agents.packages import Package
-from service.agents.process import wait_with_deadline
+from service.agents.process import run_in_task
 from service.config import Settings
 from service.errors import AgentError, AgentInstallError, FieldViolation
 from service.registry import MissingDependencyError
@@ -69,7 +75,8 @@ class Harness(Protocol):
     install_typical: str
     """How long its install usually takes ("15-70s"), for the progress message."""
     launcher: str
-    """Sandbox path of the script that starts it (written by `files`)."""
+    """Sandbox path of the script that starts it (written by `files`); the script starts
+    the program in its own working directory, which is the task's."""
 
     @property
     def package(self) -> Package:
@@ -82,7 +89,8 @@ class Harness(Protocol):
 
     def files(self, entry: str, context: AgentContext) -> dict[str, bytes]:
         """Files prepare() writes into the sandbox: config, instruction, the launcher
-        (which starts `entry`, the installed program as the sandbox sees it)."""
+        (which starts `entry`, the installed program as the sandbox sees it); at absolute
+        paths in a directory of the harness's own under HOME, never in the workdir."""
         ...
 
     def env(self, model: ModelAccess, options: Mapping[str, Any]) -> dict[str, str]:
@@ -148,13 +156,10 @@ class HarnessAgent:
                 events.stderr(chunk)
 
         command = f"exec bash {shlex.quote(self._harness.launcher)}"
-        if model.command_prefix:
-            command = f"{model.command_prefix}\n{command}"
-        env = dict(context.env) | self._harness.env(model, context.options)
+        env = self._harness.env(model, context.options)
         started = time.monotonic()
-        process = await sandbox.spawn(command, env=env, on_output=on_output)
         try:
-            outcome = await wait_with_deadline(process, context.timeout_s)
+            outcome = await run_in_task(sandbox, context, command, env=env, on_output=on_output)
         finally:
             events.close()
         log.debug(

@@ -39,7 +39,7 @@ from service.agents.packages import PypiPackage
 from service.config import Settings
 from service.errors import FieldViolation
 from service.models import AgentOutput, AgentOutputKind
-from service.sandboxes.base import HOME, WORKDIR
+from service.sandboxes.base import HOME
 
 __all__ = ["MiniSweAgent", "MiniSweHarness", "config_document", "translate_message"]
 
@@ -74,12 +74,13 @@ def option_violations(options: Mapping[str, Any]) -> list[FieldViolation]:
 
 def config_document(options: Mapping[str, Any]) -> dict[str, Any]:
     """What the runner merges over mini.yaml (options must have passed the checks); the
-    model and its access come from the environment (`MiniSweHarness.env`)."""
+    model and its access come from the environment (`MiniSweHarness.env`). No `cwd`: its
+    commands run where it is started, the task's workdir."""
     timeout_s = options.get("command_timeout_s", DEFAULT_COMMAND_TIMEOUT_S)
     return {
         "model": {"model_class": "litellm", "cost_tracking": "ignore_errors"},
         "agent": {"step_limit": options.get("step_limit", 0), "cost_limit": 0},
-        "environment": {"environment_class": "local", "cwd": WORKDIR, "timeout": timeout_s},
+        "environment": {"environment_class": "local", "timeout": timeout_s},
     }
 
 

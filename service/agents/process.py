@@ -1,20 +1,54 @@
-"""Running a harness's process to a deadline: the one piece every agent shares."""
+"""Running a harness's process: the one launch path every agent shares.
+
+Every harness, those here and any added later, starts its process through
+`run_in_task`, so each runs as Harbor runs agents, without a line of its own for it:
+
+| what             | how                                                             |
+| ---------------- | --------------------------------------------------------------- |
+| working dir      | the task's (`AgentContext.workdir`, e.g. a Dockerfile's `/app`), |
+|                  | entered before anything else runs; "" is the sandbox's WORKDIR  |
+| environment      | the task's (`AgentContext.env`), the harness's own over it      |
+| model access     | its command prefix (the proxy forwarder) before the command     |
+| deadline, cancel | killed with its children (`wait_or_kill`)                       |
+
+A harness keeps its own state (config, install, launcher) at absolute paths under HOME,
+never relative to the working directory, so none of it is in the task's workdir or in
+what is collected from it.
+"""
 
 from __future__ import annotations
 
-from service.agents.base import AgentOutcome
-from service.sandboxes.base import BackgroundProcess
+from collections.abc import Mapping
+
+from service.agents.base import AgentContext, AgentOutcome
+from service.sandboxes.base import OutputCallback, Sandbox, in_workdir
 from service.sandboxes.deadline import wait_or_kill
 
-__all__ = ["wait_with_deadline"]
+__all__ = ["run_in_task", "task_command"]
 
 
-async def wait_with_deadline(
-    process: BackgroundProcess, timeout_s: float, *, log_tail: str = ""
+def task_command(context: AgentContext, command: str) -> str:
+    """`command` as the agent runs it: in the task's workdir, after the access's prefix."""
+    if context.model is not None and context.model.command_prefix:
+        command = f"{context.model.command_prefix}\n{command}"
+    return in_workdir(context.workdir, command)
+
+
+async def run_in_task(
+    sandbox: Sandbox,
+    context: AgentContext,
+    command: str,
+    *,
+    env: Mapping[str, str],
+    on_output: OutputCallback,
 ) -> AgentOutcome:
-    """Wait for `process` up to `timeout_s`; kill it (and its children) on timeout or cancel."""
-    result = await wait_or_kill(process, timeout_s)
+    """Run a harness's `command` to `context.timeout_s` as Harbor runs agents: in the
+    task's workdir, with the task's environment and `env` (the harness's own) over it."""
+    process = await sandbox.spawn(
+        task_command(context, command), env=dict(context.env) | dict(env), on_output=on_output
+    )
+    result = await wait_or_kill(process, context.timeout_s)  # kills it, children too
     if result is None:
-        return AgentOutcome(exit_code=None, timed_out=True, log_tail=log_tail)
-    tail = log_tail or (result.stdout + result.stderr)
+        return AgentOutcome(exit_code=None, timed_out=True, log_tail="")
+    tail = result.stdout + result.stderr
     return AgentOutcome(exit_code=result.exit_code, timed_out=False, log_tail=tail)

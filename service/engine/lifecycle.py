@@ -25,7 +25,7 @@ from service.engine.collect import collect_workdir
 from service.engine.groups.template import PreparedFilesystem
 from service.engine.output_cap import OutputCap
 from service.engine.output_scrub import OutputScrubber, scrub
-from service.engine.staging import in_workdir, make_workdir, stage, staged_path, task_workdir
+from service.engine.staging import make_workdir, stage, staged_path, task_workdir
 from service.engine.validation import resolved_timeouts
 from service.errors import AgentInstallError, RolloutFailure, SandboxError, UpstreamError
 from service.models import (
@@ -43,7 +43,7 @@ from service.models import (
     Turn,
 )
 from service.proxy.capture.tally import CallTally
-from service.sandboxes.base import Sandbox, SandboxBackend, SandboxRequest
+from service.sandboxes.base import Sandbox, SandboxBackend, SandboxRequest, in_workdir
 from service.verifier.commands import run_commands
 from service.verifier.reward import compute_reward
 from service.verifier.takeover import take_back

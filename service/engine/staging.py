@@ -11,12 +11,12 @@ import shlex
 from collections import defaultdict
 from collections.abc import Mapping
 
-from service.engine.task_extras import SOLUTION_DIR, file_mode
+from service.engine.task_extras import file_mode
 from service.errors import SandboxError
 from service.models import TaskSpec
-from service.sandboxes.base import WORKDIR, Sandbox
+from service.sandboxes.base import SOLUTION_DIR, WORKDIR, Sandbox
 
-__all__ = ["in_workdir", "make_workdir", "stage", "staged_path", "task_workdir"]
+__all__ = ["make_workdir", "stage", "staged_path", "task_workdir"]
 
 _CHMOD_TIMEOUT_S = 60.0
 
@@ -30,13 +30,6 @@ def staged_path(task: TaskSpec, key: str, *, solution: bool = False) -> str:
     if solution:
         return f"{SOLUTION_DIR}/{key}"
     return key if key.startswith("/") else f"{task_workdir(task).rstrip('/')}/{key}"
-
-
-def in_workdir(workdir: str, command: str) -> str:
-    """`command` run in `workdir` (the sandbox starts commands in WORKDIR); "" is WORKDIR."""
-    if not workdir:
-        return command
-    return f"cd -- {shlex.quote(workdir)} || exit 1\n{command}"
 
 
 async def stage(

@@ -21,12 +21,10 @@ from service.config import Settings
 from service.engine.task_paths import map_violations
 from service.errors import FieldViolation, excerpt
 from service.models import RolloutSpec, TaskSpec
-from service.sandboxes.base import HOME
+from service.sandboxes.base import HOME, SOLUTION_DIR
 
-__all__ = ["SOLUTION_DIR", "file_mode", "task_extras_violations"]
+__all__ = ["file_mode", "task_extras_violations"]
 
-SOLUTION_DIR = "/solution"
-"""Where `solution_files` are staged for the oracle agent (Harbor's path)."""
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MODE = re.compile(r"0?[0-7]{3}")
 _RESERVED = re.compile(r"HOME|OPENAI_.*")

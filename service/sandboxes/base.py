@@ -6,6 +6,7 @@ Every path a backend is given is an absolute path inside the sandbox.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -20,6 +21,7 @@ __all__ = [
     "PROXY_SOCKET",
     "REWARD_JSON",
     "REWARD_TXT",
+    "SOLUTION_DIR",
     "VERIFIER_DIR",
     "WORKDIR",
     "BackgroundProcess",
@@ -32,6 +34,7 @@ __all__ = [
     "SandboxBackend",
     "SandboxRequest",
     "Snapshot",
+    "in_workdir",
 ]
 
 HOME = "/home/user"
@@ -49,8 +52,17 @@ PROXY_DIR = "/run/rollout"
 sandbox's route appears in it once the route is open."""
 PROXY_SOCKET = f"{PROXY_DIR}/proxy.sock"
 """Where the capture proxy's socket for this sandbox's route is, inside the sandbox."""
+SOLUTION_DIR = "/solution"
+"""Where a task's solution files are staged, for the oracle agent only (Harbor's path)."""
 LIST_MAX_DEPTH = 64
 """`Sandbox.list_files` lists no path of more components than this (nor descends further)."""
+
+
+def in_workdir(workdir: str, command: str) -> str:
+    """`command` run in `workdir` (a sandbox starts commands in WORKDIR); "" is WORKDIR."""
+    if not workdir:
+        return command
+    return f"cd -- {shlex.quote(workdir)} || exit 1\n{command}"
 
 
 class OutputStream(StrEnum):
