@@ -1,4 +1,5 @@
-"""No user namespaces inside a local sandbox: a seccomp filter every command inherits.
+"""No user namespaces (nor keyring, nor io_uring) in a local sandbox: a seccomp filter every
+command inherits.
 
 A nested user namespace (`unshare -Urm`) makes the agent uid 0 with every capability
 over namespaces of its own: mounts, network configuration, and the kernel surface that
@@ -11,6 +12,12 @@ default profile does:
     unshare, clone with CLONE_NEWUSER   EPERM
     clone3                              ENOSYS: its flags sit in memory a filter cannot
                                         read; glibc then falls back to clone
+    keyctl, add_key, request_key        EPERM: the kernel keyring, a surface with a record
+                                        of privilege escalations (CVE-2016-0728) that no
+                                        agent needs; Docker's default profile refuses it
+    io_uring_setup, _enter, _register   ENOSYS, so libuv, tokio and liburing fall back to
+                                        epoll: its operations are not syscalls, so no
+                                        filter sees them (Docker refuses it too)
     any other ABI (i386 via int 0x80,   EPERM: their syscall numbers differ and would
     x32)                                slip past the checks above
     everything else                     allowed
@@ -56,11 +63,18 @@ _SYSCALLS = {
     "aarch64": (0xC00000B7, 97, 220, 435),
 }
 _SETNS = {"x86_64": 308, "aarch64": 268}
+_KEYRING = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}
+"""add_key, request_key, keyctl."""
+_IO_URING = (425, 426, 427)
+"""io_uring_setup, io_uring_enter, io_uring_register (the same on both machines)."""
 
 
-def _program(arch: int, unshare: int, clone: int, clone3: int) -> list[tuple[int, int, int, int]]:
+def _program(
+    arch: int, unshare: int, clone: int, clone3: int, keyring: tuple[int, ...]
+) -> list[tuple[int, int, int, int]]:
     """(code, jump-if-true, jump-if-false, k) instructions; jumps count from the next one."""
     eperm, enosys = _RET_ERRNO | errno.EPERM, _RET_ERRNO | errno.ENOSYS
+    refused = [(number, eperm) for number in keyring] + [(n, enosys) for n in _IO_URING]
     return [
         (_LD_ABS, 0, 0, _ARCH),
         (_JEQ, 1, 0, arch),
@@ -70,6 +84,7 @@ def _program(arch: int, unshare: int, clone: int, clone3: int) -> list[tuple[int
         (_RET, 0, 0, eperm),  # x32
         (_JEQ, 0, 1, clone3),
         (_RET, 0, 0, enosys),
+        *[step for number, answer in refused for step in _refuse(number, answer)],
         (_JEQ, 1, 0, unshare),
         (_JEQ, 0, 3, clone),
         (_LD_ABS, 0, 0, _ARG0),
@@ -77,6 +92,11 @@ def _program(arch: int, unshare: int, clone: int, clone3: int) -> list[tuple[int
         (_RET, 0, 0, eperm),
         (_RET, 0, 0, _RET_ALLOW),
     ]
+
+
+def _refuse(number: int, answer: int) -> list[tuple[int, int, int, int]]:
+    """Syscall `number` (already loaded) returns `answer`; any other goes on."""
+    return [(_JEQ, 0, 1, number), (_RET, 0, 0, answer)]
 
 
 def _namespace_program(
@@ -110,7 +130,7 @@ class _Program(ctypes.Structure):
 def forbid_user_namespaces() -> None:
     """Install the filter on the calling process (no_new_privs must be set already)."""
     arch, unshare, clone, clone3 = _arch_numbers()
-    _install(_program(arch, unshare, clone, clone3))
+    _install(_program(arch, unshare, clone, clone3, _KEYRING[platform.machine()]))
 
 
 def forbid_namespaces() -> None:
