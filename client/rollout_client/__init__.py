@@ -10,15 +10,17 @@
         })
         print(status_name(rollout.status), reward_of(rollout))   # SUCCEEDED 1.0
 
+With no target, a client uses $ROLLOUT_TARGET, else 127.0.0.1:50051 (`default_target`).
 `AsyncRolloutClient` has the same methods for asyncio. For a server with authentication or
-TLS, pass `token=` (or set ROLLOUT_TOKEN) and `credentials=tls_credentials(...)`. The
-messages are the generated `rollout.v1.rollout_pb2` classes; errors are drawn in
-`rollout_client.errors`.
+TLS, pass `token=` (or set ROLLOUT_TOKEN) and `credentials=tls_credentials(...)` (PEM paths
+as str or Path, or PEM bytes). A mapping spec may hold raw bytes (`task.files`,
+`harbor_task.archive`) or base64 strings. The messages are the generated
+`rollout.v1.rollout_pb2` classes; errors are drawn in `rollout_client.errors`.
 """
 
 from rollout_client.aio import AsyncRolloutClient
 from rollout_client.client import RolloutClient
-from rollout_client.connection import tls_credentials
+from rollout_client.connection import default_target, tls_credentials
 from rollout_client.errors import (
     CallCancelledError,
     DeadlineExceededError,
@@ -63,6 +65,7 @@ __all__ = [
     "UnauthenticatedError",
     "UnavailableError",
     "ViewLike",
+    "default_target",
     "parse_status",
     "parse_view",
     "reward_of",

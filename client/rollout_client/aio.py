@@ -12,7 +12,7 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc
 
 from rollout_client import messages
-from rollout_client.connection import auth_metadata
+from rollout_client.connection import auth_metadata, default_target
 from rollout_client.errors import translate_errors
 from rollout_client.messages import SpecLike, StatusLike, ViewLike
 
@@ -24,14 +24,15 @@ class AsyncRolloutClient:
 
     `timeout` (seconds, None for none) bounds the quick calls: start, get, list and cancel.
     `run` and `watch` last as long as the rollout, so they take their own `timeout`, unbounded
-    by default. `token` is sent as a bearer token on every call (None: $ROLLOUT_TOKEN, if
+    by default. `target` is the server's host:port (None: $ROLLOUT_TARGET, else
+    127.0.0.1:50051). `token` is sent as a bearer token on every call (None: $ROLLOUT_TOKEN, if
     set); `credentials` (see `rollout_client.connection.tls_credentials`) turn on TLS.
     Use it as an async context manager, or await `close()`.
     """
 
     def __init__(
         self,
-        target: str = messages.DEFAULT_TARGET,
+        target: str | None = None,
         *,
         max_message_bytes: int = messages.DEFAULT_MAX_MESSAGE_BYTES,
         timeout: float | None = 30.0,
@@ -39,13 +40,13 @@ class AsyncRolloutClient:
         token: str | None = None,
     ) -> None:
         options = messages.channel_options(max_message_bytes)
-        self.target = target
+        self.target = default_target() if target is None else target
         self.timeout = timeout
         self._metadata = auth_metadata(token)
         self._channel = (
-            grpc.aio.secure_channel(target, credentials, options=options)
+            grpc.aio.secure_channel(self.target, credentials, options=options)
             if credentials is not None
-            else grpc.aio.insecure_channel(target, options=options)
+            else grpc.aio.insecure_channel(self.target, options=options)
         )
         self._stub = rollout_pb2_grpc.RolloutServiceStub(self._channel)
 

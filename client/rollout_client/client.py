@@ -11,7 +11,7 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc
 
 from rollout_client import messages
-from rollout_client.connection import auth_metadata
+from rollout_client.connection import auth_metadata, default_target
 from rollout_client.errors import translate_errors
 from rollout_client.messages import SpecLike, StatusLike, ViewLike
 
@@ -23,14 +23,15 @@ class RolloutClient:
 
     `timeout` (seconds, None for none) bounds the quick calls: start, get, list and cancel.
     `run` and `watch` last as long as the rollout, so they take their own `timeout`, unbounded
-    by default. `token` is sent as a bearer token on every call (None: $ROLLOUT_TOKEN, if
+    by default. `target` is the server's host:port (None: $ROLLOUT_TARGET, else
+    127.0.0.1:50051). `token` is sent as a bearer token on every call (None: $ROLLOUT_TOKEN, if
     set); `credentials` (see `rollout_client.connection.tls_credentials`) turn on TLS.
     Use it as a context manager, or call `close()`, to close the channel.
     """
 
     def __init__(
         self,
-        target: str = messages.DEFAULT_TARGET,
+        target: str | None = None,
         *,
         max_message_bytes: int = messages.DEFAULT_MAX_MESSAGE_BYTES,
         timeout: float | None = 30.0,
@@ -38,13 +39,13 @@ class RolloutClient:
         token: str | None = None,
     ) -> None:
         options = messages.channel_options(max_message_bytes)
-        self.target = target
+        self.target = default_target() if target is None else target
         self.timeout = timeout
         self._metadata = auth_metadata(token)
         self._channel = (
-            grpc.secure_channel(target, credentials, options=options)
+            grpc.secure_channel(self.target, credentials, options=options)
             if credentials is not None
-            else grpc.insecure_channel(target, options=options)
+            else grpc.insecure_channel(self.target, options=options)
         )
         self._stub = rollout_pb2_grpc.RolloutServiceStub(self._channel)
 

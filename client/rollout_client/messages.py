@@ -8,13 +8,15 @@ for example::
      "agent_timeout": "600s", "labels": {"epoch": "3"}}
 
 Field names may be written as in the .proto (`agent_timeout`) or in lowerCamelCase
-(`agentTimeout`); bytes fields (`task.files`) are base64. Beyond proto JSON, durations may
-be numbers of seconds (`agent_timeout: 90`, as well as "90s") and enum values their short
-names in any case (`network: FULL` or `full` for NETWORK_POLICY_FULL).
+(`agentTimeout`). Beyond proto JSON, durations may be numbers of seconds (`agent_timeout: 90`,
+as well as "90s"), enum values their short names in any case (`network: FULL` or `full` for
+NETWORK_POLICY_FULL), and bytes fields (`task.files` values, `harbor_task.archive`) raw
+`bytes` as well as base64 strings: proto JSON's parser would read raw bytes as base64.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeAlias, cast
 
@@ -26,6 +28,7 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout_client.errors import SpecError
 
 __all__ = [
+    "AGENT_NAMES",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_TARGET",
     "SpecLike",
@@ -46,6 +49,9 @@ __all__ = [
 ]
 
 DEFAULT_TARGET = "127.0.0.1:50051"
+AGENT_NAMES = ("command", "oracle", "opencode", "claude-code", "codex", "mini-swe-agent")
+"""The harnesses a server runs (`agent.name`): the keys of the server's `service.registry.AGENTS`,
+spelled here so the client need not import the server (a test keeps the two equal)."""
 # Results carry turns with token ids and workdir files: far past gRPC's 4 MiB default.
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -85,10 +91,12 @@ def _shorthands(data: Mapping[str, Any], message: Descriptor, path: str) -> dict
     out = dict(data)
     for key, value in data.items():
         field = fields.get(key)
-        if field is None or _is_map(field):
-            continue  # unknown: ParseDict names it; maps hold strings and bytes only
+        if field is None:
+            continue  # unknown: ParseDict names it
         where = f"{path}.{field.name}"
-        if isinstance(value, list):
+        if _is_map(field):
+            out[key] = _map_shorthands(field, value)
+        elif isinstance(value, list):
             out[key] = [_shorthand(field, item, where) for item in value]
         else:
             out[key] = _shorthand(field, value, where)
@@ -99,7 +107,23 @@ def _is_map(field: FieldDescriptor) -> bool:
     return field.message_type is not None and field.message_type.GetOptions().map_entry
 
 
+def _map_shorthands(field: FieldDescriptor, value: Any) -> Any:
+    """A map's values with raw bytes as base64; its keys and other values as written."""
+    value_field = cast(Descriptor, field.message_type).fields_by_name["value"]
+    if not isinstance(value, Mapping) or value_field.type != FieldDescriptor.TYPE_BYTES:
+        return value
+    return {key: _bytes_as_base64(item) for key, item in value.items()}
+
+
+def _bytes_as_base64(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(value).decode("ascii")
+    return value
+
+
 def _shorthand(field: FieldDescriptor, value: Any, path: str) -> Any:
+    if field.type == FieldDescriptor.TYPE_BYTES:
+        return _bytes_as_base64(value)
     if field.enum_type is not None and isinstance(value, str):
         return _enum_name(field.enum_type, value, path)
     message = field.message_type
