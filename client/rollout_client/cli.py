@@ -14,14 +14,15 @@ from rich.console import Console
 from rich.text import Text
 from rollout.v1 import rollout_pb2 as pb
 
-from rollout_client.cli_connection import connect, connection_options
+from rollout_client.cli_connection import Connection, remember_global, with_connection
 from rollout_client.exits import EXIT_CODES, EXIT_ERROR, EXIT_SUMMARY, client_errors, exit_for, fail
 from rollout_client.group_command import group_app
 from rollout_client.live import follow
-from rollout_client.messages import DEFAULT_TARGET, parse_status
-from rollout_client.options import AsJson, LabelFlags, Target
+from rollout_client.messages import parse_status
+from rollout_client.options import AsJson, LabelFlags, Version
 from rollout_client.render import message_json, rollout_summary, rollouts_table, status_name
-from rollout_client.run_command import labels_of, run
+from rollout_client.run_command import run
+from rollout_client.spec_flags import labels_of
 
 __all__ = ["EXIT_CODES", "EXIT_ERROR", "app", "main"]
 
@@ -33,9 +34,15 @@ app = typer.Typer(
     # A traceback's locals could hold a spec's endpoint.api_key.
     pretty_exceptions_show_locals=False,
 )
-app.callback()(connection_options)
 app.command()(run)
 app.add_typer(group_app, name="group")
+
+
+@app.callback()
+@with_connection
+def _before_the_command(connection: Connection, version: Version = False) -> None:
+    """Run and inspect coding-agent rollouts on a rollout-service server."""
+    remember_global(connection)
 
 
 def _stdout() -> Console:
@@ -62,17 +69,18 @@ def serve(ctx: typer.Context) -> None:
 
 
 @app.command()
+@with_connection
 def watch(
     rollout_id: Annotated[str, typer.Argument(help="The rollout's id.")],
+    connection: Connection,
     after_seq: Annotated[int, typer.Option(help="Skip events up to this seq.", min=0)] = 0,
-    target: Target = DEFAULT_TARGET,
     as_json: AsJson = False,
 ) -> None:
     """Follow a rollout's events live (replayed from the start) until it ends.
 
     --json prints one event per line. Exit codes as for `run`.
     """
-    with client_errors(target), connect(target) as client:
+    with client_errors(connection.target), connection.client() as client:
         events = client.watch(rollout_id, after_seq=after_seq)
         if as_json:
             for event in events:
@@ -89,15 +97,16 @@ def watch(
 
 
 @app.command()
+@with_connection
 def get(
     rollout_id: Annotated[str, typer.Argument(help="The rollout's id.")],
+    connection: Connection,
     slim: Annotated[bool, typer.Option(help="Leave out turns, files and the agent log.")] = False,
-    target: Target = DEFAULT_TARGET,
     as_json: AsJson = False,
 ) -> None:
     """Show one rollout."""
     view = pb.RESULT_VIEW_SLIM if slim else pb.RESULT_VIEW_FULL
-    with client_errors(target), connect(target) as client:
+    with client_errors(connection.target), connection.client() as client:
         rollout = client.get(rollout_id, view=view)
     if as_json:
         typer.echo(message_json(rollout))
@@ -106,14 +115,15 @@ def get(
 
 
 @app.command("list")
+@with_connection
 def list_rollouts(
+    connection: Connection,
     label: LabelFlags = None,
     status: Annotated[
         list[str] | None,
         typer.Option(help="Only this status, e.g. FAILED (repeatable).", show_default=False),
     ] = None,
     limit: Annotated[int, typer.Option(help="At most this many rollouts.", min=1)] = 50,
-    target: Target = DEFAULT_TARGET,
     as_json: AsJson = False,
 ) -> None:
     """List rollouts, newest first."""
@@ -121,7 +131,7 @@ def list_rollouts(
         statuses = [parse_status(s) for s in status or ()]
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--status") from exc
-    with client_errors(target), connect(target) as client:
+    with client_errors(connection.target), connection.client() as client:
         found = client.list_all(
             labels=labels_of(label), statuses=statuses, page_size=min(limit, 500)
         )
@@ -135,16 +145,17 @@ def list_rollouts(
 
 
 @app.command()
+@with_connection
 def cancel(
     rollout_id: Annotated[str, typer.Argument(help="The rollout's id.")],
+    connection: Connection,
     reason: Annotated[str, typer.Option(help="Recorded in the rollout's error.")] = (
         "cancelled from the rollout command line"
     ),
-    target: Target = DEFAULT_TARGET,
     as_json: AsJson = False,
 ) -> None:
     """Cancel a rollout (a finished rollout is left as it is)."""
-    with client_errors(target), connect(target) as client:
+    with client_errors(connection.target), connection.client() as client:
         rollout = client.cancel(rollout_id, reason)
     if as_json:
         typer.echo(message_json(rollout))

@@ -1,32 +1,38 @@
-"""The command line's global connection options: bearer token and TLS.
+"""The command line's connection options: --target, the bearer token and TLS.
 
-They come before the command (`rollout --token-file ~/.rollout-token list`) or from the
-environment. The app's callback keeps them for the invocation (a contextvar, so commands need
-no extra parameter) and they are read only when a command connects: `rollout serve` ignores
-them.
+Every command that talks to a server takes them, and so does `rollout` itself, before the
+command: `rollout --token-file ~/.rollout-token list` and `rollout list --token-file ...` mean
+the same; given in both places, the command's wins. Each comes from the command line, else the
+environment (ROLLOUT_TOKEN, ROLLOUT_TOKEN_FILE, ROLLOUT_TLS, ROLLOUT_TLS_CA, ROLLOUT_TLS_CERT,
+ROLLOUT_TLS_KEY), else its default; the target's default is the client's own
+(`default_target`: $ROLLOUT_TARGET, else 127.0.0.1:50051). `rollout serve` ignores them.
 Prefer ROLLOUT_TOKEN or --token-file to --token: other users can read a process's arguments.
 """
 
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from rollout_client.client import RolloutClient
-from rollout_client.connection import read_token_file, tls_credentials
-from rollout_client.options import Version
+from rollout_client.connection import default_target, read_token_file, tls_credentials
+from rollout_client.flag_groups import with_flags
 
-__all__ = ["ConnectionOptions", "connect", "connection_options"]
+__all__ = ["Connection", "connection_flags", "remember_global", "with_connection"]
+
+_PANEL = "Connection (before or after the command)"
+_TOKEN = frozenset({"token", "token_file"})
 
 
 @dataclass(frozen=True)
-class ConnectionOptions:
-    """The global options as given; turned into a client by `connect`."""
+class Connection:
+    """Where the server is and how to reach it, as the flags and environment say."""
 
+    target: str
     token: str | None = None
     token_file: Path | None = None
     tls: bool = False
@@ -34,7 +40,7 @@ class ConnectionOptions:
     tls_cert: Path | None = None
     tls_key: Path | None = None
 
-    def client(self, target: str) -> RolloutClient:
+    def client(self) -> RolloutClient:
         credentials = None
         if self.tls or self.tls_ca or self.tls_cert or self.tls_key:
             try:
@@ -46,7 +52,7 @@ class ConnectionOptions:
                     str(exc), param_hint="--tls-ca/--tls-cert/--tls-key"
                 ) from exc
         try:
-            return RolloutClient(target, token=self._token(), credentials=credentials)
+            return RolloutClient(self.target, token=self._token(), credentials=credentials)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--token/--token-file") from exc
 
@@ -56,21 +62,36 @@ class ConnectionOptions:
         return self.token or ""
 
 
-_options: ContextVar[ConnectionOptions | None] = ContextVar("rollout_cli_connection", default=None)
+# What `rollout` itself was given, before the command; set once per invocation.
+_before_command: ContextVar[Connection | None] = ContextVar("rollout_connection", default=None)
 
 
-def connection_options(
+def connection_flags(
+    ctx: typer.Context,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            help="The server's host:port (default: $ROLLOUT_TARGET, else 127.0.0.1:50051).",
+            show_default=False,
+            rich_help_panel=_PANEL,
+        ),
+    ] = None,
     token: Annotated[
         str | None,
         typer.Option(
             envvar="ROLLOUT_TOKEN",
             help="Bearer token for the server (visible in `ps`: prefer the env var).",
             show_default=False,
+            rich_help_panel=_PANEL,
         ),
     ] = None,
     token_file: Annotated[
         Path | None,
-        typer.Option(envvar="ROLLOUT_TOKEN_FILE", help="A file holding the bearer token."),
+        typer.Option(
+            envvar="ROLLOUT_TOKEN_FILE",
+            help="A file holding the bearer token.",
+            rich_help_panel=_PANEL,
+        ),
     ] = None,
     tls: Annotated[
         bool,
@@ -78,28 +99,63 @@ def connection_options(
             "--tls",
             envvar="ROLLOUT_TLS",
             help="Speak TLS, trusting the system's roots (implied by the --tls-* files).",
+            rich_help_panel=_PANEL,
         ),
     ] = False,
     tls_ca: Annotated[
         Path | None,
-        typer.Option(envvar="ROLLOUT_TLS_CA", help="PEM CA that signed the server's certificate."),
+        typer.Option(
+            envvar="ROLLOUT_TLS_CA",
+            help="PEM CA that signed the server's certificate.",
+            rich_help_panel=_PANEL,
+        ),
     ] = None,
     tls_cert: Annotated[
         Path | None,
-        typer.Option(envvar="ROLLOUT_TLS_CERT", help="PEM client certificate (for mTLS)."),
+        typer.Option(
+            envvar="ROLLOUT_TLS_CERT",
+            help="PEM client certificate (for mTLS).",
+            rich_help_panel=_PANEL,
+        ),
     ] = None,
     tls_key: Annotated[
         Path | None,
-        typer.Option(envvar="ROLLOUT_TLS_KEY", help="PEM key of --tls-cert."),
+        typer.Option(
+            envvar="ROLLOUT_TLS_KEY", help="PEM key of --tls-cert.", rich_help_panel=_PANEL
+        ),
     ] = None,
-    version: Version = False,
-) -> None:
-    """Run and inspect coding-agent rollouts on a rollout-service server."""
-    if token and token_file:
+) -> Connection:
+    """The connection these flags describe; after the command, over those given before it."""
+    here = Connection(target or default_target(), token, token_file, tls, tls_ca, tls_cert, tls_key)
+    before = _before_command.get() if ctx.parent is not None else None
+    if before is not None:
+        here = _overlay(before, here, _on_command_line(ctx))
+    if here.token and here.token_file:
         raise typer.BadParameter("give --token or --token-file, not both", param_hint="--token")
-    _options.set(ConnectionOptions(token, token_file, tls, tls_ca, tls_cert, tls_key))
+    return here
 
 
-def connect(target: str) -> RolloutClient:
-    """A client of `target` with the global connection options of the running command."""
-    return (_options.get() or ConnectionOptions()).client(target)
+def _on_command_line(ctx: typer.Context) -> set[str]:
+    """The connection flags typed after the command (not defaults or environment values,
+    which the flags before the command already hold)."""
+    names = (f.name for f in fields(Connection))
+    sources = ((name, ctx.get_parameter_source(name)) for name in names)
+    return {name for name, source in sources if source is not None and source.name == "COMMANDLINE"}
+
+
+def _overlay(before: Connection, after: Connection, given: set[str]) -> Connection:
+    values = {
+        f.name: getattr(after if f.name in given else before, f.name) for f in fields(Connection)
+    }
+    if given & _TOKEN:  # a token given to the command replaces one given before, of either kind
+        values.update({name: getattr(after, name) if name in given else None for name in _TOKEN})
+    return Connection(**values)
+
+
+def remember_global(connection: Connection) -> None:
+    """Keep the connection flags given before the command, for the command to build on."""
+    _before_command.set(connection)
+
+
+with_connection = with_flags(connection_flags, into="connection")
+"""Gives a command the connection flags, as a `connection: Connection` argument."""

@@ -14,11 +14,12 @@ import typer
 from rich.console import Console
 from rollout.v1 import rollout_pb2 as pb
 
-from rollout_client.cli_connection import connect
+from rollout_client.cli_connection import Connection, with_connection
 from rollout_client.exits import EXIT_ERROR, EXIT_INTERRUPTED, client_errors
-from rollout_client.messages import DEFAULT_TARGET, group_spec
-from rollout_client.options import AsJson, Target
-from rollout_client.render import message_json, status_name
+from rollout_client.messages import group_spec
+from rollout_client.options import AsJson
+from rollout_client.render import figure, message_json, status_name
+from rollout_client.spec_flags import need_a_task, with_spec_flags
 from rollout_client.specfile import SpecOverrides, build_spec
 
 __all__ = ["group_app"]
@@ -41,7 +42,9 @@ def _console() -> Console:
 
 def _member_line(rollout: pb.Rollout) -> str:
     reward = (
-        f"reward {rollout.result.reward:g}" if rollout.result.HasField("reward") else "no reward"
+        f"reward {figure(rollout.result.reward)}"
+        if rollout.result.HasField("reward")
+        else "no reward"
     )
     kind = pb.ErrorKind.Name(rollout.result.error.kind).removeprefix("ERROR_KIND_")
     error = f" ({kind})" if rollout.result.HasField("error") else ""
@@ -55,8 +58,8 @@ def _summary(group: pb.Group) -> list[str]:
     lines = [f"group {group.id}: {status}"]
     if group.HasField("error"):
         lines.append(f"  error: {group.error.message}")
-    mean = f"{stats.reward_mean:.4g}" if stats.HasField("reward_mean") else "-"
-    stddev = f"{stats.reward_stddev:.4g}" if stats.HasField("reward_stddev") else "-"
+    mean = figure(stats.reward_mean) if stats.HasField("reward_mean") else "-"
+    stddev = figure(stats.reward_stddev) if stats.HasField("reward_stddev") else "-"
     lines.append(
         f"  counted {stats.counted}, rewarded {stats.rewarded}, reward mean {mean} "
         f"stddev {stddev}, refills {stats.refills}, template setups {group.template_setups}"
@@ -87,9 +90,16 @@ def _follow(client_watch: Iterable[pb.WatchGroupResponse], as_json: bool) -> pb.
 
 
 @group_app.command("run")
+@with_connection
+@with_spec_flags
 def run_group(
-    spec_file: Annotated[Path, typer.Argument(help="A RolloutSpec in YAML, JSON or TOML.")],
+    connection: Connection,
+    overrides: SpecOverrides,
     n: Annotated[int, typer.Option("--n", help="Members running at once.", min=1)],
+    spec_file: Annotated[
+        Path | None,
+        typer.Argument(help="A RolloutSpec in YAML, JSON or TOML.", show_default=False),
+    ] = None,
     min_complete: Annotated[
         int, typer.Option(help="Complete once this many count (0: n).", min=0)
     ] = 0,
@@ -99,22 +109,23 @@ def run_group(
     deadline: Annotated[
         float | None, typer.Option(help="The group's time budget, in seconds.", min=0)
     ] = None,
-    target: Target = DEFAULT_TARGET,
     as_json: AsJson = False,
 ) -> None:
-    """Run a group of n rollouts of SPEC_FILE, showing each member as it ends.
+    """Run a group of n rollouts of a spec, showing each member as it ends.
 
-    The spec file's `sampling.seed` is the group's seed (each member's is derived from it).
+    The spec is SPEC_FILE with the flags over it, as for `rollout run`; its `sampling.seed`
+    is the group's seed (each member's is derived from it), its request_id the group's.
     """
-    with client_errors(target):
+    need_a_task(spec_file, overrides)
+    with client_errors(connection.target):
         spec = group_spec(
-            build_spec(spec_file, SpecOverrides()),
+            build_spec(spec_file, overrides),
             n,
             min_complete=min_complete,
             max_refills=max_refills,
             deadline_s=deadline,
         )
-        with connect(target) as client:
+        with connection.client() as client:
             started = client.start_group(spec)
             if not as_json:
                 _console().print(f"group {started.id} started")
@@ -128,19 +139,19 @@ def run_group(
 
 
 @group_app.command("watch")
-def watch_group(
-    group_id: GroupId, target: Target = DEFAULT_TARGET, as_json: AsJson = False
-) -> None:
+@with_connection
+def watch_group(group_id: GroupId, connection: Connection, as_json: AsJson = False) -> None:
     """Follow a group: its members as they end (replayed from the start), then the group."""
-    with client_errors(target), connect(target) as client:
+    with client_errors(connection.target), connection.client() as client:
         group = _follow(client.watch_group(group_id), as_json)
     _finish(group, as_json)
 
 
 @group_app.command("get")
-def get_group(group_id: GroupId, target: Target = DEFAULT_TARGET, as_json: AsJson = False) -> None:
+@with_connection
+def get_group(group_id: GroupId, connection: Connection, as_json: AsJson = False) -> None:
     """Show a group, its members and statistics."""
-    with client_errors(target), connect(target) as client:
+    with client_errors(connection.target), connection.client() as client:
         group = client.get_group(group_id)
     members = [
         f"member {m.index} {m.rollout_id}: {status_name(m.status)}"
@@ -156,15 +167,16 @@ def get_group(group_id: GroupId, target: Target = DEFAULT_TARGET, as_json: AsJso
 
 
 @group_app.command("cancel")
+@with_connection
 def cancel_group(
     group_id: GroupId,
+    connection: Connection,
     reason: Annotated[str, typer.Option(help="Recorded in the group's error.")] = (
         "cancelled from the rollout command line"
     ),
-    target: Target = DEFAULT_TARGET,
     as_json: AsJson = False,
 ) -> None:
     """Cancel a group and its running members (a finished group is left as it is)."""
-    with client_errors(target), connect(target) as client:
+    with client_errors(connection.target), connection.client() as client:
         group = client.cancel_group(group_id, reason)
     _finish(group, as_json)

@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.text import Text
 from rollout.v1 import rollout_pb2 as pb
 
-from rollout_client.render import command_line, phase_name, status_text
+from rollout_client.render import command_line, phase_name, seconds, status_text
 
 __all__ = ["EventView", "follow"]
 
@@ -56,7 +56,7 @@ class EventView:
                 lines = [*self._flush(), Text.assemble(("finished ", "dim"), status)]
             case _:
                 lines = []
-        stamp = f"{self._elapsed_s:7.2f}s "
+        stamp = f"{self._elapsed_s:7.2f}s "  # a column: fixed decimals keep it aligned
         return [Text.assemble((stamp, "dim"), line) for line in lines]
 
     def __rich__(self) -> Text:
@@ -108,7 +108,7 @@ def _turn_line(turn: pb.Turn) -> Text:
     line = Text.assemble(("turn ", "dim"), str(turn.index), f" {turn.finish_reason or '-'}")
     line.append(
         f"  {turn.usage.prompt_tokens}+{turn.usage.completion_tokens} tokens"
-        f" in {turn.latency.ToTimedelta().total_seconds():.2f}s",
+        f" in {seconds(turn.latency)}",
         style="dim",
     )
     if turn.upstream_error:

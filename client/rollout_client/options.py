@@ -1,4 +1,5 @@
-"""The options `rollout` commands share: --target, --json, --label, and --version."""
+"""The options `rollout` commands share: --json, --label and --version (the connection's
+are in `rollout_client.cli_connection`, the spec's in `rollout_client.spec_flags`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-__all__ = ["AsJson", "LabelFlags", "Target", "Version"]
+__all__ = ["AsJson", "LabelFlags", "Version"]
 
 
 def _print_version(wanted: bool) -> None:
@@ -23,11 +24,7 @@ Version = Annotated[
     ),
 ]
 
-Target = Annotated[
-    str,
-    typer.Option("--target", envvar="ROLLOUT_TARGET", help="The server's host:port."),
-]
 AsJson = Annotated[bool, typer.Option("--json", help="Print proto JSON instead of text.")]
 LabelFlags = Annotated[
-    list[str] | None, typer.Option("--label", help="A key=value label (repeatable).")
+    list[str] | None, typer.Option("--label", metavar="KEY=VALUE", help="A label (repeatable).")
 ]

@@ -17,10 +17,12 @@ from rollout_client.results import reward_of, status_name
 
 __all__ = [
     "command_line",
+    "figure",
     "message_json",
     "phase_name",
     "rollout_summary",
     "rollouts_table",
+    "seconds",
     "status_name",
     "status_text",
 ]
@@ -40,6 +42,22 @@ def message_json(message: Message, *, compact: bool = False) -> str:
     return json.dumps(data, separators=(",", ":")) if compact else json.dumps(data, indent=2)
 
 
+def figure(value: float) -> str:
+    """A number as a person reads it: at most three decimals, trailing zeros dropped (1, 0.5,
+    5.495 rather than 5.494999999999999); below 0.001, three significant digits, so a small
+    reward never reads as 0."""
+    if value != 0 and abs(value) < 0.001:
+        return f"{value:.3g}"
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
+def seconds(duration: Duration | float) -> str:
+    """A duration (or a number of seconds) as a figure with its unit: "1.25s"."""
+    if isinstance(duration, Duration):
+        return seconds(duration.ToTimedelta().total_seconds())
+    return f"{figure(duration)}s"
+
+
 def phase_name(phase: pb.Phase) -> str:
     return pb.Phase.Name(phase).removeprefix("PHASE_")
 
@@ -48,13 +66,9 @@ def status_text(status: pb.RolloutStatus) -> Text:
     return Text(status_name(status), style=_STATUS_STYLES.get(status, "cyan"))
 
 
-def _seconds(duration: Duration) -> str:
-    return f"{duration.ToTimedelta().total_seconds():.2f}s"
-
-
 def _reward(rollout: pb.Rollout) -> str:
     reward = reward_of(rollout)
-    return "none" if reward is None else f"{reward:g}"
+    return "none" if reward is None else figure(reward)
 
 
 def command_line(command: pb.CommandResult) -> Text:
@@ -65,7 +79,7 @@ def command_line(command: pb.CommandResult) -> Text:
         (f"{stage}[{command.index}] ", "dim"),
         ("ok  " if ok else "FAIL", "green" if ok else "red"),
         f" {command.command}",
-        (f"  exit {command.exit_code} in {_seconds(command.duration)}", "dim"),
+        (f"  exit {command.exit_code} in {seconds(command.duration)}", "dim"),
     )
     if command.timed_out:
         line.append(" (timed out)", style="yellow")
@@ -91,7 +105,7 @@ def rollout_summary(rollout: pb.Rollout) -> list[Text]:
         kind = pb.ErrorKind.Name(result.error.kind).removeprefix("ERROR_KIND_")
         lines.append(Text(f"error {kind}: {result.error.message}", style="red"))
     if result.metrics:
-        metrics = ", ".join(f"{k}={v:g}" for k, v in sorted(result.metrics.items()))
+        metrics = ", ".join(f"{k}={figure(v)}" for k, v in sorted(result.metrics.items()))
         lines.append(Text(f"metrics {metrics}"))
     lines.extend(command_line(c) for c in (*result.setup_results, *result.verify_results))
     lines.append(Text(_agent_facts(rollout), style="dim"))
@@ -110,7 +124,7 @@ def _agent_facts(rollout: pb.Rollout) -> str:
     facts = [f"phase {phase_name(rollout.phase)}", f"agent exit {exit_code}"]
     facts.append(f"turns {result.turn_count}")
     if result.timings.HasField("total"):
-        facts.append(f"total {_seconds(result.timings.total)}")
+        facts.append(f"total {seconds(result.timings.total)}")
     if rollout.spec.labels:
         facts.append(f"labels {_labels(rollout)}")
     return "  ".join(facts)

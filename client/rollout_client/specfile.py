@@ -22,7 +22,7 @@ from rollout_client.errors import SpecError
 from rollout_client.harbor_pack import pack_task_dir
 from rollout_client.messages import parse_network, to_spec
 
-__all__ = ["SpecOverrides", "build_spec", "load_spec_file", "parse_labels"]
+__all__ = ["SpecOverrides", "build_spec", "load_spec_file", "parse_pairs"]
 
 
 def _load_toml(text: str) -> Any:
@@ -61,6 +61,15 @@ class SpecOverrides:
     """A task directory under the server's task roots."""
     harbor_dir: Path | None = None
     """A local task directory, uploaded as an archive."""
+    image: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Task environment variables, set over the file's (`task.env`)."""
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    """Files staged into the workdir, by relative path, over the file's (`task.files`)."""
+    file_modes: Mapping[str, str] = field(default_factory=dict)
+    """Octal modes of some of `files` (`task.file_modes`)."""
+    agent_options: Mapping[str, Any] = field(default_factory=dict)
+    """Harness options, set over the file's (`agent.options`)."""
 
 
 def load_spec_file(path: Path) -> dict[str, Any]:
@@ -85,15 +94,16 @@ def load_spec_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def parse_labels(items: Iterable[str]) -> dict[str, str]:
-    """`key=value` strings as a mapping; ValueError names the item without a key."""
-    labels: dict[str, str] = {}
+def parse_pairs(items: Iterable[str]) -> dict[str, str]:
+    """`KEY=VALUE` strings (labels, env, options) as a mapping; the value may hold "=".
+    ValueError names the item without a key."""
+    pairs: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"label {item!r} is not key=value")
-        labels[key.strip()] = value
-    return labels
+            raise ValueError(f"expects KEY=VALUE, got {item!r}")
+        pairs[key.strip()] = value
+    return pairs
 
 
 def build_spec(path: Path | None, overrides: SpecOverrides) -> pb.RolloutSpec:
@@ -142,6 +152,13 @@ def _apply(spec: pb.RolloutSpec, overrides: SpecOverrides) -> None:
         spec.harbor_task.path = overrides.harbor_task
     if overrides.harbor_dir is not None:
         spec.harbor_task.archive = pack_task_dir(overrides.harbor_dir)
+    if overrides.image is not None:
+        spec.sandbox.image = overrides.image
+    spec.task.env.update(overrides.env)
+    spec.task.files.update(overrides.files)
+    spec.task.file_modes.update(overrides.file_modes)
+    if overrides.agent_options:
+        spec.agent.options.update(overrides.agent_options)
     _apply_endpoint(spec.endpoint, overrides)
 
 

@@ -33,7 +33,7 @@ def test_a_bad_spec_file_is_one_line_naming_the_file(tmp_path: Path) -> None:
 def test_a_label_without_a_value_is_a_usage_error() -> None:
     result = runner.invoke(app, ["run", "--instruction", "x", "--label", "novalue"])
     assert result.exit_code == USAGE
-    assert "'novalue' is not key=value" in result.stderr
+    assert "Invalid value for --label: expects KEY=VALUE, got 'novalue'" in result.stderr
 
 
 def test_an_unknown_status_lists_the_choices() -> None:

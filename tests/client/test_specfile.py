@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout_client.errors import SpecError
-from rollout_client.specfile import SpecOverrides, build_spec, load_spec_file, parse_labels
+from rollout_client.specfile import SpecOverrides, build_spec, load_spec_file, parse_pairs
 
 SPEC = {
     "task_id": "t-1",
@@ -149,9 +149,9 @@ def test_an_empty_file_is_an_empty_spec(tmp_path: Path) -> None:
     assert spec.task.instruction == "x"
 
 
-def test_labels_parse_key_value_pairs() -> None:
-    assert parse_labels(["a=1", "b=x=y", "c="]) == {"a": "1", "b": "x=y", "c": ""}
-    with pytest.raises(ValueError, match="'novalue' is not key=value"):
-        parse_labels(["novalue"])
-    with pytest.raises(ValueError, match="not key=value"):
-        parse_labels(["=1"])
+def test_key_value_pairs() -> None:
+    assert parse_pairs(["a=1", "b=x=y", "c="]) == {"a": "1", "b": "x=y", "c": ""}
+    with pytest.raises(ValueError, match="expects KEY=VALUE, got 'novalue'"):
+        parse_pairs(["novalue"])
+    with pytest.raises(ValueError, match="expects KEY=VALUE, got '=1'"):
+        parse_pairs(["=1"])
