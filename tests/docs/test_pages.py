@@ -1,0 +1,80 @@
+"""The README and docs/ pages without a server: every example has a test, every link leads
+somewhere, the set-up is what CI runs, and the examples that need no server run here.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.engine.groups.members import member_seed
+from tests.docs.pages import ROOT, broken_links, claimed_output, doc_pages, marked_blocks
+
+BLOCKS = marked_blocks()
+
+RUN_BY = {
+    "set-up": "test_pages.py",
+    "serve": "test_examples.py",
+    "first-rollout": "test_examples.py",
+    "opencode": "test_examples.py",
+    "spec-file": "test_examples.py",
+    "python": "test_examples.py",
+    "member-seed": "test_pages.py",
+}
+"""Each marked example and the module whose tests run it."""
+
+
+def test_every_marked_block_is_run_by_a_test() -> None:
+    # A new example gets a marker and a test, or it can drift again.
+    assert set(BLOCKS) == set(RUN_BY)
+    for name, module in RUN_BY.items():
+        source = (Path(__file__).parent / module).read_text()
+        assert f'BLOCKS["{name}"]' in source, f"{module} does not use the example {name}"
+
+
+def test_the_set_up_commands_are_the_readmes_and_the_ones_ci_and_the_tests_run() -> None:
+    for name in ("set-up", "serve"):
+        assert BLOCKS[name].page == ROOT / "README.md", f"{name} left the README"
+    assert BLOCKS["set-up"].commands() == ["make run", "make test"]
+    assert BLOCKS["serve"].commands() == ["make run"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^\s*make test$", ci, re.MULTILINE), "CI must run the README's test command"
+
+
+def test_the_member_seed_example_derives_the_services_seed() -> None:
+    block = BLOCKS["member-seed"]
+    inputs = re.search(r"^group_seed, index = (\d+), (\d+)$", block.code, re.MULTILINE)
+    assert inputs is not None, block.code
+
+    ran = subprocess.run(
+        [sys.executable, "-c", block.code], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == claimed_output(block)
+    seed = int(ran.stdout.split()[-1])
+    assert seed == member_seed(int(inputs[1]), int(inputs[2]))
+
+
+@pytest.mark.parametrize("page", doc_pages(), ids=lambda page: page.name)
+def test_every_relative_link_leads_to_a_file_and_heading_that_exist(page: Path) -> None:
+    assert broken_links(page) == []
+
+
+def test_a_link_to_a_missing_file_or_heading_is_found(tmp_path: Path) -> None:
+    (tmp_path / "other.md").write_text("# Other page\n\n## A `code` heading: yes\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Page\n\n[ok](other.md#a-code-heading-yes) [ok](#page) [web](https://example.com/x)\n"
+        "[gone](missing.md) [bad anchor](other.md#nope) `[in code](missing.md)`\n"
+        "```\n[in a fence](missing.md)\n```\n"
+    )
+
+    assert broken_links(page, root=tmp_path) == [
+        "missing.md: no such file",
+        "other.md#nope: no such heading in other.md",
+    ]
