@@ -44,7 +44,9 @@ from service.models import (
 )
 from service.proxy.capture.tally import CallTally
 from service.sandboxes.base import Sandbox, SandboxBackend, SandboxRequest, in_workdir
+from service.sandboxes.seal import SystemSeal
 from service.verifier.commands import run_commands
+from service.verifier.integrity import BYTECODE_DIR, tampering
 from service.verifier.reward import compute_reward
 from service.verifier.takeover import take_back
 
@@ -56,6 +58,8 @@ tracer = trace.get_tracer("rollout-service")
 _SANDBOX_CREATE_TIMEOUT_S = 600.0
 _AGENT_PROVISION_TIMEOUT_S = 900.0
 _TEARDOWN_TIMEOUT_S = 60.0
+_VERIFIER_ENV = {"PYTHONPYCACHEPREFIX": BYTECODE_DIR}
+"""What verify commands run with whatever the task says (`verifier.integrity`)."""
 
 
 T = TypeVar("T")
@@ -144,6 +148,7 @@ class RolloutRun:
             context = await self._phase(Phase.PREPARING_AGENT, self._prepare_agent(sandbox, stack))
             if not await self._phase(Phase.SETUP, self._setup(sandbox)):
                 return
+            await self._seal(sandbox)
             await self._phase(Phase.AGENT, self._run_agent(sandbox, context))
         await self._phase(Phase.VERIFYING, self._verify(sandbox))
         await self._phase(Phase.COLLECTING, self._collect(sandbox))
@@ -277,7 +282,7 @@ class RolloutRun:
             commands,
             stage=stage,
             timeout_s=self._command_timeout_s if setup else self._verify_timeout_s,
-            env=task.env if setup else task.env | task.verifier_env,
+            env=task.env if setup else task.env | task.verifier_env | _VERIFIER_ENV,
             wrap=functools.partial(in_workdir, task.workdir),
             on_result=on_result,
             stop_on_failure=setup,
@@ -318,8 +323,11 @@ class RolloutRun:
         reward once what verification started is dead too."""
         task = self._spec.task
         paths = {staged_path(task, key): key for key in task.verifier_files}
-        for notice in await take_back(sandbox, paths):
+        for notice in await take_back(sandbox, paths, fresh_dirs=[BYTECODE_DIR]):
             self._publish(notice)
+        if reasons := await self._tampering(sandbox):
+            self._tampered(reasons)
+            return
         await stage(sandbox, task, task.verifier_files)
         results = await self._commands(sandbox, task.verify, CommandStage.VERIFY)
         self.rollout.result.verify_results = results
@@ -329,6 +337,30 @@ class RolloutRun:
             self._publish(Notice(topic="verifier.reward_unset", message=reward.note))
         self.rollout.result.reward = reward.value
         self.rollout.result.metrics = reward.metrics
+
+    async def _seal(self, sandbox: Sandbox) -> None:
+        """Record the system the verifier will execute as setup left it, before the agent
+        can change it (`verifier.integrity`)."""
+        if isinstance(sandbox, SystemSeal):
+            await sandbox.seal_system(exempt=[task_workdir(self._spec.task)])
+
+    async def _tampering(self, sandbox: Sandbox) -> list[str]:
+        if not isinstance(sandbox, SystemSeal):
+            return []
+        task = self._spec.task
+        diff = await sandbox.system_changes(path=(task.env | task.verifier_env).get("PATH"))
+        return tampering(diff)
+
+    def _tampered(self, reasons: list[str]) -> None:
+        """The agent changed what the verifier would run: not verified, scored 0."""
+        shown = "; ".join(reasons[:5]) + (
+            f"; and {len(reasons) - 5} more" if len(reasons) > 5 else ""
+        )
+        message = f"the agent changed what the verifier executes, so it was not run: {shown}"
+        self._publish(Notice(topic="verifier.tampered", message=message))
+        self.rollout.result.reward = 0.0
+        self.rollout.result.error = RolloutError(kind=ErrorKind.TAMPERED, message=message)
+        self.rollout.status = RolloutStatus.FAILED
 
     async def _collect(self, sandbox: Sandbox) -> None:
         task = self._spec.task

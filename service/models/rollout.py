@@ -59,6 +59,8 @@ class ErrorKind(StrEnum):
     CANCELLED = "cancelled"
     INTERNAL = "internal"
     AGENT_INSTALL = "agent_install"
+    TAMPERED = "tampered"
+    """The agent changed what the verifier executes (`verifier.integrity`): scored 0."""
 
 
 class RolloutError(BaseModel):

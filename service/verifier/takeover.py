@@ -17,7 +17,7 @@ Each step that found something is reported as a `Notice`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from service.models import Notice
 from service.sandboxes.base import VERIFIER_DIR, Sandbox
@@ -28,14 +28,17 @@ _NAMED_AT_MOST = 10
 """Paths named in a notice; the rest are counted."""
 
 
-async def take_back(sandbox: Sandbox, verifier_files: Mapping[str, str]) -> list[Notice]:
+async def take_back(
+    sandbox: Sandbox, verifier_files: Mapping[str, str], *, fresh_dirs: Sequence[str] = ()
+) -> list[Notice]:
     """Reclaim the sandbox for verification; the notices say what was found.
 
-    `verifier_files` maps each verifier file's sandbox path to the key that names it."""
+    `verifier_files` maps each verifier file's sandbox path to the key that names it;
+    `fresh_dirs` are made empty too (whatever the agent left there removed, unreported)."""
     files = sorted(verifier_files)
     killed = (await sandbox.reclaim()).processes  # first: nothing may disturb the listing
     left = await sandbox.list_files(VERIFIER_DIR, max_entries=_NAMED_AT_MOST)
-    reclaimed = await sandbox.reclaim(remove=files, empty_dirs=[VERIFIER_DIR])
+    reclaimed = await sandbox.reclaim(remove=files, empty_dirs=[VERIFIER_DIR, *fresh_dirs])
     killed += reclaimed.processes
     notices = []
     if killed:

@@ -251,6 +251,7 @@ class LocalBackend:
 
     async def _adopt(
         self, sandbox: LocalSandbox, rollout_id: str, limits: Limits
+            lowers=_lowers(image, snapshot),
     ) -> LocalSandbox | None:
         """Rename a warm sandbox's directories and cgroup to the rollout's and set its
         limits; None (and the sandbox killed) if that failed, or cancelled."""
@@ -437,3 +438,10 @@ class LocalBackend:
         self._snapshots.clear()
         await asyncio.to_thread(self._remove_unheld_snapshots)
         self._cgroups.prune()
+
+
+def _lowers(image: Image | None, snapshot: LocalSnapshot | None) -> tuple[Path, ...]:
+    """An image sandbox's lower layers on the host, top first (`image.image_overlay`)."""
+    if image is None:
+        return ()
+    return (image.rootfs,) if snapshot is None else (snapshot.directory / "root", image.rootfs)

@@ -30,6 +30,7 @@ from service.sandboxes.deadline import wait_or_kill
 from service.sandboxes.local.bwrap import HostView, SandboxLayout, command_tag, sandbox_env
 from service.sandboxes.local.cgroup import MemoryCgroups
 from service.sandboxes.local.holder import Holder
+from service.sandboxes.local.host_kit import forwarder_argv
 from service.sandboxes.local.hostfs import (
     list_beneath,
     read_beneath,
@@ -42,6 +43,8 @@ from service.sandboxes.local.process import SandboxedProcess
 from service.sandboxes.local.reclaim import SandboxProcesses, kill_all
 from service.sandboxes.local.removal import remove_tree
 from service.sandboxes.local.spawner import Spawner
+from service.sandboxes.local.system_seal import SealedSystem
+from service.sandboxes.seal import SystemDiff
 
 __all__ = ["LIFETIME_MARGIN_S", "LocalSandbox", "SandboxCgroup"]
 
@@ -85,6 +88,7 @@ class LocalSandbox:
         image: ImageConfig | None = None,
         image_id: str = "",
         forked: bool = False,
+        lowers: Sequence[Path] = (),
     ) -> None:
         self.name = name
         """Of its directory and cgroup: its rollout's id, or a warm sandbox's own."""
@@ -104,6 +108,9 @@ class LocalSandbox:
         self._forked = forked
         """Started from a snapshot (`snapshot`): on the host's root its home and /tmp
         are overlays only its spawner's mount namespace has."""
+        self._lowers = tuple(lowers)
+        """Its overlay's lower layers on the host, top first (an image sandbox's)."""
+        self._sealed: SealedSystem | None = None
         self._root_fd = -1
         self._roots = _host_roots(layout)
         self._processes: set[SandboxedProcess] = set()
@@ -126,6 +133,12 @@ class LocalSandbox:
         """Where the capture proxy binds this sandbox's route socket on the host (it is
         PROXY_SOCKET inside; the directory follows the sandbox when a warm one is renamed)."""
         return self._layout.proxy_dir / "proxy.sock"
+
+    @property
+    def forwarder_argv(self) -> list[str]:
+        """How the capture proxy's forwarder runs here: on the server's interpreter,
+        never the image's (`host_kit`)."""
+        return forwarder_argv(on_image=self._image is not None)
 
     @property
     def cgroup(self) -> SandboxCgroup | None:
@@ -333,6 +346,28 @@ class LocalSandbox:
         for root, parts in made:
             make_dirs_beneath(root, parts, self._layout.uid)
         return removed
+
+    async def seal_system(self, *, exempt: Sequence[str] = ()) -> None:
+        """Record an image sandbox's system trees from its overlay's upper layer
+        (`system_seal`); on the host's root they are read-only to commands: nothing to do."""
+        self._check_alive()
+        if self._image is None:
+            return
+        upper, path = self._layout.disk / "upper", image_env(self._image)["PATH"]
+        try:
+            self._sealed = await asyncio.to_thread(SealedSystem, upper, self._lowers, exempt, path)
+        except OSError as exc:
+            raise SandboxError(f"could not read sandbox {self.id}'s system trees: {exc}") from exc
+
+    async def system_changes(self, *, path: str | None = None) -> SystemDiff:
+        """What changed in the system trees since `seal_system` (commands reclaimed)."""
+        self._check_alive()
+        if self._sealed is None:
+            return SystemDiff(())
+        try:
+            return await asyncio.to_thread(self._sealed.diff, path)
+        except OSError as exc:
+            raise SandboxError(f"could not read sandbox {self.id}'s system trees: {exc}") from exc
 
     async def kill(self) -> None:
         """Kill every process of the sandbox and remove its directories. Never raises."""
