@@ -131,6 +131,12 @@ class Settings(BaseSettings):
     proxy_idle_timeout_s: float = Field(default=60.0, gt=0)
     """A proxy connection must deliver a whole request within this of opening or of its
     previous response (ends idle and slow-header clients)."""
+    proxy_turn_record_bytes: int = Field(default=2 * 1024 * 1024, ge=0)
+    """Bytes of a model call's bodies (request messages, tools, completion) its turn records;
+    the rest is cut, marked on the turn (body_cut). The call is relayed whole."""
+    proxy_rollout_record_bytes: int = Field(default=16 * 1024 * 1024, ge=0)
+    """Bytes of bodies one rollout's turns record together; later turns keep token ids,
+    logprobs and metadata only. Keep it well under max_message_bytes."""
     proxy_public_url: str = ""
     """If set, remote sandboxes reach the service's proxy here instead of running one inside."""
     upstream_timeout_s: float = 600.0

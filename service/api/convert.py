@@ -225,6 +225,8 @@ def _turn_to_proto(turn: Turn) -> pb.Turn:
         raw_request=turn.raw_request,
         dialect=enum_to_proto(turn.dialect, "Dialect"),  # type: ignore[arg-type]
         translated=turn.translated,
+        body_cut=turn.body_cut,
+        body_bytes_dropped=turn.body_bytes_dropped,
     )
     if turn.time_to_first_token_s is not None:
         message.time_to_first_token.CopyFrom(_duration(turn.time_to_first_token_s))

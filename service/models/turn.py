@@ -94,6 +94,12 @@ class Turn(BaseModel):
     whatever it was."""
     translated: bool = False
     """The call reached the upstream as chat completions translated from `dialect`."""
+    body_cut: bool = False
+    """The recorded bodies (request messages, tools, raw request, completion text,
+    reasoning, tool calls) were cut to the per-turn cap or the rollout's budget
+    (`service.proxy.capture.record`); token data and metadata never are."""
+    body_bytes_dropped: int = 0
+    """How many bytes of bodies the cut left out."""
 
     @property
     def failed(self) -> bool:

@@ -35,6 +35,7 @@ import orjson
 
 from service.models import CaptureSpec
 from service.proxy.capture.failures import error_body
+from service.proxy.capture.record import RecordBounds
 from service.proxy.capture.relay import relay
 from service.proxy.capture.rewrite import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS, rewrite_request
 from service.proxy.capture.route import OnTurn, Route
@@ -103,8 +104,11 @@ class ProxyCore:
         upstream_timeout_s: float,
         max_request_bytes: int = _DEFAULT_MAX_REQUEST_BYTES,
         bounds: ConnectionBounds | None = None,
+        record: RecordBounds | None = None,
     ) -> None:
         self.upstream_timeout_s = upstream_timeout_s
+        self.record = record or RecordBounds()
+        """How much of its calls' bodies each route's turns record (`capture.record`)."""
         self._max_request_bytes = max_request_bytes
         self.bounds = bounds or ConnectionBounds()
         self._routes: dict[str, Route] = {}
@@ -167,7 +171,9 @@ class ProxyCore:
         """A new token route with an unguessable token (or `token`, for a standalone proxy);
         `keep_turns=False` when `on_turn` is the only consumer (turns are not retained)."""
         token = token or secrets.token_urlsafe(32)
-        route = Route(token, rollout_id, upstream, capture, on_turn, keep_turns=keep_turns)
+        route = Route(
+            token, rollout_id, upstream, capture, on_turn, keep_turns=keep_turns, bounds=self.record
+        )
         if route.token in self._routes:
             raise ValueError("route token already in use")
         self._routes[route.token] = route
@@ -183,7 +189,7 @@ class ProxyCore:
     ) -> Route:
         """A route served only on a new Unix socket at `socket_path` (in a directory one
         sandbox alone sees); it has no token and the TCP listener does not know it."""
-        route = Route("", rollout_id, upstream, capture, on_turn)
+        route = Route("", rollout_id, upstream, capture, on_turn, bounds=self.record)
         limit = ConnectionLimit(self.bounds.per_socket_route)
         handler = functools.partial(self._handle_socket_route, route)
         sock = bind_unix(socket_path)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from service.models import CaptureSpec
+from service.proxy.capture.record import RecordBounds
 from service.proxy.capture.route import OnTurn, Route
 from service.proxy.core import ConnectionBounds, ProxyCore, base_url, split_listen
 from service.proxy.endpoints import ResolvedEndpoint
@@ -35,7 +36,13 @@ class CaptureProxy:
             tcp=settings.proxy_max_tcp_connections,
             idle_timeout_s=settings.proxy_idle_timeout_s,
         )
-        self._core = ProxyCore(upstream_timeout_s=settings.upstream_timeout_s, bounds=bounds)
+        record = RecordBounds(
+            turn_bytes=settings.proxy_turn_record_bytes,
+            rollout_bytes=settings.proxy_rollout_record_bytes,
+        )
+        self._core = ProxyCore(
+            upstream_timeout_s=settings.upstream_timeout_s, bounds=bounds, record=record
+        )
         self.host, self.port = split_listen(settings.proxy_listen)
 
     @property

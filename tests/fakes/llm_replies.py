@@ -88,6 +88,9 @@ class Reply:
     """False: tool-call output carries `"logprobs": null` (llama.cpp), other output keeps its."""
     usage: bool = True
     """False: no usage anywhere, whatever `stream_options.include_usage` asks (llama.cpp)."""
+    token_chars: int = 0
+    """Cut text tokens to at most this many characters (0: word-sized), so that one word
+    arrives split across stream chunks."""
 
     @property
     def finish(self) -> str | None:
@@ -133,12 +136,19 @@ def _token(piece: str, kind: str) -> Token:
 def tokens_of(reply: Reply) -> list[Token]:
     """Deterministic tokens: word-sized pieces of reasoning, text and each tool call."""
     tokens = [_token(p, "reasoning") for p in _PIECE.findall(reply.reasoning)]
-    tokens += [_token(p, "content") for p in _PIECE.findall(reply.text)]
+    tokens += [_token(p, "content") for p in _pieces(reply.text, reply.token_chars)]
     for index, call in enumerate(reply.tool_calls):
         kind = f"tool:{index}"
         tokens.append(_token(call.name, kind))
         tokens += [_token(p, kind) for p in _PIECE.findall(call.arguments)]
     return tokens
+
+
+def _pieces(text: str, chars: int) -> list[str]:
+    words = _PIECE.findall(text)
+    if not chars:
+        return words
+    return [word[at : at + chars] for word in words for at in range(0, len(word), chars)]
 
 
 def prompt_ids_of(messages: Sequence[Any]) -> list[int]:

@@ -619,7 +619,7 @@ class CommandResult(_message.Message):
     def __init__(self, stage: _Optional[_Union[CommandStage, str]] = ..., index: _Optional[int] = ..., command: _Optional[str] = ..., exit_code: _Optional[int] = ..., stdout: _Optional[str] = ..., stderr: _Optional[str] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., timed_out: _Optional[bool] = ...) -> None: ...
 
 class Turn(_message.Message):
-    __slots__ = ("index", "trainable", "requested_model", "request_messages", "request_message_offset", "tools", "tools_hash", "completion_text", "reasoning_text", "tool_calls", "finish_reason", "prompt_token_ids", "completion_token_ids", "logprobs", "completion_tokens", "top_logprobs", "token_ids_present", "usage", "latency", "time_to_first_token", "upstream_status", "upstream_error", "stream", "start_time", "incomplete", "logprobs_present", "usage_counted", "unparsed", "raw_request", "dialect", "translated")
+    __slots__ = ("index", "trainable", "requested_model", "request_messages", "request_message_offset", "tools", "tools_hash", "completion_text", "reasoning_text", "tool_calls", "finish_reason", "prompt_token_ids", "completion_token_ids", "logprobs", "completion_tokens", "top_logprobs", "token_ids_present", "usage", "latency", "time_to_first_token", "upstream_status", "upstream_error", "stream", "start_time", "incomplete", "logprobs_present", "usage_counted", "unparsed", "raw_request", "dialect", "translated", "body_cut", "body_bytes_dropped")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TRAINABLE_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -651,6 +651,8 @@ class Turn(_message.Message):
     RAW_REQUEST_FIELD_NUMBER: _ClassVar[int]
     DIALECT_FIELD_NUMBER: _ClassVar[int]
     TRANSLATED_FIELD_NUMBER: _ClassVar[int]
+    BODY_CUT_FIELD_NUMBER: _ClassVar[int]
+    BODY_BYTES_DROPPED_FIELD_NUMBER: _ClassVar[int]
     index: int
     trainable: bool
     requested_model: str
@@ -682,7 +684,9 @@ class Turn(_message.Message):
     raw_request: str
     dialect: Dialect
     translated: bool
-    def __init__(self, index: _Optional[int] = ..., trainable: _Optional[bool] = ..., requested_model: _Optional[str] = ..., request_messages: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., request_message_offset: _Optional[int] = ..., tools: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., tools_hash: _Optional[str] = ..., completion_text: _Optional[str] = ..., reasoning_text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., finish_reason: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completion_token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., completion_tokens: _Optional[_Iterable[str]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., token_ids_present: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., upstream_status: _Optional[int] = ..., upstream_error: _Optional[str] = ..., stream: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., incomplete: _Optional[bool] = ..., logprobs_present: _Optional[bool] = ..., usage_counted: _Optional[bool] = ..., unparsed: _Optional[bool] = ..., raw_request: _Optional[str] = ..., dialect: _Optional[_Union[Dialect, str]] = ..., translated: _Optional[bool] = ...) -> None: ...
+    body_cut: bool
+    body_bytes_dropped: int
+    def __init__(self, index: _Optional[int] = ..., trainable: _Optional[bool] = ..., requested_model: _Optional[str] = ..., request_messages: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., request_message_offset: _Optional[int] = ..., tools: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., tools_hash: _Optional[str] = ..., completion_text: _Optional[str] = ..., reasoning_text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., finish_reason: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completion_token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., completion_tokens: _Optional[_Iterable[str]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., token_ids_present: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., upstream_status: _Optional[int] = ..., upstream_error: _Optional[str] = ..., stream: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., incomplete: _Optional[bool] = ..., logprobs_present: _Optional[bool] = ..., usage_counted: _Optional[bool] = ..., unparsed: _Optional[bool] = ..., raw_request: _Optional[str] = ..., dialect: _Optional[_Union[Dialect, str]] = ..., translated: _Optional[bool] = ..., body_cut: _Optional[bool] = ..., body_bytes_dropped: _Optional[int] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("id", "name", "arguments")

@@ -4,9 +4,11 @@ The request JSON is parsed once (reusing the route's already parsed messages and
 `request_parse`), rewritten and serialised once; what is new in it since the previous
 call is worked out after the response has been forwarded. Responses are never
 re-serialised: a unary body is forwarded as received (after checking it parses), and a
-stream is forwarded event by event as each SSE event completes. Errors, which a server may
-word with the request's API key in them, reach the agent scrubbed of it. What the agent
-gets is its codec's (`codec`): chat completions byte for byte, or another dialect.
+stream is forwarded event by event as each SSE event completes. What reaches the agent is
+scrubbed of the request's API key (a server may echo it in an error or, as any text, in
+a completion), body by body and event by event; the turn is scrubbed again once
+assembled (`record`), which also catches a key split across events. What the agent gets
+is its codec's (`codec`): chat completions byte for byte, or another dialect.
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ def _relay_unary(responder: Responder, exchange: Exchange, body: bytes, codec: C
         _send_failure(responder, exchange, codec, 502)
         return
     try:
-        responder.send(200, codec.unary_body(body, doc))
+        responder.send(200, exchange.scrub_bytes(codec.unary_body(body, doc)))
     except ConnectionResetError:
         exchange.fail(_AGENT_GONE, upstream=False)
     codec.add_unary(doc)
@@ -142,7 +144,7 @@ async def _relay_stream(
     if not state.done and not state.failure:
         # A stream that finished (or reported its own error) without [DONE] is completed here.
         if exchange.assembler.finish_reason or exchange.assembler.error:
-            responder.write(codec.end())
+            responder.write(exchange.scrub_bytes(codec.end()))
         else:
             state.failure, state.cut_short = _CUT_SHORT, True
     if state.cut_short:
@@ -173,7 +175,7 @@ def _take_events(
             break
         if data == DONE:
             state.done = True
-            event = codec.done(event)
+            event = exchange.scrub_bytes(codec.done(event))
         elif data:
             if _PROMPT_IDS_KEY in data:
                 data, exchange.assembler.prompt_raw = cut_prompt_ids(data)
@@ -186,14 +188,13 @@ def _take_events(
                 break
             if codec.add_chunk(chunk) and exchange.first_token_s is None:
                 exchange.mark_first_token()
-                out += codec.event(event, chunk)
+                out += exchange.scrub_bytes(codec.event(event, chunk))
                 responder.write(bytes(out))
                 out.clear()
                 continue
             # Errors (an OpenAI `error`, Anthropic's error event, a Responses
-            # `response.failed`) may echo the request's key; generated text never can.
-            event = exchange.scrub_bytes(event)
-            event = codec.event(event, chunk)
+            # `response.failed`) and any text may echo the request's key.
+            event = exchange.scrub_bytes(codec.event(event, chunk))
         out += event
         if state.done:
             break

@@ -15,6 +15,7 @@ from service.models import CaptureSpec, Dialect, Turn, Usage
 from service.proxy.capture.assembly import CompletionAssembler
 from service.proxy.capture.history import LaneHistory, RequestDelta
 from service.proxy.capture.prompt_ids import PromptIdCache
+from service.proxy.capture.record import RecordBounds, Recorder, scrub_text
 from service.proxy.capture.request_parse import RequestParser
 from service.proxy.capture.rewrite import is_trainable, upstream_headers
 from service.proxy.capture.tally import CallTally
@@ -45,6 +46,7 @@ class Route:
         on_turn: OnTurn,
         *,
         keep_turns: bool = True,
+        bounds: RecordBounds | None = None,
     ) -> None:
         self.token = token
         self.rollout_id = rollout_id
@@ -60,6 +62,8 @@ class Route:
         self.secrets = tuple(secret for secret in (upstream.api_key, token) if secret)
         """What must never reach the agent, a turn or a log: the key, and this route's token."""
         self.secret_bytes = tuple(secret.encode() for secret in self.secrets)
+        self.recorder = Recorder(bounds or RecordBounds(), self.secrets)
+        """Scrubs each turn and cuts its bodies to the per-turn cap and rollout budget."""
         self.target = UpstreamTarget(upstream.chat_completions_url, upstream_headers(upstream))
         """The upstream request line and headers, built once."""
         self.parser = RequestParser()
@@ -224,10 +228,7 @@ class Exchange:
 
     def scrub(self, text: str) -> str:
         """`text` without the upstream API key or the route token (errors may echo them)."""
-        for secret in self.route.secrets:
-            if secret in text:
-                text = text.replace(secret, "[redacted]")
-        return text
+        return scrub_text(text, self.route.secrets)
 
     def scrub_bytes(self, data: bytes) -> bytes:
         """Bytes for the agent without the upstream API key (a server may echo it anywhere)."""
@@ -245,13 +246,14 @@ class Exchange:
         latency_s = time.perf_counter() - self.started
         if self.assembler.error:
             self.fail(self.assembler.error)
-        fields = self.assembler.fields()
         prompt_ids = self._prompt_ids()
+        recorded = self.route.recorder.record(self._fields(latency_s))
         try:
-            turn = self._turn(fields, latency_s)
+            turn = Turn.model_validate(recorded)
         except ValidationError:
             self.fail("upstream sent malformed token data")
-            turn, prompt_ids = self._turn({**fields, **_NO_TOKEN_DATA}, latency_s), None
+            recorded.update(_NO_TOKEN_DATA, upstream_error=self.error)
+            turn, prompt_ids = Turn.model_validate(recorded), None
         if prompt_ids:
             # Checked by PromptIdCache; validating tens of thousands of ints again costs ~1 ms.
             turn.prompt_token_ids = prompt_ids
@@ -269,30 +271,29 @@ class Exchange:
             self.fail("upstream sent malformed prompt token ids")
         return ids
 
-    def _turn(self, fields: dict[str, Any], latency_s: float) -> Turn:
-        return Turn.model_validate(
-            {
-                **fields,
-                "index": self.index,
-                "trainable": not self.side_call and is_trainable(self.requested_model),
-                "requested_model": self.requested_model,
-                "request_messages": self.delta.messages,
-                "request_message_offset": self.delta.offset,
-                "tools": self.delta.tools,
-                "tools_hash": self.delta.tools_hash,
-                "latency_s": latency_s,
-                "time_to_first_token_s": self.first_token_s,
-                "upstream_status": self.upstream_status,
-                "upstream_error": self.error,
-                "stream": self.stream,
-                "start_time": self.start_time,
-                "incomplete": self.incomplete,
-                "unparsed": bool(self.raw_request),
-                "raw_request": self.scrub(self.raw_request),
-                "dialect": self.dialect,
-                "translated": self.translated,
-            }
-        )
+    def _fields(self, latency_s: float) -> dict[str, Any]:
+        """The turn's fields as recorded before the cut (`record`)."""
+        return {
+            **self.assembler.fields(),
+            "index": self.index,
+            "trainable": not self.side_call and is_trainable(self.requested_model),
+            "requested_model": self.requested_model,
+            "request_messages": self.delta.messages,
+            "request_message_offset": self.delta.offset,
+            "tools": self.delta.tools,
+            "tools_hash": self.delta.tools_hash,
+            "latency_s": latency_s,
+            "time_to_first_token_s": self.first_token_s,
+            "upstream_status": self.upstream_status,
+            "upstream_error": self.error,
+            "stream": self.stream,
+            "start_time": self.start_time,
+            "incomplete": self.incomplete,
+            "unparsed": bool(self.raw_request),
+            "raw_request": self.raw_request,
+            "dialect": self.dialect,
+            "translated": self.translated,
+        }
 
 
 def _objects(value: object) -> bool:
