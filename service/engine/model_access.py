@@ -3,7 +3,9 @@
 Where the proxy runs for a rollout with capture TRANSPARENT_PROXY (`ModelRouter._placement`):
 - a local sandbox reaches the service's proxy through a Unix socket of its own, which the
   proxy binds in the sandbox's proxy directory (`SandboxProxySocket`) for the rollout's
-  route: the route is reachable from that sandbox only, and carries no token;
+  route: the route is reachable from that sandbox only, and carries no token; the
+  service starts the forwarder to it before the agent (`proxy.access.start_forwarder`),
+  so a forwarder that cannot start fails the rollout as SANDBOX, never as the agent's;
 - a remote sandbox (E2B) reaches it at `Settings.proxy_public_url` when the operator set one
   (host placement);
 - otherwise the proxy runs inside the remote sandbox (`service.proxy.remote.in_sandbox`).
@@ -25,7 +27,7 @@ from service.config import Settings
 from service.engine.lifecycle import AttachModel, ModelAttachment
 from service.errors import FieldViolation, SandboxError, SpecError
 from service.models import CaptureMode, NetworkPolicy, RolloutSpec, Turn
-from service.proxy.access import direct_access, host_socket_access
+from service.proxy.access import direct_access, host_socket_access, start_forwarder
 from service.proxy.capture.route import Route
 from service.proxy.endpoints import ResolvedEndpoint, resolve_endpoint
 from service.proxy.remote.in_sandbox import InSandboxProxy
@@ -55,10 +57,14 @@ class EgressControl(Protocol):
 
 @runtime_checkable
 class SandboxProxySocket(Protocol):
-    """A sandbox with a proxy directory of its own (local): where its route socket goes."""
+    """A sandbox with a proxy directory of its own (local): where its route socket goes,
+    and how the forwarder to it runs there."""
 
     @property
     def proxy_socket_path(self) -> Path: ...
+
+    @property
+    def forwarder_argv(self) -> list[str]: ...
 
 
 class ModelRouter:
@@ -173,11 +179,17 @@ async def _open_sandbox_route(
     if not isinstance(sandbox, SandboxProxySocket):
         raise SandboxError(f"the {spec.sandbox.backend} sandbox has no proxy directory")
     try:
-        return await proxy.open_sandbox_route(
+        route = await proxy.open_sandbox_route(
             rollout_id, upstream, spec.capture, on_turn, sandbox.proxy_socket_path
         )
     except OSError as exc:
         raise SandboxError(f"could not bind the sandbox's capture proxy socket: {exc}") from exc
+    try:
+        await start_forwarder(sandbox, sandbox.forwarder_argv)
+    except BaseException:
+        proxy.close_route(route)
+        raise
+    return route
 
 
 async def _open_egress(sandbox: Sandbox, spec: RolloutSpec, url: str) -> None:

@@ -14,7 +14,7 @@ import pytest
 from service.agents.base import AgentContext, ModelAccess
 from service.config import Settings
 from service.models import AgentOutput, CaptureSpec, NetworkPolicy, SandboxSpec, Turn
-from service.proxy.access import host_socket_access
+from service.proxy.access import host_socket_access, start_forwarder
 from service.proxy.capture.route import Route
 from service.proxy.endpoints import ResolvedEndpoint
 from service.proxy.server import CaptureProxy
@@ -138,6 +138,7 @@ async def rig(
             rollout_id, endpoint, CaptureSpec(), turns.append, sandbox.proxy_socket_path
         )
         try:
+            await start_forwarder(sandbox, sandbox.forwarder_argv)
             yield Rig(settings, rollout_id, sandbox, route, host_socket_access(), turns)
         finally:
             proxy.close_route(route)

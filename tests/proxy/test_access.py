@@ -13,7 +13,7 @@ import pytest
 
 from service.models import CaptureSpec, Turn
 from service.proxy import CaptureProxy, ResolvedEndpoint, forward
-from service.proxy.access import host_socket_access
+from service.proxy.access import forwarder_command, host_socket_access
 from service.sandboxes.base import PROXY_DIR
 from tests.fakes.llm_upstream import FakeUpstream, Reply
 from tests.proxy.conftest import UPSTREAM_KEY, UPSTREAM_MODEL
@@ -42,6 +42,8 @@ print(json.dumps({
 """
 
 
+PYTHON = [sys.executable, "-I", "-S", str(Path(forward.__file__).resolve())]
+"""The forwarder as a sandbox on the host's root runs it (`host_kit.forwarder_argv`)."""
 CODE_ROOT = str(Path(forward.__file__).resolve().parents[2])
 """The checkout the forwarder runs from (a CI clone may sit under /tmp)."""
 
@@ -77,7 +79,8 @@ async def test_the_sandbox_reaches_its_own_route_and_nothing_else(
     client = tmp_path / "client.py"
     client.write_text(CLIENT)
     command = f"python3 /run/client.py {access.base_url} {access.api_key} {proxy.port}"
-    code, out, err = await run_sandboxed(proxy_dir, access.command_prefix + command, client)
+    forwarder = forwarder_command(PYTHON, port=48123)
+    code, out, err = await run_sandboxed(proxy_dir, f"{forwarder} || exit 70\n{command}", client)
     assert code == 0, err
     result = json.loads(out)
     assert result["own"][0] == 200
@@ -108,12 +111,10 @@ def forwarders_on(port: int) -> list[str]:
 async def test_the_forwarder_fails_loudly_when_the_proxy_is_unreachable(
     tmp_path: Path,
 ) -> None:
-    access = host_socket_access(python=sys.executable)
     no_route = tmp_path / "empty"  # a sandbox's proxy directory before its route opened
     no_route.mkdir()
     client = tmp_path / "client.py"
     client.write_text("")
-    code, out, err = await run_sandboxed(no_route, access.command_prefix + "echo agent-ran", client)
-    assert code == 70
+    code, _, err = await run_sandboxed(no_route, forwarder_command(PYTHON), client)
+    assert code == 1
     assert "cannot forward" in err
-    assert "agent-ran" not in out

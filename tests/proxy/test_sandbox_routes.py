@@ -111,7 +111,7 @@ async def test_a_route_answers_only_its_own_sandbox(
         assert victim.proxy_socket_path.is_socket()
         # The victim's own agent reaches its route through its socket.
         env = {"BASE_URL": access.base_url, "API_KEY": access.api_key}
-        command = access.command_prefix + CALL.replace("MARK", "from the victim")
+        command = CALL.replace("MARK", "from the victim")  # the attachment's forwarder
         own = await victim.exec(f"bash -c {shlex.quote(command)}", timeout_s=60, env=env)
         assert own.stdout.strip() == "200", own.stderr
     assert [t.request_messages for t in turns] == [[{"role": "user", "content": "from the victim"}]]

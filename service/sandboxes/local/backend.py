@@ -49,7 +49,11 @@ from service.sandboxes.local.image import (
     image_overlay,
     prepare_upper,
 )
-from service.sandboxes.local.image_view import image_mount_args, image_mount_points
+from service.sandboxes.local.image_view import (
+    image_holder_command,
+    image_mount_args,
+    image_mount_points,
+)
 from service.sandboxes.local.limits import Limits
 from service.sandboxes.local.network import FullNetwork, full_network, resolv_conf
 from service.sandboxes.local.removal import remove_tree
@@ -208,7 +212,10 @@ class LocalBackend:
         group = self._cgroups.create(name, limits.memory_bytes)
         cgroup = None if group is None else SandboxCgroup(self._cgroups, group)
         mounts = None if image is None else image_mount_args(self._view, layout, key.network)
-        holder = holder_argv(self._bwrap, self._view, layout, network=key.network, mounts=mounts)
+        command = None if image is None else image_holder_command(image.config)
+        holder = holder_argv(
+            self._bwrap, self._view, layout, network=key.network, mounts=mounts, command=command
+        )
         setup = SpawnerSetup(
             holder=holder,
             user_namespace=layout.uid is None,

@@ -288,10 +288,12 @@ def holder_argv(
     *,
     network: NetworkPolicy,
     mounts: list[str] | None = None,
+    command: list[str] | None = None,
 ) -> list[str]:
     """The argv of a sandbox's holder: bwrap making its namespaces, then waiting in them.
 
-    `mounts` replaces the host root's (`_mounts`): an image sandbox's (`image_view`).
+    `mounts` replaces the host root's (`_mounts`) and `command` the host's sh and sleep:
+    an image sandbox's, which runs the host's from a private prefix (`image_view`).
 
     bwrap's own init is pid 1 (it reaps orphans); the holder, pid 2, prints `ready` once
     the mounts are in place and sleeps. It stays root (without any capability, as bwrap
@@ -305,4 +307,4 @@ def holder_argv(
         args.append("--unshare-user")
     args += _mounts(view, layout, network) if mounts is None else mounts
     args += ["--chdir", WORKDIR, "--clearenv", "--"]
-    return [*args, "sh", "-c", "echo ready && exec sleep infinity"]
+    return [*args, *(command or ["sh", "-c", "echo ready && exec sleep infinity"])]
