@@ -141,6 +141,9 @@ class Settings(BaseSettings):
     """If set, remote sandboxes reach the service's proxy here instead of running one inside."""
     upstream_timeout_s: float = 600.0
     """Budget of one upstream model call."""
+    allow_private_endpoints: bool = False
+    """Accept a caller's `endpoint.base_url` in a private range (10/8, 172.16/12, 192.168/16,
+    100.64/10, fc00::/7). Loopback is always accepted; metadata and link-local never."""
 
     sandbox_image: str = "rollout/base"
     """Image of a local sandbox whose spec names none: a name of the image store, or "host"

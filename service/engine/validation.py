@@ -6,8 +6,9 @@ everything a sandbox, a shell, an environment variable or an HTTP header cannot 
 refused here: NUL in text (argv, environ and C strings end at it), sizes past what the
 kernel takes (one argv string: 128 KiB), file paths (`task_paths`), resources outside the
 server's minimum..maximum, an `api_key` with nowhere to go. Endpoint URLs and keys are
-checked where they are resolved (`service.proxy.endpoints`). Messages quote input only as a
-short excerpt.
+checked where they are resolved (`service.proxy.endpoints`), but where a caller's `base_url`
+may lead (metadata, link-local, private ranges) here, with the server's settings
+(`service.proxy.transport.addresses`). Messages quote input only as a short excerpt.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from service.models import (
     Sampling,
     TaskSpec,
 )
+from service.proxy.transport.addresses import url_problem
 from service.registry import AGENTS, BACKENDS
 
 __all__ = [
@@ -67,7 +69,7 @@ def validate_spec(spec: RolloutSpec, settings: Settings) -> None:
     violations = [
         *_task(spec),
         *_agent(spec),
-        *_endpoint(spec),
+        *_endpoint(spec, settings),
         *_sandbox(spec),
         *_resources(spec, settings),
         *_timeouts(spec, settings),
@@ -177,7 +179,7 @@ def _sampling(spec: RolloutSpec) -> Iterator[FieldViolation]:
         yield FieldViolation("spec.sampling", "needs capture mode TRANSPARENT_PROXY")
 
 
-def _endpoint(spec: RolloutSpec) -> Iterator[FieldViolation]:
+def _endpoint(spec: RolloutSpec, settings: Settings) -> Iterator[FieldViolation]:
     endpoint = spec.endpoint
     for name, value, limit in (
         ("kind", endpoint.kind, _MAX_NAME_BYTES),
@@ -190,6 +192,9 @@ def _endpoint(spec: RolloutSpec) -> Iterator[FieldViolation]:
         yield FieldViolation(
             "spec.endpoint.api_key", "is given with no base_url or kind to send it to"
         )
+    allow_private = settings.allow_private_endpoints
+    if problem := url_problem(endpoint.base_url, allow_private=allow_private):
+        yield FieldViolation("spec.endpoint.base_url", f"may not be reached: {problem}")
 
 
 def _sandbox(spec: RolloutSpec) -> Iterator[FieldViolation]:

@@ -8,6 +8,7 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from tests.e2e.bad_request import violated_fields
+from tests.e2e.group_support import group_spec
 from tests.e2e.specs import command_spec
 
 pytestmark = pytest.mark.e2e
@@ -67,6 +68,14 @@ CASES = {
         lambda: command_spec(endpoint={"kind": "moon"}),
         "spec.endpoint.kind",
     ),
+    "cloud metadata base_url": (
+        lambda: command_spec(endpoint={"baseUrl": "http://169.254.169.254/latest", "model": "m"}),
+        "spec.endpoint.base_url",
+    ),
+    "private base_url": (
+        lambda: command_spec(endpoint={"baseUrl": "http://10.0.0.5:8000/v1", "model": "m"}),
+        "spec.endpoint.base_url",
+    ),
 }
 
 
@@ -117,3 +126,15 @@ async def test_bad_page_token_is_invalid_argument(stub: pb_grpc.RolloutServiceAs
         await stub.ListRollouts(pb.ListRolloutsRequest(page_token="!!garbage!!"))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "page_token" in violated_fields(caught.value)
+
+
+async def test_a_group_endpoint_is_judged_like_a_rollouts(
+    stub: pb_grpc.RolloutServiceAsyncStub,
+) -> None:
+    endpoint = {"baseUrl": "http://[fd00:ec2::254]/latest", "model": "m"}
+    spec = group_spec(command_spec(endpoint=endpoint), 2)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.StartGroup(pb.StartGroupRequest(spec=spec))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert violated_fields(caught.value) == ["spec.spec.endpoint.base_url"]
+    assert "fd00:ec2::254 is a cloud metadata address" in (caught.value.details() or "")

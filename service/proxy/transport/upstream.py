@@ -6,20 +6,32 @@ https (TLS with the system's trust store); no HTTP proxies, no redirects, no com
 (the proxy asks for identity). A pooled connection that turns out to be closed before
 any response byte arrived is retried once on a fresh one.
 
-Errors (all `UpstreamConnectionError`): `UpstreamUnreachable` (connect failed) and
-`UpstreamDisconnected` (closed or garbled mid-response). Timeouts are the caller's.
+The host is resolved here and every address it resolves to judged (`addresses`) before one
+is connected to: a name that leads to a cloud metadata or link-local address is refused,
+and the address judged is the address connected to, so a name re-bound between admission
+and connection cannot slip past. (Private ranges are judged at admission, on literal
+addresses: a connection cannot tell the caller's base URL from the operator's.)
+
+Errors (all `UpstreamConnectionError`): `UpstreamUnreachable` (connect failed, or the
+address refused) and `UpstreamDisconnected` (closed or garbled mid-response). Timeouts are
+the caller's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import ipaddress
+import socket
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
+
+from service.proxy.transport.addresses import address_problem
 
 __all__ = [
     "UpstreamConnectionError",
@@ -216,12 +228,20 @@ class UpstreamPool:
         scheme, host, port = key
         context = self._ssl_context() if scheme == "https" else None
         try:
-            _, connection = await asyncio.get_running_loop().create_connection(
-                _Connection, host, port, ssl=context, server_hostname=host if context else None
-            )
+            addresses = await _judged_addresses(host, port)
+            for address in addresses[:-1]:
+                with contextlib.suppress(OSError):
+                    return await self._open(address, key, context)
+            return await self._open(addresses[-1], key, context)
         except (OSError, ssl.SSLError) as exc:
             reason = exc.strerror or exc
             raise UpstreamUnreachable(f"cannot connect to {host}:{port}: {reason}") from exc
+
+    async def _open(self, address: str, key: _Key, context: ssl.SSLContext | None) -> _Connection:
+        _, host, port = key
+        _, connection = await asyncio.get_running_loop().create_connection(
+            _Connection, address, port, ssl=context, server_hostname=host if context else None
+        )
         return connection
 
     def _acquire_idle(self, key: _Key) -> _Connection | None:
@@ -240,6 +260,18 @@ class UpstreamPool:
             self._idle[key].append(connection)
         elif connection.transport is not None:
             connection.transport.close()
+
+
+async def _judged_addresses(host: str, port: int) -> list[str]:
+    """The addresses `host` resolves to, in the resolver's order; UpstreamUnreachable naming
+    the address when any of them is one no upstream may be at (`addresses`)."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    for address in addresses:
+        problem = address_problem(ipaddress.ip_address(address), allow_private=True)
+        if problem:
+            raise UpstreamUnreachable(f"refused to connect to {host}:{port}: {problem}")
+    return addresses
 
 
 class _Exchange:
