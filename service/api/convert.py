@@ -147,6 +147,7 @@ def _result_to_proto(result: RolloutResult) -> pb.RolloutResult:
     message = pb.RolloutResult(
         reward=result.reward,
         metrics=result.metrics,
+        reward_key=result.reward_key,
         agent_exit_code=result.agent_exit_code,
         setup_results=[_command_to_proto(r) for r in result.setup_results],
         verify_results=[_command_to_proto(r) for r in result.verify_results],

@@ -337,6 +337,7 @@ class RolloutRun:
             self._publish(Notice(topic="verifier.reward_unset", message=reward.note))
         self.rollout.result.reward = reward.value
         self.rollout.result.metrics = reward.metrics
+        self.rollout.result.reward_key = reward.key
 
     async def _seal(self, sandbox: Sandbox) -> None:
         """Record the system the verifier will execute as setup left it, before the agent

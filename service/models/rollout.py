@@ -119,6 +119,8 @@ class RolloutResult(BaseModel):
     reward: float | None = None
     """None means no reward could be computed (distinct from 0.0)."""
     metrics: dict[str, float] = Field(default_factory=dict)
+    reward_key: str = ""
+    """Which reward.json key the reward is; "" when it came from elsewhere or is unset."""
     agent_exit_code: int | None = None
     setup_results: list[CommandResult] = Field(default_factory=list)
     verify_results: list[CommandResult] = Field(default_factory=list)

@@ -10,10 +10,10 @@ dead: a file there was written by verification, nobody else. Only a regular file
     FILE      reward.txt, else reward.json, else a VERIFIER error (Harbor tasks)
     COMMANDS  passed/total; reward files are not read
 
-reward.txt holds one finite number. reward.json is an object whose numeric keys (but
-`reward`) are metrics; the reward is its `reward` key, else the key the task names
-(`reward_key`), else its only numeric key; with several and none named, the reward is
-unset and `Reward.note` says why.
+reward.txt holds one finite number. reward.json is an object whose numeric keys are
+all metrics; the reward is its `reward` key, else the key the task names (`reward_key`),
+else its only numeric key (`Reward.key` says which); with several and none named, the
+reward is unset and `Reward.note` says why.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ _REWARD_KEY = "reward"
 class Reward:
     value: float | None
     metrics: dict[str, float] = field(default_factory=dict)
+    key: str = ""
+    """The reward.json key the reward is; "" for reward.txt, the commands, or none."""
     note: str = ""
     """Why a reward file that was read gives no reward, when it does not."""
 
@@ -100,23 +102,23 @@ def parse_reward_json(raw: bytes, *, key: str = "") -> Reward:
     if not isinstance(document, dict):
         raise VerifierError("reward.json must be a JSON object")
     numbers = {name: float(value) for name, value in document.items() if _is_number(value)}
-    metrics = {name: value for name, value in numbers.items() if name != _REWARD_KEY}
     for named in (_REWARD_KEY, key):
         if named and named in document:
             if named not in numbers:
                 raise VerifierError(f"reward.json: {named!r} is not a finite number")
-            return Reward(numbers[named], metrics)
+            return Reward(numbers[named], numbers, named)
     if key:
         raise VerifierError(f"reward.json has no key {key!r} (the task's reward_key)")
     if len(numbers) == 1:
-        return Reward(next(iter(numbers.values())), metrics)
+        only = next(iter(numbers))
+        return Reward(numbers[only], numbers, only)
     if not numbers:
         raise VerifierError("reward.json has no numeric key")
     note = (
         f"reward.json has {len(numbers)} numeric keys, none named {_REWARD_KEY!r} nor by the "
         "task's reward_key: the reward is unset (every key is a metric)"
     )
-    return Reward(None, metrics, note)
+    return Reward(None, numbers, note=note)
 
 
 def _is_number(value: Any) -> bool:

@@ -54,7 +54,8 @@ async def test_reward_json_gives_reward_and_metrics(stub: pb_grpc.RolloutService
     )
     rollout = await run(stub, command_spec(verify=(write,)))
     assert rollout.result.reward == pytest.approx(0.75)
-    assert dict(rollout.result.metrics) == {"tests_passed": 3.0}
+    assert dict(rollout.result.metrics) == {"reward": 0.75, "tests_passed": 3.0}
+    assert rollout.result.reward_key == "reward"
 
 
 async def test_no_verify_commands_means_no_reward(stub: pb_grpc.RolloutServiceAsyncStub) -> None:

@@ -106,6 +106,7 @@ async def test_harbor_reward_json_with_several_keys_and_none_named_has_no_reward
     rollout = await run(stub, command_spec(verify=(_HARBOR_METRICS,)))
     assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error
     assert not rollout.result.HasField("reward")
+    assert rollout.result.reward_key == ""
     assert dict(rollout.result.metrics) == {"accuracy": 0.5, "f1": 0.25}
     found = await notices(stub, rollout.id)
     assert "none named" in found["verifier.reward_unset"]
@@ -116,7 +117,7 @@ async def test_harbor_reward_json_reward_is_the_key_the_spec_names(
 ) -> None:
     spec = command_spec(verify=(_HARBOR_METRICS,), task={"rewardKey": "f1"})
     rollout = await run(stub, spec)
-    assert rollout.result.reward == 0.25
+    assert (rollout.result.reward, rollout.result.reward_key) == (0.25, "f1")
     assert dict(rollout.result.metrics) == {"accuracy": 0.5, "f1": 0.25}
 
 

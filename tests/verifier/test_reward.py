@@ -22,7 +22,8 @@ def test_reward_txt_that_is_not_one_finite_float_is_an_error(raw: bytes) -> None
 def test_reward_json_splits_reward_from_numeric_metrics() -> None:
     reward = parse_reward_json(b'{"reward": 0.5, "passed": 3, "flag": true, "note": "x"}')
     assert reward.value == 0.5
-    assert reward.metrics == {"passed": 3.0}
+    assert reward.metrics == {"reward": 0.5, "passed": 3.0}
+    assert reward.key == "reward"
 
 
 @pytest.mark.parametrize(
@@ -36,16 +37,17 @@ def test_reward_json_without_a_numeric_reward_is_an_error(raw: bytes) -> None:
 def test_harbor_reward_json_with_one_key_gives_that_key_as_reward() -> None:
     reward = parse_reward_json(b'{"accuracy": 0.5, "note": "x"}')
     assert (reward.value, reward.metrics, reward.note) == (0.5, {"accuracy": 0.5}, "")
+    assert reward.key == "accuracy"
 
 
 def test_harbor_reward_json_names_its_reward_through_the_spec() -> None:
     reward = parse_reward_json(b'{"accuracy": 0.5, "f1": 0.25}', key="f1")
-    assert (reward.value, reward.metrics) == (0.25, {"accuracy": 0.5, "f1": 0.25})
+    assert (reward.value, reward.metrics, reward.key) == (0.25, {"accuracy": 0.5, "f1": 0.25}, "f1")
 
 
 def test_harbor_reward_json_with_several_keys_and_none_named_leaves_the_reward_unset() -> None:
     reward = parse_reward_json(b'{"accuracy": 0.5, "f1": 0.25}')
-    assert reward.value is None
+    assert (reward.value, reward.key) == (None, "")
     assert reward.metrics == {"accuracy": 0.5, "f1": 0.25}
     assert "reward_key" in reward.note
 
