@@ -179,3 +179,38 @@ def test_cli_token_and_token_file_together_is_bad_usage(token_file: Path) -> Non
     assert result.exit_code == 2
     assert "Invalid value for --token: give --token or --token-file, not both" in result.stderr
     assert TENANT_A_TOKEN not in result.output
+
+
+def test_tls_credentials_take_str_paths_and_pem_bytes(target: str, certs: Certificates) -> None:
+    # str paths crashed: 'str' object has no attribute 'read_bytes'.
+    by_str = tls_credentials(
+        ca_file=str(certs.ca), cert_file=str(certs.client_cert), key_file=str(certs.client_key)
+    )
+    by_bytes = tls_credentials(
+        ca_file=certs.ca.read_bytes(),
+        cert_file=certs.client_cert.read_bytes(),
+        key_file=certs.client_key.read_bytes(),
+    )
+    for credentials in (by_str, by_bytes):
+        with RolloutClient(target, token=TENANT_A_TOKEN, credentials=credentials) as client:
+            assert isinstance(client.list(page_size=1), pb.ListRolloutsResponse)
+    with pytest.raises(ValueError, match=r"ca_file '/no/such\.pem' cannot be read"):
+        tls_credentials(ca_file="/no/such.pem")
+
+
+def test_cli_connection_options_after_the_command_win(
+    target: str, certs: Certificates, token_file: Path, closed_target: str
+) -> None:
+    tls = ["--tls-ca", str(certs.ca), "--tls-cert", str(certs.client_cert)]
+    tls += ["--tls-key", str(certs.client_key)]
+    # Before the command: a wrong server and a token of the wrong kind; after it: the right ones.
+    before = ["--target", closed_target, "--token", TENANT_B_TOKEN]
+
+    listed = cli(
+        *before, "list", "--json", "--target", target, "--token-file", str(token_file), *tls
+    )
+    mixed = cli("--token-file", str(token_file), *tls[:2], "list", *tls[2:], "--target", target)
+
+    assert listed.exit_code == 0, listed.output
+    assert isinstance(json.loads(listed.stdout), dict)
+    assert mixed.exit_code == 0, mixed.output

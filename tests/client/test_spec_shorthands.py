@@ -91,3 +91,18 @@ def test_status_names_and_an_unset_reward() -> None:
     assert (status_name(failed.status), reward_of(failed)) == ("FAILED", None)
     scored = pb.Rollout(status=pb.ROLLOUT_STATUS_SUCCEEDED, result=pb.RolloutResult(reward=0.0))
     assert (status_name(scored.status), reward_of(scored)) == ("SUCCEEDED", 0.0)
+
+
+def test_raw_bytes_are_bytes_in_any_bytes_field() -> None:
+    # Read as base64: "Incorrect padding", or silently other bytes when the length fit.
+    archive = bytes(range(256)) * 3
+    spec = to_spec(
+        {
+            "harbor_task": {"archive": archive},
+            "task": {"files": {"a.bin": b"abcd", "b.txt": bytearray(b"hi")}, "env": {"K": "dg=="}},
+        }
+    )
+    assert spec.harbor_task.archive == archive
+    assert dict(spec.task.files) == {"a.bin": b"abcd", "b.txt": b"hi"}
+    assert dict(spec.task.env) == {"K": "dg=="}, "string maps are left as written"
+    assert to_spec({"task": {"files": {"c": "aGk="}}}).task.files["c"] == b"hi", "base64 still"
