@@ -38,7 +38,7 @@ async def test_exec_runs_bash_in_workdir_with_home(local_sandbox: LocalSandbox) 
 
 async def test_host_tools_are_available(local_sandbox: LocalSandbox) -> None:
     result = await local_sandbox.exec(
-        "python --version && git --version && node --version && id -un", timeout_s=60
+        "python3 --version && git --version && node --version && id -un", timeout_s=60
     )
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "user"

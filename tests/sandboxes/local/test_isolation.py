@@ -141,7 +141,7 @@ async def test_proxy_socket_is_reachable_under_network_none(
             "import socket; s = socket.socket(socket.AF_UNIX); "
             f"s.connect('{PROXY_SOCKET}'); s.sendall(b'ping'); print(s.recv(64).decode())"
         )
-        result = await sandbox.exec(f'python -c "{client}"', timeout_s=30)
+        result = await sandbox.exec(f'python3 -c "{client}"', timeout_s=30)
     assert result.stdout == "pong:ping\n", result.stderr
     assert os.stat(path).st_mode & 0o777 == 0o666
 

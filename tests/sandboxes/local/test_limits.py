@@ -26,7 +26,7 @@ except OSError as exc:
 
 async def test_process_limit(make_local_sandbox: MakeSandbox) -> None:
     sandbox = await make_local_sandbox(resources=Resources(max_processes=16))
-    result = await sandbox.exec(f"python -c '{_FORK_BOMB}'", timeout_s=60)
+    result = await sandbox.exec(f"python3 -c '{_FORK_BOMB}'", timeout_s=60)
     assert result.stdout.startswith("refused after"), result.stderr
     assert int(result.stdout.split()[2]) < 16
 
@@ -42,7 +42,7 @@ async def test_file_size_limit(make_local_sandbox: MakeSandbox) -> None:
 async def test_memory_limit(make_local_sandbox: MakeSandbox) -> None:
     sandbox = await make_local_sandbox(resources=Resources(memory_mb=64))
     result = await sandbox.exec(
-        "python -c 'b = bytearray(256 * 1024 * 1024)' && echo allocated", timeout_s=60
+        "python3 -c 'b = bytearray(256 * 1024 * 1024)' && echo allocated", timeout_s=60
     )
     assert result.exit_code != 0
     assert "allocated" not in result.stdout
@@ -61,7 +61,7 @@ async def test_memory_cgroup_holds_the_sandbox(make_local_sandbox: MakeSandbox) 
 
 
 _FOUR_HOGS = """
-for i in 1 2 3 4; do python -c "import time; b = b'x' * (30 << 20); time.sleep(1)" & done
+for i in 1 2 3 4; do python3 -c "import time; b = b'x' * (30 << 20); time.sleep(1)" & done
 killed=0; for job in $(jobs -p); do wait $job || killed=$((killed + 1)); done; echo $killed
 """
 
@@ -77,7 +77,7 @@ async def test_memory_cgroup_bounds_the_sandbox_as_a_whole(make_local_sandbox: M
 
 async def test_cpu_limit(make_local_sandbox: MakeSandbox) -> None:
     sandbox = await make_local_sandbox(resources=Resources(cpu_seconds=1))
-    result = await sandbox.exec("python -c 'while True: pass'", timeout_s=60)
+    result = await sandbox.exec("python3 -c 'while True: pass'", timeout_s=60)
     assert result.exit_code > 128  # killed by SIGXCPU/SIGKILL
     assert not result.timed_out
 
