@@ -10,12 +10,14 @@ import grpc
 import pytest
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, forget_inherited_settings
 
+# A developer's ROLLOUT_LISTEN (or any ROLLOUT_* setting) must not change what the suite tests.
+forget_inherited_settings()
 # The suite tests the host-root sandbox's boundaries unless a test names an image
 # (tests/sandboxes/local/test_image*.py, tests/e2e/test_image_rollouts.py); those use the
 # server's shared cache, where the Debian base is built once per machine.
-os.environ.setdefault("ROLLOUT_SANDBOX_IMAGE", "host")
+os.environ["ROLLOUT_SANDBOX_IMAGE"] = "host"
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,9 @@
-"""A real rollout-service server in a subprocess, on a loopback port, for end-to-end tests."""
+"""A real rollout-service server in a subprocess, on a loopback port, for end-to-end tests.
+
+The suite's servers, and the suite itself, never see the ROLLOUT_* settings of whoever runs
+it (`forget_inherited_settings`): a shell with ROLLOUT_LISTEN or ROLLOUT_SANDBOX_IMAGE set must
+not change what a test means. A test gives its server settings through `env`.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +17,34 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["ServerProcess"]
+__all__ = ["HARNESS_VARIABLES", "ServerProcess", "forget_inherited_settings"]
 
 _LISTENING = re.compile(r"listening on (\S+)")
 _START_TIMEOUT_S = 30.0
 
+HARNESS_VARIABLES = frozenset({"ROLLOUT_CACHE_DIR", "ROLLOUT_LLAMA_PYTHON"})
+"""ROLLOUT_* variables passed on purpose: where downloads are cached (CI gives each run an
+empty one, .ci/run) and the real-model tests' interpreter (`make test-real-model`)."""
+_forgotten = False
+
+
+def forget_inherited_settings() -> None:
+    """Remove from os.environ every ROLLOUT_* variable this process inherited, but the
+    HARNESS_VARIABLES. Only the first call removes anything, so that variables the suite
+    sets afterwards (conftest, monkeypatch) stay."""
+    global _forgotten
+    if _forgotten:
+        return
+    _forgotten = True
+    for name in [name for name in os.environ if name.startswith("ROLLOUT_")]:
+        if name not in HARNESS_VARIABLES:
+            del os.environ[name]
+
 
 class ServerProcess:
     """Starts `python -m service.server` (or `command`, e.g. `make run`), learns its port, and
-    keeps its output for assertions."""
+    keeps its output for assertions. Its environment is this process's, without inherited
+    ROLLOUT_* settings, with `env` on top."""
 
     def __init__(
         self,
@@ -29,6 +53,7 @@ class ServerProcess:
         command: Sequence[str] | None = None,
     ) -> None:
         self.state_dir = state_dir
+        forget_inherited_settings()
         self.env = {**os.environ, "ROLLOUT_STATE_DIR": str(state_dir), **(env or {})}
         self.command = list(command or (sys.executable, "-m", "service.server"))
         self.target = ""
