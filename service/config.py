@@ -1,13 +1,33 @@
-"""Server settings: one pydantic-settings model, read from `ROLLOUT_*` env vars and CLI flags."""
+"""Server settings: one pydantic-settings model, read from `ROLLOUT_*` env vars and CLI flags.
+
+`load_settings` is how the server reads them: a bad value is one line naming the variable (or
+flag), the value and what is expected, never pydantic's traceback.
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
-__all__ = ["Settings"]
+from service.errors import ConfigError, excerpt
+
+__all__ = ["Settings", "load_settings"]
+
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def _default_state_dir() -> Path:
@@ -33,6 +53,9 @@ class Settings(BaseSettings):
 
     listen: str = "127.0.0.1:50051"
     """gRPC listen address (host:port; port 0 picks a free one)."""
+    listen_reuse_port: bool = False
+    """Share the listen port with other servers that set this too (SO_REUSEPORT: the kernel
+    splits clients between them). Off: a port in use stops the server at start."""
     auth_tokens: list[SecretStr] = []  # pydantic copies it; a factory would print as one
     """Bearer tokens the API accepts, each "<token>" (admin) or "<token> <tenant>" (a JSON list)."""
     auth_token_file: Path | None = None
@@ -48,7 +71,8 @@ class Settings(BaseSettings):
     tls_client_ca_file: Path | None = None
     """PEM CA bundle: when set, every client must present a certificate it signed (mTLS)."""
     allow_insecure_listen: bool = False
-    """Serve a non-loopback listen address without TLS or without authentication anyway."""
+    """Serve a non-loopback listen address without TLS or without authentication, or the
+    capture proxy (plain HTTP) on a non-loopback proxy_listen, anyway (with a warning)."""
     # Defaults made at import (not factories) so that --help shows the actual paths.
     state_dir: Path = _default_state_dir()
     """SQLite database and sandbox directories (with their proxy sockets); never in a sandbox."""
@@ -150,7 +174,8 @@ class Settings(BaseSettings):
     for the server's own root, read-only (an unprivileged server always uses "host")."""
     task_roots: list[Path] = []
     """Directories holding Harbor task directories a spec may name (`harbor_task.path`, as
-    "<root's name>/<task>" or, with one root, "<task>"); nothing outside them (a JSON list)."""
+    "<root's name>/<task>" or, with one root, "<task>"); nothing outside them (a JSON list, or
+    paths separated by ":" as in PATH)."""
     harbor_archive_max_mb: int = 16
     """Largest uploaded Harbor task archive (`harbor_task.archive`), compressed, in MiB."""
     harbor_task_max_mb: int = 64
@@ -179,6 +204,41 @@ class Settings(BaseSettings):
     instance_id: str = "default"
     """Names this service instance in remote sandbox metadata (orphan sweep)."""
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, _EnvSource(settings_cls), dotenv_settings, file_secret_settings
+
+    @field_validator("task_roots", mode="before")
+    @classmethod
+    def _path_list(cls, value: object) -> object:
+        if isinstance(value, str):  # not JSON (`_EnvSource`): a PATH-like list
+            if value.lstrip().startswith("["):
+                raise ValueError("not a valid JSON list")
+            return [part for part in value.split(os.pathsep) if part]
+        return value
+
+    @field_validator("proxy_listen")
+    @classmethod
+    def _host_and_port(cls, value: str) -> str:
+        _, colon, port = value.rpartition(":")
+        if not colon or not port.isdigit() or int(port) > 65535:
+            raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:0 (port 0 picks a free one)")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        if value.upper() not in _LOG_LEVELS:
+            raise ValueError(f"expected one of {', '.join(_LOG_LEVELS)}")
+        return value
+
     @property
     def database_path(self) -> Path:
         return self.database or self.state_dir / "rollouts.db"
@@ -205,6 +265,51 @@ class Settings(BaseSettings):
             "disk_mb": self.sandbox_disk_mb,
         }
         for name, default in defaults.items():
-            if default > self.sandbox_resource_maxima[name]:
-                raise ValueError(f"the sandbox default {name}={default} exceeds its maximum")
+            maximum = self.sandbox_resource_maxima[name]
+            if default > maximum:
+                variable = f"ROLLOUT_SANDBOX_{name.upper()}"
+                raise ValueError(
+                    f"{variable} is {default}: expected at most {variable}_MAX ({maximum})"
+                )
         return self
+
+
+class _EnvSource(EnvSettingsSource):
+    """The environment, where a list that is not JSON reaches the field's validation as the
+    string it is (task_roots splits it like PATH; elsewhere the error names the variable)
+    instead of failing in pydantic-settings' decoder with no name."""
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        try:
+            return super().decode_complex_value(field_name, field, value)
+        except ValueError:
+            return value
+
+
+def load_settings(argv: Sequence[str]) -> Settings:
+    """The settings from ROLLOUT_* variables and `argv` (flags); a bad value is a ConfigError
+    of one line per value: its variable or flag, the value (never a secret's) and what is
+    expected."""
+    try:
+        return Settings(_cli_parse_args=list(argv))  # type: ignore[call-arg]
+    except ValidationError as exc:
+        problems = [_problem(error, argv) for error in exc.errors(include_url=False)]
+        raise ConfigError("; ".join(problems)) from None
+    except SettingsError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _problem(error: ErrorDetails, argv: Sequence[str]) -> str:
+    expected = error["msg"].removeprefix("Value error, ")
+    if expected.startswith("Input should be "):
+        expected = "expected " + expected.removeprefix("Input should be ")
+    if not error["loc"]:
+        return expected  # a rule between settings, which names them itself
+    field = str(error["loc"][0])
+    flag = "--" + field.replace("_", "-")
+    given_as_flag = any(arg == flag or arg.startswith(flag + "=") for arg in argv)
+    name = flag if given_as_flag else "ROLLOUT_" + field.upper()
+    info = Settings.model_fields[field]
+    value = "(hidden)" if "SecretStr" in str(info.annotation) else excerpt(str(error["input"]))
+    meaning = " ".join((info.description or "").split()).rstrip(".")
+    return f"{name} is {value}: {expected} ({meaning})"

@@ -2,6 +2,10 @@
 
 Start it with `rollout serve` or `python -m service.server`; flags mirror the ROLLOUT_*
 environment variables (e.g. `--listen 127.0.0.1:0 --state-dir /tmp/state`).
+
+Whatever stops it at start (a bad setting, an address another process holds, an unprotected
+non-loopback address) is one line on stderr and exit code 2, before anything opens: no store,
+no recovery of rollouts that may be another server's.
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ from service.agents.opencode_install import OpencodeInstaller, npm_missing
 from service.api.auth import BearerAuthInterceptor, TokenTable, load_tokens
 from service.api.handlers import add_servicer
 from service.api.servicer import RolloutServicer
-from service.api.transport import check_exposure, server_credentials
-from service.config import Settings
+from service.api.transport import check_exposure, check_proxy_exposure, server_credentials
+from service.config import Settings, load_settings
 from service.engine.events import EventHub
 from service.engine.groups.manager import GroupManager
 from service.engine.manager import RolloutManager
 from service.engine.model_access import ModelRouter
 from service.errors import ConfigError
+from service.listen_address import ensure_free
 from service.memory import return_large_frees_to_the_os
 from service.proxy.server import CaptureProxy
 from service.registry import MissingDependencyError
@@ -44,19 +49,27 @@ __all__ = ["main", "serve"]
 log = logging.getLogger("rollout.server")
 
 _SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
+_SHARE_HINT = (
+    "stop it, choose another address, or set ROLLOUT_LISTEN_REUSE_PORT=true on every server "
+    "meant to share the port"
+)
 
 
 async def serve(settings: Settings) -> None:
     """Run until SIGTERM/SIGINT, then drain: stop admitting, cancel after the grace, exit."""
-    security = _ApiSecurity.from_settings(settings)  # before anything opens: it may refuse
+    # Before anything opens: each of these may refuse.
+    security = _ApiSecurity.from_settings(settings)
+    check_proxy_exposure(settings)
+    if not settings.listen_reuse_port:
+        ensure_free(settings.listen, "ROLLOUT_LISTEN", _SHARE_HINT)
+    proxy = CaptureProxy(settings)
+    await proxy.start()
     tracing = setup_tracing()
     settings.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     store = SqliteStore(settings.database_path)
     await store.open()
     hub = EventHub(store)
     await hub.start()
-    proxy = CaptureProxy(settings)
-    await proxy.start()
     manager = RolloutManager(settings, store, hub, ModelRouter(proxy, os.environ, settings))
     manager.load_default_backend()
     _warn_if_opencode_unavailable(settings)
@@ -144,6 +157,8 @@ def _grpc_server(
     options = [
         ("grpc.max_send_message_length", settings.max_message_bytes),
         ("grpc.max_receive_message_length", settings.max_message_bytes),
+        # gRPC shares ports by default: a second server would take half the clients.
+        ("grpc.so_reuseport", int(settings.listen_reuse_port)),
     ]
     server = grpc.aio.server(
         options=options,
@@ -156,12 +171,21 @@ def _grpc_server(
     reflection.enable_server_reflection(
         (_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    if security.credentials is None:
-        port = server.add_insecure_port(settings.listen)
-    else:
-        port = server.add_secure_port(settings.listen, security.credentials)
+    port = _bind(server, settings.listen, security.credentials)
     log.info("API security: %s", security.describe(settings))
     return server, port, health_servicer
+
+
+def _bind(server: grpc.aio.Server, listen: str, credentials: grpc.ServerCredentials | None) -> int:
+    """The bound port; a ConfigError when gRPC cannot bind: the port is held by a server
+    that does not share it (or was taken since `ensure_free`), or gRPC refuses the address."""
+    try:
+        if credentials is None:
+            return server.add_insecure_port(listen)
+        return server.add_secure_port(listen, credentials)
+    except RuntimeError as exc:  # gRPC's only report: "Failed to bind to address ..."
+        ensure_free(listen, "ROLLOUT_LISTEN", _SHARE_HINT)  # names the holder if there is one
+        raise ConfigError(f"cannot listen on {listen} (ROLLOUT_LISTEN): {exc}") from exc
 
 
 async def _mark_serving(health_servicer: health.aio.HealthServicer) -> None:
@@ -190,12 +214,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `rollout serve` and `python -m service.server`."""
     _raise_fd_limit()
     return_large_frees_to_the_os()
-    settings = Settings(_cli_parse_args=list(argv if argv is not None else sys.argv[1:]))  # type: ignore[call-arg]
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     try:
+        settings = load_settings(argv if argv is not None else sys.argv[1:])
+        logging.basicConfig(
+            level=settings.log_level.upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
         asyncio.run(serve(settings))
     except (MissingDependencyError, ConfigError) as exc:
         print(f"rollout-service cannot start: {exc}", file=sys.stderr)

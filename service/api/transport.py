@@ -3,10 +3,16 @@
     listen address                      without TLS and authentication
     127.0.0.0/8, ::1, localhost, unix:  allowed (the default: a trainer on the same machine)
     anything else (0.0.0.0, [::], ...)  refused at start, unless allow_insecure_listen
+                                        (then a warning names what is missing)
 
 Authentication is bearer tokens (`service.api.auth`) or client certificates (mTLS:
 `tls_client_ca_file`). The check runs before the server opens anything, and its error names
 the settings that would make the address safe.
+
+The capture proxy's TCP listener (`proxy_listen`) follows the same rule. It speaks plain HTTP
+(its routes are unguessable tokens, but a token, the model calls and their replies cross the
+network in clear), so any address but loopback needs allow_insecure_listen; to serve remote
+sandboxes safely, keep it on loopback behind a TLS front (`proxy_public_url`).
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ import grpc
 
 from service.config import Settings
 from service.errors import ConfigError
+from service.proxy.core import split_listen
 
-__all__ = ["check_exposure", "is_loopback", "server_credentials"]
+__all__ = ["check_exposure", "check_proxy_exposure", "is_loopback", "server_credentials"]
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +36,10 @@ def is_loopback(listen: str) -> bool:
     """Whether a gRPC listen address is reachable only from this machine."""
     if listen.startswith(("unix:", "unix-abstract:")):
         return True
-    host = listen.rsplit(":", 1)[0].removeprefix("[").removesuffix("]")
+    return _is_loopback_host(listen.rsplit(":", 1)[0].removeprefix("[").removesuffix("]"))
+
+
+def _is_loopback_host(host: str) -> bool:
     if host == "localhost":
         return True
     try:
@@ -80,10 +90,26 @@ def check_exposure(settings: Settings, *, encrypted: bool, authenticated: bool) 
             "authentication (ROLLOUT_AUTH_TOKENS, ROLLOUT_AUTH_TOKEN_FILE"
             " or ROLLOUT_TLS_CLIENT_CA_FILE)"
         )
+    _refuse_unless_allowed(settings, settings.listen, " and ".join(missing))
+
+
+def check_proxy_exposure(settings: Settings) -> None:
+    """Refuse a capture-proxy listen address other than loopback: it is plain HTTP."""
+    host, _ = split_listen(settings.proxy_listen)
+    if not _is_loopback_host(host):
+        _refuse_unless_allowed(
+            settings,
+            f"{settings.proxy_listen} (ROLLOUT_PROXY_LISTEN, the capture proxy)",
+            "TLS (the proxy speaks plain HTTP: keep it on loopback behind a TLS front named "
+            "by ROLLOUT_PROXY_PUBLIC_URL)",
+        )
+
+
+def _refuse_unless_allowed(settings: Settings, address: str, missing: str) -> None:
     if settings.allow_insecure_listen:
-        log.warning("serving %s without %s", settings.listen, " and ".join(missing))
+        log.warning("serving %s without %s", address, missing)
         return
     raise ConfigError(
-        f"refusing to listen on {settings.listen}, which is not a loopback address, without "
-        f"{' and '.join(missing)}; set ROLLOUT_ALLOW_INSECURE_LISTEN=true to serve it anyway"
+        f"refusing to listen on {address}, which is not a loopback address, without "
+        f"{missing}; set ROLLOUT_ALLOW_INSECURE_LISTEN=true to serve it anyway"
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from service.listen_address import bind_refusal
 from service.models import CaptureSpec
 from service.proxy.capture.record import RecordBounds
 from service.proxy.capture.route import OnTurn, Route
@@ -56,7 +57,13 @@ class CaptureProxy:
         return self._core.tcp_connections
 
     async def start(self) -> None:
-        self.port = await self._core.serve_tcp(self.host, self.port)
+        """Listen on TCP; a port in use (or an address this host lacks) is a ConfigError."""
+        try:
+            self.port = await self._core.serve_tcp(self.host, self.port)
+        except OSError as exc:
+            listen = base_url(self.host, self.port).removeprefix("http://")
+            hint = "stop it, or choose another port (port 0 picks a free one)"
+            raise bind_refusal(listen, self.port, "ROLLOUT_PROXY_LISTEN", exc, hint) from exc
 
     async def stop(self) -> None:
         await self._core.close()

@@ -1,0 +1,99 @@
+"""Whether a TCP listen address is free, and which process holds it when it is not.
+
+A second server on a port in use must not start: gRPC binds with SO_REUSEPORT by default, so
+the kernel would split clients between two servers with two databases, and rollouts would
+"vanish" between calls. The server checks its addresses before anything opens (no store, no
+recovery of another server's rollouts) and names the holder when this user can see it:
+
+    /proc/net/tcp, tcp6   the listening socket's inode, by port
+    /proc/<pid>/fd/*      the process with a descriptor on that inode (every process as
+                          root; one's own otherwise)
+
+Only the process name (`comm`) is shown: a command line may carry secrets.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+from service.errors import ConfigError
+
+__all__ = ["bind_refusal", "ensure_free", "host_and_port"]
+
+_PROC = Path("/proc")
+_TCP_LISTEN = "0A"
+"""The LISTEN state in /proc/net/tcp."""
+
+
+def host_and_port(listen: str) -> tuple[str | None, int] | None:
+    """HOST:PORT (an IPv6 host in brackets; no host: every interface) as host and port;
+    None for an address that is not TCP (unix:...) or has no numeric port."""
+    if listen.startswith(("unix:", "unix-abstract:", "vsock:")):
+        return None
+    host, colon, port = listen.rpartition(":")
+    if not colon or not port.isdigit():
+        return None
+    return host.removeprefix("[").removesuffix("]") or None, int(port)
+
+
+def ensure_free(listen: str, setting: str, hint: str) -> None:
+    """Refuse an address another socket listens on (or that cannot be bound at all): a
+    ConfigError naming it, `setting`, the holder when known, and `hint` (what to do)."""
+    parsed = host_and_port(listen)
+    if parsed is None or parsed[1] == 0:
+        return  # port 0 is always free; gRPC names any other failure when it binds
+    host, port = parsed
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"{setting} is {listen!r}: {exc.strerror}") from None
+    for family, kind, protocol, _, address in addresses:
+        with socket.socket(family, kind, protocol) as probe:
+            # As a server binds: a port whose last connections are in TIME_WAIT is free.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise bind_refusal(listen, port, setting, exc, hint) from None
+
+
+def bind_refusal(listen: str, port: int, setting: str, error: OSError, hint: str) -> ConfigError:
+    """The ConfigError of a failed bind: who holds the port, or the system's reason."""
+    if error.errno != errno.EADDRINUSE:
+        return ConfigError(f"cannot listen on {listen} ({setting}): {error.strerror}")
+    holders = sorted(set(_holders(port)))
+    by = f" by {', '.join(holders)}" if holders else ""
+    return ConfigError(f"{listen} ({setting}) is already in use{by}; {hint}")
+
+
+def _holders(port: int) -> Iterator[str]:
+    """'pid N (name)' of each process with a socket listening on `port`, as far as /proc shows."""
+    inodes = set(_listening_inodes(port))
+    if not inodes:
+        return
+    targets = {f"socket:[{inode}]" for inode in inodes}
+    for process in _PROC.iterdir():
+        if not process.name.isdigit():
+            continue
+        try:
+            if any(str(fd.readlink()) in targets for fd in (process / "fd").iterdir()):
+                name = (process / "comm").read_text().strip()
+                yield f"pid {process.name} ({name})"
+        except OSError:
+            continue  # gone, or another user's process
+
+
+def _listening_inodes(port: int) -> Iterator[str]:
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (_PROC / "net" / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == _TCP_LISTEN and int(local.rsplit(":", 1)[1], 16) == port and inode != "0":
+                yield inode
