@@ -185,6 +185,8 @@ class Settings(BaseSettings):
     task roots' Dockerfiles are built, since a build's RUN steps run as root on the host."""
     image_build_timeout_s: float = 3600.0
     """Budget of each tool run of an image build, import or unpack (mmdebstrap, buildah, skopeo)."""
+    image_aliases: dict[str, str] = {}
+    """Image names that stand for local ones (JSON): {"ghcr.io/org/*": "mirror/*"}, `*` kept."""
 
     opencode_version: str = "1.18.33"
     """Pinned opencode-ai npm version."""

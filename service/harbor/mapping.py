@@ -8,14 +8,16 @@
     [agent].timeout_sec       agent_timeout         [verifier].timeout_sec  verify_timeout
     [environment].cpus        resources.cpu_count   .memory_mb              resources.memory_mb
     [environment].storage_mb  resources.disk_mb     .env                    task.env
-    [environment].workdir     task.workdir (else the Dockerfile's last WORKDIR, else /)
+    [environment].workdir     task.workdir (else the Dockerfile's WORKDIR, else the FROM
+                              image's WorkingDir, else /; the spec's task.workdir wins)
     [environment].allow_internet = false            sandbox.network NONE, whatever was asked
     [verifier].env            task.verifier_env     [solution].env          task.solution_env
 
 What the caller sets in the spec wins over task.toml (a non-zero resource, a timeout, an
-image: then the Dockerfile is not built). Inline task fields beside a task directory are
-refused (but `task.reward_key`, which task.toml cannot say: it picks the reward among a
-multi-dimensional reward.json's keys): one task, one source. `${VAR:-default}` in an env
+image: then the Dockerfile is not built, and that image's WorkingDir is inherited). Inline
+task fields beside a task directory are refused (but `task.reward_key`, which task.toml cannot
+say: it picks the reward among a multi-dimensional reward.json's keys, and `task.workdir`,
+where the agent starts): one task, one source. `${VAR:-default}` in an env
 value is its default (the server's own environment is never read); `${VAR}` without a
 default is refused.
 """
@@ -27,7 +29,10 @@ import tomllib
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from service.errors import ImageError
 from service.harbor.source import FIELD, TaskTree, refuse
+from service.images import ImageConfig
+from service.images.dockerfile import final_stage
 from service.models import (
     HarborTaskSpec,
     NetworkPolicy,
@@ -38,7 +43,14 @@ from service.models import (
 )
 from service.sandboxes.base import VERIFIER_DIR
 
-__all__ = ["HARBOR_VERIFY", "dockerfile_workdir", "resolve_spec", "task_image_name"]
+__all__ = [
+    "HARBOR_VERIFY",
+    "dockerfile_from",
+    "dockerfile_user",
+    "dockerfile_workdir",
+    "resolve_spec",
+    "task_image_name",
+]
 
 HARBOR_VERIFY = (
     # Harbor's tests write /logs/verifier: make it the service's fresh verifier directory.
@@ -47,7 +59,6 @@ HARBOR_VERIFY = (
 )
 _CANARY = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)
 _TEMPLATE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
-_CONTINUATION = re.compile(r"\\\s*\n")
 
 
 class _Section(BaseModel):
@@ -90,16 +101,22 @@ def task_image_name(digest: str) -> str:
     return f"harbor/task:{digest[:24]}"
 
 
-def resolve_spec(spec: RolloutSpec, tree: TaskTree, digest: str) -> RolloutSpec:
-    """`spec` with its task, sandbox and timeouts filled from the task directory `tree`."""
+def resolve_spec(
+    spec: RolloutSpec, tree: TaskTree, digest: str, image: ImageConfig | None = None
+) -> RolloutSpec:
+    """`spec` with its task, sandbox and timeouts filled from the task directory `tree`;
+    `image` is the config of the image the task's starts from (its FROM, or the spec's)."""
     assert spec.harbor_task is not None
-    if spec.task != TaskSpec(instruction="", reward_key=spec.task.reward_key):
+    allowed = TaskSpec(instruction="", reward_key=spec.task.reward_key, workdir=spec.task.workdir)
+    if spec.task != allowed:
         raise refuse("spec.task", "give inline task fields or harbor_task, not both")
     config = _config(tree)
     dockerfile = _text(tree, "environment/Dockerfile") if not spec.sandbox.image else ""
     _text(tree, "tests/test.sh")
     env = config.environment
-    workdir = env.workdir or (dockerfile_workdir(dockerfile) if dockerfile else "") or "/"
+    inherited = (image or ImageConfig()).workdir
+    built = dockerfile_workdir(dockerfile, inherited) if dockerfile else inherited
+    workdir = spec.task.workdir or env.workdir or built or "/"
     tests = _under(tree, "tests/")
     solution = _under(tree, "solution/")
     modes = {f"/tests/{p}": tree[f"tests/{p}"].mode for p in tests} | {
@@ -196,17 +213,34 @@ def _env(values: dict[str, str], section: str) -> dict[str, str]:
     return {name: _TEMPLATE.sub(default, value) for name, value in values.items()}
 
 
-def dockerfile_workdir(dockerfile: str) -> str:
-    """The last stage's working directory as its WORKDIR lines set it ("" if none do)."""
-    workdir = ""
-    for line in _CONTINUATION.sub(" ", dockerfile).splitlines():
-        words = line.split(maxsplit=1)
-        if not words:
-            continue
-        instruction = words[0].upper()
-        if instruction == "FROM":
-            workdir = ""
-        elif instruction == "WORKDIR" and len(words) == 2:
-            path = words[1].strip().strip('"')
+def dockerfile_workdir(dockerfile: str, inherited: str = "") -> str:
+    """The last stage's working directory as its WORKDIR lines set it on top of `inherited`
+    (its FROM image's), through the stages it builds on ("" if none set one)."""
+    workdir = inherited
+    for instruction, operand in _final_steps(dockerfile):
+        if instruction == "WORKDIR" and operand:
+            path = operand.strip().strip('"')
             workdir = path if path.startswith("/") else f"{workdir.rstrip('/')}/{path}"
     return workdir
+
+
+def dockerfile_user(dockerfile: str, inherited: str = "") -> str:
+    """The user the last stage's image runs as: its last USER line, else `inherited`."""
+    users = [operand.strip() for step, operand in _final_steps(dockerfile) if step == "USER"]
+    return users[-1] if users else inherited
+
+
+def dockerfile_from(dockerfile: str) -> str | None:
+    """The image the last stage starts from, through the stages it builds on (None: scratch)."""
+    return _final_stage(dockerfile)[0]
+
+
+def _final_steps(dockerfile: str) -> list[tuple[str, str]]:
+    return _final_stage(dockerfile)[1]
+
+
+def _final_stage(dockerfile: str) -> tuple[str | None, list[tuple[str, str]]]:
+    try:
+        return final_stage(dockerfile, {}, image="environment/Dockerfile")
+    except ImageError as exc:
+        raise refuse(FIELD, f"environment/Dockerfile: {exc.detail}") from exc

@@ -1,7 +1,9 @@
 """Harbor tasks at admission and at sandbox creation: the one door the engine uses.
 
 At admission (`resolve`) the task directory is read within its bounds (`source`), mapped
-onto the spec (`mapping`), and its `environment/` written under the server's state
+onto the spec (`mapping`) with the config of the image it starts from (its WorkingDir is
+inherited; a USER other than root is refused: every command of a sandbox runs as its root),
+and its `environment/` written under the server's state
 directory, named by the task's digest (never under the cache, which sandboxes can read:
 only the build context goes there, never tests or solution). Its Dockerfile's FROM images
 must be in the store, or admission fails naming them and how to provide them. At sandbox
@@ -19,15 +21,21 @@ from pathlib import Path
 
 from service.config import Settings
 from service.errors import FieldViolation, ImageError, SandboxError, SpecError
-from service.harbor.mapping import resolve_spec, task_image_name
+from service.harbor.mapping import (
+    dockerfile_from,
+    dockerfile_user,
+    resolve_spec,
+    task_image_name,
+)
 from service.harbor.source import FIELD, TaskTree, read_archive, read_rooted, tree_digest
-from service.images import ImageProgress, ImageStore
+from service.images import ImageConfig, ImageProgress, ImageStore
 from service.images.dockerfile import from_images
 from service.models import RolloutSpec, SandboxSpec
 
 __all__ = ["HarborTasks"]
 
 _MIB = 1024 * 1024
+_ROOT_USERS = ("", "root", "0", "root:root", "0:0")
 CheckImage = Callable[[SandboxSpec], Awaitable[None]]
 
 
@@ -37,13 +45,20 @@ class HarborTasks:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._contexts = settings.state_dir / "harbor"
-        self._store = ImageStore(settings.cache_dir, timeout_s=settings.image_build_timeout_s)
+        self._store = ImageStore(
+            settings.cache_dir,
+            timeout_s=settings.image_build_timeout_s,
+            aliases=settings.image_aliases,
+        )
 
     async def resolve(self, spec: RolloutSpec, check_image: CheckImage) -> RolloutSpec:
         """The spec a Harbor task directory makes (SpecError naming what is wrong)."""
         tree = await asyncio.to_thread(self._read, spec)
         digest = tree_digest(tree)
-        resolved = resolve_spec(spec, tree, digest)
+        dockerfile = "" if spec.sandbox.image else self._dockerfile(tree)
+        image = await self._starting_image(spec, dockerfile)
+        resolved = resolve_spec(spec, tree, digest, image)
+        _refuse_user(dockerfile_user(dockerfile, image.user) if dockerfile else image.user)
         if resolved.sandbox.image == task_image_name(digest):
             await self._check_upload_build(spec, resolved.sandbox.image)
             await asyncio.to_thread(self._write_context, tree, digest)
@@ -66,6 +81,27 @@ class HarborTasks:
                 "operator set ROLLOUT_HARBOR_UPLOAD_BUILDS=true for trusted callers"
             )
             raise SpecError([FieldViolation(f"{FIELD}.archive", why)])
+
+    async def _starting_image(self, spec: RolloutSpec, dockerfile: str) -> ImageConfig:
+        """The config of the image the task's starts from: the spec's image, else the FROM of
+        the Dockerfile's last stage (an empty config if it is scratch or not in the store:
+        the image check refuses the latter)."""
+        name = (dockerfile_from(dockerfile) or "") if dockerfile else spec.sandbox.image
+        try:
+            config = await self._store.config(name) if name else None
+        except ImageError as exc:
+            if not dockerfile:  # another backend's name (an E2B template): its check judges
+                return ImageConfig()
+            raise SpecError([FieldViolation(FIELD, f"FROM {name}: {exc.detail}")]) from exc
+        return config or ImageConfig()
+
+    @staticmethod
+    def _dockerfile(tree: TaskTree) -> str:
+        file = tree.get("environment/Dockerfile")
+        try:
+            return file.data.decode() if file is not None else ""
+        except UnicodeDecodeError:
+            return ""  # resolve_spec names it
 
     def _read(self, spec: RolloutSpec) -> TaskTree:
         assert spec.harbor_task is not None
@@ -134,3 +170,17 @@ class HarborTasks:
             )
         except ImageError as exc:
             raise SandboxError(f"building the task's image: {exc}") from exc
+
+
+def _refuse_user(user: str) -> None:
+    if user.strip() not in _ROOT_USERS:
+        raise SpecError(
+            [
+                FieldViolation(
+                    FIELD,
+                    f"the task's image sets USER {user}; not supported: setup, the agent and "
+                    "the verifier all run as the sandbox's root; drop the USER line (or set "
+                    "USER root) and start the agent as that user in its command if it must be",
+                )
+            ]
+        )

@@ -1,7 +1,9 @@
 """`python -m service.images`: the operator's command for the image store (server-side only).
 
     python -m service.images base                       make the Debian base (mmdebstrap)
-    python -m service.images import SOURCE --name NAME  OCI layout / archive / docker://
+    python -m service.images import SOURCE --name NAME [--image REF]
+                                                        OCI layout / archive / docker://;
+                                                        REF: which image of an archive
     python -m service.images build CONTEXT --name NAME [-f DOCKERFILE] [--build-arg K=V ...]
     python -m service.images get NAME                   unpack; print the rootfs and config
     python -m service.images list
@@ -37,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     importer = commands.add_parser("import", help="import an OCI image")
     importer.add_argument("source")
     importer.add_argument("--name", required=True)
+    importer.add_argument(
+        "--image", default="", metavar="REF", help="the image to take from a multi-image archive"
+    )
     build = commands.add_parser("build", help="build a Dockerfile")
     build.add_argument("context", type=Path)
     build.add_argument("--name", required=True)
@@ -57,7 +62,7 @@ async def _run(args: argparse.Namespace, store: ImageStore) -> object:
     if args.command == "base":
         return await store.base(_progress)
     if args.command == "import":
-        return await store.import_oci(args.source, args.name, _progress)
+        return await store.import_oci(args.source, args.name, _progress, select=args.image)
     if args.command == "build":
         build_args = dict(item.partition("=")[::2] for item in args.build_arg)
         return await store.build(
@@ -85,7 +90,11 @@ def _json(result: object) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     settings = Settings()
-    store = ImageStore(settings.cache_dir, timeout_s=settings.image_build_timeout_s)
+    store = ImageStore(
+        settings.cache_dir,
+        timeout_s=settings.image_build_timeout_s,
+        aliases=settings.image_aliases,
+    )
     try:
         result = asyncio.run(_run(args, store))
     except ImageError as exc:

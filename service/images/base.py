@@ -15,8 +15,9 @@ from pathlib import Path
 
 from service.errors import ImageError
 from service.images.models import ProgressCallback
+from service.images.names import qualify
 from service.images.process import run_tool
-from service.images.storage import ContainerStorage, qualify
+from service.images.storage import ContainerStorage
 
 __all__ = ["BASE_NAMES", "BASE_PACKAGES", "BASE_SUITE", "base_key", "build_base"]
 

@@ -2,9 +2,9 @@
 
 Images live as layers in a containers/storage tree (overlay driver) under the store's own
 directory, never in the machine's /var/lib/containers, so the service's images are its own and
-removing the cache removes them. Every local name is qualified as `localhost/<name>[:latest]`:
-buildah resolves a Dockerfile's `FROM debian:bookworm` to `localhost/debian:bookworm` with
-pulling off, so short names always mean the store's images, never a registry's.
+removing the cache removes them. Names are spelled by `names.qualify` (`debian:bookworm` is
+stored as `docker.io/library/debian:bookworm`); nothing is ever pulled, so every name, with a
+registry host or not, means an image of the store, never a registry's.
 """
 
 from __future__ import annotations
@@ -17,24 +17,15 @@ from typing import Any
 
 from service.errors import ImageError
 from service.images.models import ImageConfig, ImageProgress, ProgressCallback
+from service.images.names import candidates, qualify
 from service.images.process import run_tool
 
-__all__ = ["ContainerStorage", "qualify"]
+__all__ = ["ContainerStorage"]
 
 _QUERY_TIMEOUT_S = 120.0
 _LIST_TRIES = 5
 _VANISHED = "image not known"
 """What buildah says of an image removed while it was listing it."""
-
-
-def qualify(name: str) -> str:
-    """`rollout/base` -> `localhost/rollout/base:latest`: the store's one spelling of a name."""
-    if not name or name != name.strip() or any(c.isspace() for c in name):
-        raise ImageError(name, "name", "an image name is non-empty and has no spaces")
-    first, _, rest = name.partition("/")
-    qualified = name if first == "localhost" and rest else f"localhost/{name}"
-    last = qualified.rsplit("/", 1)[1]
-    return qualified if ":" in last or "@" in last else f"{qualified}:latest"
 
 
 def _ignore(_: ImageProgress) -> None:
@@ -109,10 +100,16 @@ class ContainerStorage:
 
     async def image_id(self, name: str) -> str | None:
         """The id a local name points at, or None."""
-        qualified = qualify(name)
-        for image in await self.images():
-            if qualified in (image.get("names") or []):
-                return str(image["id"])
+        found = await self.find(name)
+        return found[0] if found else None
+
+    async def find(self, name: str) -> tuple[str, str] | None:
+        """(id, stored name) of the first of `name`'s spellings (`names.candidates`) held."""
+        images = await self.images()
+        for spelling in candidates(name):
+            for image in images:
+                if spelling in (image.get("names") or []):
+                    return str(image["id"]), spelling
         return None
 
     async def config(self, image_id: str) -> ImageConfig:

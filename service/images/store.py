@@ -8,6 +8,9 @@
 
 Every request is keyed by content (base.py, dockerfile.py): a key the store has recorded, whose
 image it still holds, is a hit and runs no tool. `outcomes` records each request's hit or build.
+
+A name is looked up (`resolve`) as `names.qualify` spells it, then through the operator's
+aliases (names.py); the base counts as held, since it is made at first use.
 """
 
 from __future__ import annotations
@@ -16,26 +19,34 @@ import asyncio
 import fcntl
 import os
 import shutil
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
 from service.errors import ImageError
 from service.file_lock import file_lock
 from service.images.base import BASE_NAMES, base_key, build_base
-from service.images.dockerfile import build_dockerfile, build_key, context_digest, from_images
+from service.images.dockerfile import (
+    build_dockerfile,
+    build_key,
+    context_digest,
+    from_images,
+    pin_from,
+)
 from service.images.flight import Flights
 from service.images.models import (
     BuildOutcome,
     Image,
+    ImageConfig,
     ImageProgress,
     ImageSummary,
     ProgressCallback,
     PruneReport,
 )
+from service.images.names import ImageAliases, qualify
 from service.images.oci import import_oci
 from service.images.rootfs import ROOTFS_DIR, TMP_PREFIX, read_config, unpack
-from service.images.storage import ContainerStorage, qualify
+from service.images.storage import ContainerStorage
 
 __all__ = ["ImageStore"]
 
@@ -43,8 +54,9 @@ _BASE = {qualify(name) for name in BASE_NAMES}
 _HOW_TO_PROVIDE = (
     "import it with `python -m service.images import SOURCE --name {name}` "
     "(an OCI layout, oci-archive or docker save tarball) or build it from a Dockerfile with "
-    "`python -m service.images build CONTEXT --name {name}`; `rollout/base` and "
-    "`debian:bookworm` name the Debian base, made at first use"
+    "`python -m service.images build CONTEXT --name {name}`, or have the operator alias it to "
+    "a local image (ROLLOUT_IMAGE_ALIASES); `rollout/base` and `debian:bookworm` name the "
+    "Debian base, made at first use"
 )
 Produce = Callable[[ProgressCallback], Awaitable[str]]
 
@@ -56,8 +68,15 @@ def _ignore(_: ImageProgress) -> None:
 class ImageStore:
     """Images under `<cache_dir>/images`, made once, shared by every sandbox."""
 
-    def __init__(self, cache_dir: Path, *, timeout_s: float = 3600.0) -> None:
+    def __init__(
+        self,
+        cache_dir: Path,
+        *,
+        timeout_s: float = 3600.0,
+        aliases: Mapping[str, str] | None = None,
+    ) -> None:
         self.directory = cache_dir / "images"
+        self.aliases = ImageAliases(aliases or {})
         self.storage = ContainerStorage(
             self.directory / "containers", self.directory / "containers-run", timeout_s
         )
@@ -66,14 +85,16 @@ class ImageStore:
         self._flights: Flights[Image] = Flights()
 
     async def get(self, name: str, on_progress: ProgressCallback = _ignore) -> Image:
-        """The ready image `name`: the base is made at first use; any other must exist."""
-        if qualify(name) in _BASE:
-            return await self.base(on_progress)
-        image_id = await self.storage.image_id(name)
-        if image_id is None:
+        """The ready image `name` (or its alias): the base is made at first use; any other
+        must exist."""
+        found = await self.resolve(name)
+        if found is None:
             raise ImageError(
                 name, "resolve", f"no such image in the store; {self.how_to_provide(name)}"
             )
+        stored, image_id = found
+        if stored in _BASE or image_id is None:
+            return await self.base(on_progress)
 
         async def work(report: ProgressCallback) -> Image:
             async with file_lock(self._builds_lock, shared=True):
@@ -91,10 +112,36 @@ class ImageStore:
 
         return await self._once(base_key(), BASE_NAMES[0], produce, on_progress)
 
+    async def resolve(self, name: str) -> tuple[str, str | None] | None:
+        """(stored name, image id) that `name` stands for: itself if held, else the first
+        alias target held; the id is None for the base not made yet. None if neither."""
+        for spelling in [name, *(target for _, target in self.aliases.targets(name))]:
+            if qualify(spelling) in _BASE:
+                image_id = await self.storage.image_id(BASE_NAMES[0])
+                return qualify(BASE_NAMES[0]), image_id
+            found = await self.storage.find(spelling)
+            if found is not None:
+                return found[1], found[0]
+        return None
+
+    async def config(self, name: str) -> ImageConfig | None:
+        """The image config of `name` (aliases followed), without unpacking; None if not held."""
+        found = await self.resolve(name)
+        if found is None:
+            return None
+        image_id = found[1]
+        return ImageConfig() if image_id is None else await self.storage.config(image_id)
+
     async def import_oci(
-        self, source: str, name: str, on_progress: ProgressCallback = _ignore
+        self,
+        source: str,
+        name: str,
+        on_progress: ProgressCallback = _ignore,
+        *,
+        select: str = "",
     ) -> Image:
-        """Import an OCI layout, oci-archive, docker save tarball or registry image as `name`.
+        """Import an OCI layout, oci-archive, docker save tarball or registry image as `name`
+        (`select`: which image of an archive that holds several).
 
         Not keyed by content (a registry tag moves): skopeo runs each time, copying only the
         layers the storage lacks; the unpacked directory is still shared by content id.
@@ -102,11 +149,12 @@ class ImageStore:
         qualify(name)
 
         async def work(report: ProgressCallback) -> Image:
-            image_id = await import_oci(self.storage, source, name, report)
+            image_id = await import_oci(self.storage, source, name, report, select=select)
             self._record(name, f"import:{source}", "built", image_id)
             return await self._ready(name, image_id, report)
 
-        return await self._flights.run(f"import\0{source}\0{name}", name, work, on_progress)
+        flight = f"import\0{source}\0{select}\0{name}"
+        return await self._flights.run(flight, name, work, on_progress)
 
     async def build(
         self,
@@ -126,12 +174,14 @@ class ImageStore:
         except OSError as exc:
             raise ImageError(name, "Dockerfile", f"cannot read {dockerfile}: {exc}") from exc
         parents = from_images(text, args, image=name)
-        parent_ids = [await self._parent_id(name, parent, on_progress) for parent in parents]
+        ids = {parent: await self._parent_id(name, parent, on_progress) for parent in parents}
+        parent_ids = [ids[parent] for parent in parents]
         key = build_key(text, args, await asyncio.to_thread(context_digest, context), parent_ids)
+        pinned = pin_from(text, args, ids, image=name)
 
         async def produce(report: ProgressCallback) -> str:
             await build_dockerfile(
-                self.storage, name=name, context=context, dockerfile=dockerfile,
+                self.storage, name=name, context=context, dockerfile=pinned,
                 build_args=args, on_progress=report,
             )  # fmt: skip
             return await self._image_id(name, "build")
@@ -152,9 +202,10 @@ class ImageStore:
 
     async def remove(self, name: str) -> None:
         """Drop the name `name` (the image goes at the next prune if no other name holds it)."""
-        if await self.storage.image_id(name) is None:
+        found = await self.storage.find(name)
+        if found is None:
             raise ImageError(name, "remove", "no such image in the store")
-        rmi = ["rmi", qualify(name)]
+        rmi = ["rmi", found[1]]
         await self.storage.run(rmi, image=name, step="remove", on_progress=_ignore)
 
     async def prune(self, *, everything: bool = False) -> PruneReport:
@@ -257,14 +308,13 @@ class ImageStore:
         )
 
     async def _parent_id(self, name: str, parent: str, on_progress: ProgressCallback) -> str:
-        image_id = await self.storage.image_id(parent)
-        if image_id is None and qualify(parent) in _BASE:
-            return (await self.base(on_progress)).id
-        if image_id is None:
+        found = await self.resolve(parent)
+        if found is None:
             raise ImageError(
                 name, f"FROM {parent}", f"no such image in the store; {self.how_to_provide(parent)}"
             )
-        return image_id
+        image_id = found[1]
+        return image_id if image_id is not None else (await self.base(on_progress)).id
 
     async def _image_id(self, name: str, step: str) -> str:
         image_id = await self.storage.image_id(name)
@@ -272,9 +322,12 @@ class ImageStore:
             raise ImageError(name, step, "buildah finished but the storage lacks the image")
         return image_id
 
-    @staticmethod
-    def how_to_provide(name: str) -> str:
-        return _HOW_TO_PROVIDE.format(name=name)
+    def how_to_provide(self, name: str) -> str:
+        """What was looked for (the name's spelling, its aliases) and how to provide it."""
+        tried = [qualify(name)] + [
+            f"{target} (alias {key})" for key, target in self.aliases.targets(name)
+        ]
+        return f"looked for {', '.join(tried)}; {_HOW_TO_PROVIDE.format(name=name)}"
 
 
 def _unpacked_ids(unpacked: Path) -> list[str]:

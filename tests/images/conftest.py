@@ -47,7 +47,7 @@ async def shared_store(shared_cache: Path, base_image: Image) -> AsyncIterator[I
     yield store
     for summary in await store.list():
         for name in summary.names:
-            if name.startswith("localhost/tests/"):
+            if "/tests/" in name:  # docker.io/tests/..., ghcr.io/tests/..., localhost/tests/...
                 await store.remove(name)
     await store.prune()
 

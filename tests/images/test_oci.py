@@ -30,7 +30,7 @@ async def test_import_layout_unpacks_files_and_config(tmp_path: Path, oci_layout
     seen: list[ImageProgress] = []
     image = await store.import_oci(f"oci:{oci_layout}:tiny", "tests/tiny", seen.append)
     _assert_tiny(image)
-    assert "localhost/tests/tiny:latest" in image.names
+    assert "docker.io/tests/tiny:latest" in image.names
     assert image.rootfs == tmp_path / "cache" / "images" / "unpacked" / image.id / "rootfs"
     assert {p.step for p in seen} >= {"import", "unpack"}
     assert (await store.get("tests/tiny")).id == image.id
@@ -71,7 +71,7 @@ async def test_list_remove_prune(tmp_path: Path, oci_layout: Path) -> None:
     image = await store.import_oci(f"oci:{oci_layout}:tiny", "tests/tiny")
     listed = {summary.id: summary for summary in await store.list()}
     assert listed[image.id].unpacked
-    assert "localhost/tests/tiny:latest" in listed[image.id].names
+    assert "docker.io/tests/tiny:latest" in listed[image.id].names
 
     assert (await store.prune()).unpacked_removed == []
     assert image.rootfs.is_dir()

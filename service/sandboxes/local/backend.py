@@ -101,7 +101,11 @@ class LocalBackend:
         self._sandboxes: dict[str, LocalSandbox] = {}
         self._forks = ForkServer()
         self._warm = WarmPool(settings.local_warm_sandboxes, self._build)
-        store = ImageStore(Path(settings.cache_dir), timeout_s=settings.image_build_timeout_s)
+        store = ImageStore(
+            Path(settings.cache_dir),
+            timeout_s=settings.image_build_timeout_s,
+            aliases=settings.image_aliases,
+        )
         self._images = ImageRoots(store, settings.sandbox_image)
         self._id_blocks = UidBlocks(_ID_BLOCKS)
         self._image_holds: dict[int, int] = {}
@@ -247,6 +251,7 @@ class LocalBackend:
             image=None if image is None else image.config,
             image_id=key.image,
             forked=snapshot is not None,
+            lowers=_lowers(image, snapshot),
         )
         self._sandboxes[name] = sandbox
         try:
@@ -258,7 +263,6 @@ class LocalBackend:
 
     async def _adopt(
         self, sandbox: LocalSandbox, rollout_id: str, limits: Limits
-            lowers=_lowers(image, snapshot),
     ) -> LocalSandbox | None:
         """Rename a warm sandbox's directories and cgroup to the rollout's and set its
         limits; None (and the sandbox killed) if that failed, or cancelled."""

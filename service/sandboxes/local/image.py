@@ -25,7 +25,7 @@ from typing import Any
 from service.errors import FieldViolation, ImageError, SandboxError, SpecError
 from service.images import Image, ImageProgress, ImageStore
 from service.images.base import BASE_NAMES
-from service.images.storage import qualify
+from service.images.names import qualify
 from service.sandboxes.local.bwrap import SandboxLayout
 from service.sandboxes.local.overlay_start import ID_SPAN
 
@@ -54,12 +54,12 @@ class ImageRoots:
 
     async def check(self, requested: str) -> None:
         """Raise SpecError (spec.sandbox.image) if the image is neither `host`, the base
-        (made at first use) nor in the store."""
+        (made at first use) nor in the store, by its name or an operator's alias."""
         name = self.name(requested)
         if name == HOST_IMAGE:
             return
         try:
-            if qualify(name) in _BASE or await self.store.storage.image_id(name) is not None:
+            if await self.store.resolve(name) is not None:
                 return
         except ImageError as exc:
             raise SpecError([FieldViolation(_FIELD, exc.detail)]) from exc
