@@ -12,14 +12,14 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
 
 from opentelemetry import trace
 
-from service.agents.base import ORACLE, Agent, AgentContext, ModelAccess
+from service.agents.base import ORACLE, Agent, AgentContext, AgentOutcome, ModelAccess
 from service.config import Settings
 from service.engine.collect import collect_workdir
 from service.engine.groups.template import PreparedFilesystem
@@ -296,7 +296,7 @@ class RolloutRun:
         )
         scrubber = OutputScrubber(cap, () if self._attachment is None else self._attachment.secrets)
         try:
-            outcome = await self._agent.run(sandbox, context, scrubber)
+            outcome = await self._unless_refused(self._agent.run(sandbox, context, scrubber))
         finally:
             scrubber.flush()
         result = self.rollout.result
@@ -317,6 +317,30 @@ class RolloutRun:
         if outcome.timed_out:
             self.rollout.status = RolloutStatus.TIMED_OUT
             self._record(ErrorKind.AGENT_TIMEOUT, f"agent killed at {self._agent_timeout_s:g}s")
+
+    async def _unless_refused(self, run: Coroutine[None, None, AgentOutcome]) -> AgentOutcome:
+        """The agent's outcome; but should the endpoint refuse its first calls (a wrong
+        endpoint: `CallTally.refused`), the agent is stopped at once and the rollout fails
+        UPSTREAM_LLM with the upstream's answer, instead of waiting out its timeout."""
+        calls = None if self._attachment is None else self._attachment.calls
+        if calls is None:
+            return await run
+        agent = asyncio.ensure_future(run)
+        refused = asyncio.ensure_future(calls.refused.wait())
+        try:
+            await asyncio.wait({agent, refused}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            refused.cancel()
+            if not agent.done():
+                agent.cancel()  # kills the agent's processes (`wait_or_kill`)
+                with contextlib.suppress(asyncio.CancelledError):
+                    await agent
+        if agent.cancelled():
+            raise UpstreamError(
+                f"the model endpoint refused the agent's first call, so the agent was stopped: "
+                f"{calls.refusal}"
+            )
+        return agent.result()
 
     async def _verify(self, sandbox: Sandbox) -> None:
         """Verify in a sandbox taken back from the agent (`verifier.takeover`); read the

@@ -28,6 +28,7 @@ from service.proxy.transport.upstream import (
     UpstreamPool,
     UpstreamResponse,
     UpstreamTarget,
+    UpstreamUnreachable,
 )
 
 __all__ = ["relay"]
@@ -67,6 +68,7 @@ async def relay(
                 body = await response.read()
     except (TimeoutError, UpstreamConnectionError) as exc:
         status, message = transport_failure(exc, timeout_s)
+        exchange.unreachable = isinstance(exc, UpstreamUnreachable)
         if 200 <= exchange.upstream_status < 300:
             exchange.cut_short(f"{message}: the response was cut short")
         else:

@@ -142,7 +142,9 @@ class Route:
         self.turn_count += 1
         if self.keep_turns:
             self.turns.append(turn)
-        self.calls.add(turn, upstream_failed=exchange.upstream_failed)
+        self.calls.add(
+            turn, upstream_failed=exchange.upstream_failed, unreachable=exchange.unreachable
+        )
         if exchange.upstream_failed:
             logger.warning(
                 "upstream call failed: rollout=%s turn=%d status=%d: %s",
@@ -187,6 +189,8 @@ class Exchange:
         self.upstream_status = 0
         self.error = ""
         self.upstream_failed = False
+        self.unreachable = False
+        """No connection to the upstream could be made (refused, DNS, TLS): a wrong endpoint."""
         self.incomplete = False
         """A 2xx response that ended before its completion finished."""
         self.raw_request = ""
