@@ -9,8 +9,10 @@ only once the port is listening, so `forward ... && agent` never races the agent
 the listener. On failure it prints why and exits 1. The daemon lives until the sandbox's
 processes are killed.
 
-It is run with the host's interpreter from the read-only host root, so it must import
-nothing outside the standard library.
+The service starts it before the agent (`access.start_forwarder`) on the server's own
+interpreter: from the read-only host root, or on an image from the host kit, whose
+standard library is the host's (`sandboxes.local.host_kit`). So it must import nothing
+outside the standard library.
 """
 
 from __future__ import annotations
