@@ -60,7 +60,8 @@ class AgentContext:
     env: Mapping[str, str] = field(default_factory=dict)
     """The task's environment (`Task.env`)."""
     workdir: str = ""
-    """The task's working directory; empty means the sandbox's WORKDIR."""
+    """The task's working directory, where every agent starts (`process.run_in_task`);
+    empty means the sandbox's WORKDIR."""
     solution_env: Mapping[str, str] = field(default_factory=dict)
     """The oracle's environment: the task's with `Task.solution_env` over it."""
 
