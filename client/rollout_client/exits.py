@@ -33,6 +33,7 @@ from rollout_client.errors import (
     UnavailableError,
 )
 from rollout_client.results import reward_of
+from rollout_client.unreachable import why_unreachable
 
 __all__ = [
     "EXIT_CODES",
@@ -86,7 +87,7 @@ def client_errors(target: str) -> Iterator[None]:
     except UnauthenticatedError as exc:
         fail(f"not authenticated ({exc.details}): pass --token-file or set ROLLOUT_TOKEN")
     except UnavailableError as exc:
-        fail(f"server unavailable ({exc.details}): is the server running at {target}?")
+        fail(why_unreachable(exc.details, target))
     except StatusError as exc:
         fail(str(exc))
 
