@@ -25,10 +25,10 @@ from service.agents.base import AgentContext, AgentOutcome
 from service.sandboxes.base import OutputCallback, Sandbox, in_workdir
 from service.sandboxes.deadline import wait_or_kill
 
-__all__ = ["run_in_task", "task_command"]
+__all__ = ["run_in_task"]
 
 
-def task_command(context: AgentContext, command: str) -> str:
+def _task_command(context: AgentContext, command: str) -> str:
     """`command` as the agent runs it: in the task's workdir, after the access's prefix."""
     if context.model is not None and context.model.command_prefix:
         command = f"{context.model.command_prefix}\n{command}"
@@ -46,7 +46,7 @@ async def run_in_task(
     """Run a harness's `command` to `context.timeout_s` as Harbor runs agents: in the
     task's workdir, with the task's environment and `env` (the harness's own) over it."""
     process = await sandbox.spawn(
-        task_command(context, command), env=dict(context.env) | dict(env), on_output=on_output
+        _task_command(context, command), env=dict(context.env) | dict(env), on_output=on_output
     )
     result = await wait_or_kill(process, context.timeout_s)  # kills it, children too
     if result is None:
