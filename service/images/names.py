@@ -109,11 +109,20 @@ class ImageAliases:
                 if alias.key == qualified:
                     found.append((alias.key, alias.target))
             elif matched := alias.pattern.fullmatch(qualified):
-                found.append((alias.key, qualify(alias.target.replace("*", matched[1]))))
+                found.append((alias.key, _substituted(alias, matched[1], name)))
         return found
 
     def __bool__(self) -> bool:
         return bool(self._aliases)
+
+
+def _substituted(alias: _Alias, matched: str, name: str) -> str:
+    target = alias.target.replace("*", matched)
+    try:
+        return qualify(target)
+    except ImageError as exc:
+        why = f"the alias {alias.key} -> {alias.target} makes {target!r}: {exc.detail}"
+        raise ImageError(name, "alias", why) from exc
 
 
 def _pattern_head(head: str) -> str:

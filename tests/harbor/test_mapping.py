@@ -7,8 +7,14 @@ from pathlib import Path
 import pytest
 
 from service.errors import SpecError
-from service.harbor.mapping import HARBOR_VERIFY, dockerfile_workdir, resolve_spec
+from service.harbor.mapping import (
+    HARBOR_VERIFY,
+    dockerfile_user,
+    dockerfile_workdir,
+    resolve_spec,
+)
 from service.harbor.source import TaskFile, TaskTree, read_rooted, tree_digest
+from service.images import ImageConfig
 from service.models import (
     HarborTaskSpec,
     NetworkPolicy,
@@ -112,6 +118,7 @@ def _tree(**files: str) -> TaskTree:
         ({"instruction.md": None}, "no instruction.md"),
         ({"tests/test.sh": None}, "no tests/test.sh"),
         ({"environment/Dockerfile": None}, "no environment/Dockerfile"),
+        ({"environment/Dockerfile": "RUN true\n"}, "environment/Dockerfile: the Dockerfile has no"),
     ],
 )
 def test_a_bad_task_directory_is_named(files: dict[str, str | None], message: str) -> None:
@@ -129,3 +136,31 @@ def test_dockerfile_workdir() -> None:
     assert dockerfile_workdir("FROM a\nWORKDIR /x\nWORKDIR y\n") == "/x/y"
     assert dockerfile_workdir("FROM a\nWORKDIR /x\nFROM c\nWORKDIR z\n") == "/z"
     assert dockerfile_workdir("FROM a\n") == ""
+    # On top of the FROM image's, through the stages the last builds on.
+    assert dockerfile_workdir("FROM a\n", "/app") == "/app"
+    assert dockerfile_workdir("FROM a\nWORKDIR sub\n", "/app") == "/app/sub"
+    assert dockerfile_workdir("FROM a AS b\nWORKDIR /x\nFROM c\nFROM b\n", "/app") == "/x"
+
+
+def test_dockerfile_user_is_the_last_stages() -> None:
+    assert dockerfile_user("FROM a\nUSER u\nFROM b\n", "img") == "img"
+    assert dockerfile_user("FROM a AS s\nUSER u\nFROM s\n", "img") == "u"
+    assert dockerfile_user("FROM a\nUSER u\nUSER root\n") == "root"
+
+
+def test_the_from_images_workdir_is_inherited_and_the_caller_may_set_it() -> None:
+    """The workdir came from task.toml, else the Dockerfile, else /: never the FROM image's,
+    and a caller's task.workdir beside harbor_task was refused."""
+    app = ImageConfig(workdir="/app")
+
+    def workdir(spec: RolloutSpec, **files: str) -> str:
+        tree = _tree(**files)
+        return resolve_spec(spec, tree, tree_digest(tree), app).task.workdir
+
+    assert workdir(_spec()) == "/app"
+    assert workdir(_spec(), **{"environment/Dockerfile": "FROM b\nWORKDIR src\n"}) == "/app/src"
+    assert workdir(_spec(), **{"task.toml": "[environment]\nworkdir = '/toml'\n"}) == "/toml"
+    mine = _spec(task=TaskSpec(instruction="", workdir="/mine"))
+    assert workdir(mine, **{"task.toml": "[environment]\nworkdir = '/toml'\n"}) == "/mine"
+    # With the caller's image the Dockerfile is not built: that image's workdir holds.
+    assert workdir(_spec(sandbox=SandboxSpec(image="x"))) == "/app"

@@ -39,3 +39,18 @@ def test_unknown_image_exits_1_naming_it(tmp_path: Path) -> None:
     assert missing.returncode == 1
     assert "image 'tests/nope', resolve: no such image in the store" in missing.stderr
     assert missing.stdout == ""
+
+
+def test_import_picks_one_image_of_several(tmp_path: Path, oci_layout: Path) -> None:
+    subprocess.run(
+        ["umoci", "config", "--image", f"{oci_layout}:tiny", "--tag", "other"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    cache = tmp_path / "cache"
+    unpicked = _images(cache, "import", str(oci_layout), "--name", "tests/cli")
+    assert unpicked.returncode == 1
+    assert "holds 2 images" in unpicked.stderr
+    assert "pick one with --image REF" in unpicked.stderr
+    picked = _images(cache, "import", str(oci_layout), "--name", "tests/cli", "--image", "other")
+    assert picked.returncode == 0, picked.stderr
+    assert "docker.io/tests/cli:latest" in json.loads(picked.stdout)["names"]

@@ -131,3 +131,57 @@ async def test_base_is_made_once(shared_store: ImageStore, base_image: Image) ->
     again = await shared_store.get("debian:bookworm")
     assert again.id == base_image.id
     assert [o.result for o in shared_store.outcomes] == ["hit"]
+
+
+async def test_a_registry_name_is_kept_and_a_from_finds_it(
+    shared_store: ImageStore, tmp_path: Path
+) -> None:
+    """`ghcr.io/...` was stored as `localhost/ghcr.io/...`, which no FROM ever found."""
+    base = await shared_store.build(
+        _context(tmp_path / "base", "FROM debian:bookworm\nWORKDIR /app\n"), "ghcr.io/tests/base:1"
+    )
+    assert "ghcr.io/tests/base:1" in base.names
+    child = await shared_store.build(
+        _context(tmp_path / "child", "FROM ghcr.io/tests/base:1\nRUN pwd > where\n"), "tests/child"
+    )
+    assert (child.rootfs / "app" / "where").read_text() == "/app\n"
+    assert child.config.workdir == "/app"
+    assert (await shared_store.config("ghcr.io/tests/base:1")) == base.config
+
+
+async def test_an_alias_stands_for_a_local_image_in_from_and_get(
+    shared_store: ImageStore, tmp_path: Path
+) -> None:
+    base = await shared_store.build(
+        _context(tmp_path / "base", "FROM debian:bookworm\nWORKDIR /srv\n"), "ghcr.io/tests/base:2"
+    )
+    store = ImageStore(
+        shared_store.directory.parent,
+        aliases={"ghcr.io/t-bench/*": "ghcr.io/tests/*", "python:3.13": "ghcr.io/tests/base:2"},
+    )
+    assert (await store.get("ghcr.io/t-bench/base:2")).id == base.id
+    assert (await store.get("docker.io/library/python:3.13")).id == base.id
+    child = await store.build(
+        _context(tmp_path / "child", "FROM ghcr.io/t-bench/base:2\nRUN pwd > where\n"),
+        "tests/aliased",
+    )
+    assert (child.rootfs / "srv" / "where").read_text() == "/srv\n"
+    with pytest.raises(ImageError) as raised:
+        await store.get("ghcr.io/t-bench/python-3-13:9")
+    tried = "ghcr.io/t-bench/python-3-13:9, ghcr.io/tests/python-3-13:9 (alias ghcr.io/t-bench/*)"
+    assert f"looked for {tried};" in raised.value.detail
+    assert await shared_store.resolve("ghcr.io/t-bench/base:2") is None  # a store without
+
+
+async def test_an_image_buildah_named_localhost_is_found_by_its_short_name(
+    shared_store: ImageStore, base_image: Image
+) -> None:
+    """Local builds by buildah or podman, and this store's own before names kept a registry
+    host, are `localhost/<name>`."""
+    await shared_store.storage.run(
+        ["tag", base_image.id, "localhost/tests/legacy:1"],
+        image="tests/legacy", step="tag", on_progress=lambda _: None,
+    )  # fmt: skip
+    assert (await shared_store.get("tests/legacy:1")).id == base_image.id
+    await shared_store.remove("tests/legacy:1")
+    assert await shared_store.resolve("tests/legacy:1") is None

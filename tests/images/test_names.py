@@ -64,6 +64,13 @@ def test_aliases_exact_before_patterns_with_star_substituted() -> None:
     assert aliases.targets("pythonic:1") == []
 
 
+def test_an_alias_making_no_image_name_is_named() -> None:
+    aliases = ImageAliases({"ghcr.io/org/*": "mirror/org:*"})
+    with pytest.raises(ImageError, match=r"alias ghcr.io/org/\* -> mirror/org:\* makes") as raised:
+        aliases.targets("ghcr.io/org/base:1")
+    assert raised.value.step == "alias"
+
+
 @pytest.mark.parametrize("aliases", [{"a/*/*": "b"}, {"a": "b/*"}])
 def test_bad_aliases_are_refused_naming_the_setting(aliases: dict[str, str]) -> None:
     with pytest.raises(ValueError, match="ROLLOUT_IMAGE_ALIASES"):

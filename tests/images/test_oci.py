@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
 
 from service.errors import ImageError
 from service.images import Image, ImageProgress, ImageStore
+from service.images.oci import archive_images, skopeo_source
 
 
 def _skopeo_copy(source: str, destination: str) -> None:
@@ -100,3 +104,47 @@ async def test_prune_leaves_an_image_a_sandbox_holds(tmp_path: Path, oci_layout:
         os.close(hold)
     assert (await store.prune()).unpacked_removed == [image.id]
     assert not image.rootfs.exists()
+
+
+@pytest.fixture
+def two_images(oci_layout: Path) -> Path:
+    """The tiny layout holding a second image, `other`, whose workdir is /other."""
+    subprocess.run(
+        ["umoci", "config", "--image", f"{oci_layout}:tiny", "--tag", "other",
+         "--config.workingdir", "/other"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return oci_layout
+
+
+async def test_a_source_of_two_images_lists_them_and_imports_the_one_picked(
+    tmp_path: Path, two_images: Path
+) -> None:
+    """skopeo failed on such an archive, with no way to choose."""
+    archive = tmp_path / "two.oci.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(two_images, arcname=".")
+    store = ImageStore(tmp_path / "cache")
+    for source in (str(two_images), str(archive)):
+        with pytest.raises(ImageError, match=r"holds 2 images \(.*\); pick one with --image REF"):
+            await store.import_oci(source, "tests/two")
+        with pytest.raises(ImageError, match=r"holds no image 'third'; it holds: (tiny|other); "):
+            await store.import_oci(source, "tests/two", select="third")
+    assert (await store.import_oci(str(archive), "tests/other", select="other")).config.workdir == (
+        "/other"
+    )
+    _assert_tiny(await store.import_oci(str(two_images), "tests/tiny", select="tiny"))
+
+
+def test_a_docker_save_of_two_images_lists_each_by_its_tags(tmp_path: Path) -> None:
+    manifest = [{"RepoTags": ["a:1", "a:latest"]}, {"RepoTags": None}]
+    archive = tmp_path / "saved.tar"
+    with tarfile.open(archive, "w") as tar:
+        data = json.dumps(manifest).encode()
+        member = tarfile.TarInfo("manifest.json")
+        member.size = len(data)
+        tar.addfile(member, io.BytesIO(data))
+    assert archive_images(archive) == [("a:1", "a:latest"), ("@1",)]
+    with pytest.raises(ImageError, match=r"holds 2 images \(a:1 = a:latest; @1\)"):
+        skopeo_source(str(archive))
+    assert skopeo_source(str(archive), "a:latest") == f"docker-archive:{archive}:a:latest"
