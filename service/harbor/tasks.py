@@ -35,7 +35,6 @@ from service.models import RolloutSpec, SandboxSpec
 __all__ = ["HarborTasks"]
 
 _MIB = 1024 * 1024
-_ROOT_USERS = ("", "root", "0", "root:root", "0:0")
 CheckImage = Callable[[SandboxSpec], Awaitable[None]]
 
 
@@ -58,7 +57,10 @@ class HarborTasks:
         dockerfile = "" if spec.sandbox.image else self._dockerfile(tree)
         image = await self._starting_image(spec, dockerfile)
         resolved = resolve_spec(spec, tree, digest, image)
-        _refuse_user(dockerfile_user(dockerfile, image.user) if dockerfile else image.user)
+        user = dockerfile_user(dockerfile, image.user) if dockerfile else image.user
+        refusal = ImageConfig(user=user).user_refusal("the task's image")
+        if refusal:
+            raise SpecError([FieldViolation(FIELD, refusal)])
         if resolved.sandbox.image == task_image_name(digest):
             await self._check_upload_build(spec, resolved.sandbox.image)
             await asyncio.to_thread(self._write_context, tree, digest)
@@ -170,17 +172,3 @@ class HarborTasks:
             )
         except ImageError as exc:
             raise SandboxError(f"building the task's image: {exc}") from exc
-
-
-def _refuse_user(user: str) -> None:
-    if user.strip() not in _ROOT_USERS:
-        raise SpecError(
-            [
-                FieldViolation(
-                    FIELD,
-                    f"the task's image sets USER {user}; not supported: setup, the agent and "
-                    "the verifier all run as the sandbox's root; drop the USER line (or set "
-                    "USER root) and start the agent as that user in its command if it must be",
-                )
-            ]
-        )

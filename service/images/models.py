@@ -18,6 +18,8 @@ __all__ = [
     "PruneReport",
 ]
 
+_ROOT_USERS = ("", "root", "0", "root:root", "0:0")
+
 
 class ImageConfig(BaseModel):
     """What the image says a process should start with (the OCI config's runtime part)."""
@@ -34,6 +36,18 @@ class ImageConfig(BaseModel):
     """ENTRYPOINT, exec form."""
     cmd: list[str] = Field(default_factory=list)
     """CMD, exec form (arguments of the entrypoint when both are set)."""
+
+    def user_refusal(self, image: str) -> str:
+        """Why a sandbox cannot run `image` (as a message names it) as it asks ("" if it can):
+        every command of a sandbox (setup, agent, verifier) runs as its root, so a USER would
+        be ignored."""
+        if self.user.strip() in _ROOT_USERS:
+            return ""
+        return (
+            f"{image} sets USER {self.user}; not supported: setup, the agent and the "
+            "verifier all run as the sandbox's root; drop the USER line (or set USER root) "
+            "and have the agent's command switch user if it must"
+        )
 
 
 class Image(BaseModel):

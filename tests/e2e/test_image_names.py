@@ -32,6 +32,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="image sandboxes need a root server"),
 ]
 FROM_IMAGE = "ghcr.io/example/base:1"
+USER_IMAGE = "ghcr.io/example/user:1"
 ALIASES = {
     "ghcr.io/laude-institute/t-bench/*": FROM_IMAGE,
     "ghcr.io/other/*": "ghcr.io/mirror/*",
@@ -56,6 +57,8 @@ def task_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     (context / "Dockerfile").write_text("FROM rollout/base\nWORKDIR /app\n")
     store = ImageStore(Settings().cache_dir)
     asyncio.run(store.build(context, FROM_IMAGE))
+    (context / "Dockerfile").write_text(f"FROM {FROM_IMAGE}\nUSER nobody\n")
+    asyncio.run(store.build(context, USER_IMAGE))
     for name, dockerfile in _FROM.items():
         files = {
             "instruction.md": "Write the directory you start in to where.txt.\n",
@@ -68,7 +71,8 @@ def task_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             (root / name / path).parent.mkdir(parents=True, exist_ok=True)
             (root / name / path).write_text(text)
     yield root
-    asyncio.run(store.remove(FROM_IMAGE))
+    for image in (FROM_IMAGE, USER_IMAGE):
+        asyncio.run(store.remove(image))
 
 
 @pytest.fixture(scope="module")
@@ -134,3 +138,20 @@ async def test_what_cannot_run_is_refused_at_admission(
         await _oracle(names_stub, task)
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert detail in (error.value.details() or "")
+
+
+async def test_an_image_that_sets_a_user_is_refused_at_admission(
+    names_stub: pb_grpc.RolloutServiceAsyncStub,
+) -> None:
+    """Its USER was ignored: every command ran as root."""
+    spec = {
+        "agent": {"name": "command", "command": "true"},
+        "task": {"instruction": "nothing"},
+        "sandbox": {"image": USER_IMAGE},
+    }
+    request = pb.RunRolloutRequest(spec=json_format.ParseDict(spec, pb.RolloutSpec()))
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await names_stub.RunRollout(request)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = error.value.details() or ""
+    assert f"spec.sandbox.image: image {USER_IMAGE!r} sets USER nobody; not supported" in details

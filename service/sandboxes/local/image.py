@@ -54,15 +54,19 @@ class ImageRoots:
 
     async def check(self, requested: str) -> None:
         """Raise SpecError (spec.sandbox.image) if the image is neither `host`, the base
-        (made at first use) nor in the store, by its name or an operator's alias."""
+        (made at first use) nor in the store, by its name or an operator's alias, or if it
+        sets a USER (`ImageConfig.user_refusal`)."""
         name = self.name(requested)
         if name == HOST_IMAGE:
             return
         try:
-            if await self.store.resolve(name) is not None:
-                return
+            config = await self.store.config(name)
         except ImageError as exc:
             raise SpecError([FieldViolation(_FIELD, exc.detail)]) from exc
+        if config is not None:
+            if refusal := config.user_refusal(f"image {name!r}"):
+                raise SpecError([FieldViolation(_FIELD, refusal)])
+            return
         how = self.store.how_to_provide(name)
         raise SpecError([FieldViolation(_FIELD, f"no image {name!r} in the store; {how}")])
 
