@@ -64,7 +64,7 @@ class HarborTasks:
         if resolved.sandbox.image == task_image_name(digest):
             await self._check_upload_build(spec, resolved.sandbox.image)
             await asyncio.to_thread(self._write_context, tree, digest)
-            await self._check_parents(tree, resolved, check_image)
+            await self._check_parents(dockerfile, resolved.sandbox.image)
         else:
             await check_image(resolved.sandbox)
         return resolved
@@ -138,24 +138,20 @@ class HarborTasks:
         except OSError:  # another admission put it there first
             shutil.rmtree(scratch, ignore_errors=True)
 
-    async def _check_parents(
-        self, tree: TaskTree, spec: RolloutSpec, check_image: CheckImage
-    ) -> None:
-        dockerfile = tree["environment/Dockerfile"].data.decode()
-        try:
-            parents = from_images(dockerfile, {}, image=spec.sandbox.image)
-        except ImageError as exc:
-            raise SpecError(
-                [FieldViolation(FIELD, f"environment/Dockerfile: {exc.detail}")]
-            ) from exc
-        for parent in parents:
+    async def _check_parents(self, dockerfile: str, image: str) -> None:
+        """Every FROM image must be in the store (by name or alias). Their USER is not
+        checked here: the task's image may set another (`resolve` checks the one it ends
+        with). `resolve_spec` has refused a Dockerfile whose FROM lines cannot be read."""
+        for parent in from_images(dockerfile, {}, image=image):
+            where = f"environment/Dockerfile: FROM {parent}"
             try:
-                await check_image(spec.sandbox.model_copy(update={"image": parent}))
-            except SpecError as exc:
-                detail = "; ".join(v.description for v in exc.violations)
-                raise SpecError(
-                    [FieldViolation(FIELD, f"environment/Dockerfile: FROM {parent}: {detail}")]
-                ) from exc
+                found = await self._store.resolve(parent)
+            except ImageError as exc:
+                raise SpecError([FieldViolation(FIELD, f"{where}: {exc.detail}")]) from exc
+            if found is None:
+                how = self._store.how_to_provide(parent)
+                why = f"{where}: no image {parent!r} in the store; {how}"
+                raise SpecError([FieldViolation(FIELD, why)])
 
     async def build_image(self, spec: RolloutSpec, report: Callable[[str], None]) -> None:
         """Build the task's image if the spec runs on it (a hit costs one store query)."""

@@ -46,6 +46,7 @@ _FROM = {
     "aliased": "FROM ghcr.io/laude-institute/t-bench/python-3-13:20250620\n",
     "missing": "FROM ghcr.io/other/missing:1\n",
     "user": f"FROM {FROM_IMAGE}\nUSER nobody\n",
+    "user_reset": f"FROM {USER_IMAGE}\nUSER root\n",
 }
 
 
@@ -100,7 +101,7 @@ async def _oracle(stub: pb_grpc.RolloutServiceAsyncStub, path: str, **fields: An
     return rollout
 
 
-@pytest.mark.parametrize("task", ["plain", "aliased"])
+@pytest.mark.parametrize("task", ["plain", "aliased", "user_reset"])
 async def test_a_registry_named_from_image_builds_and_its_workdir_holds(
     names_stub: pb_grpc.RolloutServiceAsyncStub, task: str
 ) -> None:
