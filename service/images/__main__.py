@@ -25,7 +25,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from service.config import Settings
-from service.errors import ImageError
+from service.errors import ConfigError, ImageError
 from service.images.models import ImageProgress
 from service.images.store import ImageStore
 
@@ -90,14 +90,14 @@ def _json(result: object) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     settings = Settings()
-    store = ImageStore(
-        settings.cache_dir,
-        timeout_s=settings.image_build_timeout_s,
-        aliases=settings.image_aliases,
-    )
     try:
+        store = ImageStore(
+            settings.cache_dir,
+            timeout_s=settings.image_build_timeout_s,
+            aliases=settings.image_aliases,
+        )
         result = asyncio.run(_run(args, store))
-    except ImageError as exc:
+    except (ImageError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(_json(result))

@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from service.errors import ImageError
+from service.errors import ConfigError, ImageError
 
 __all__ = ["ImageAliases", "candidates", "qualify"]
 
@@ -82,13 +82,14 @@ class _Alias:
 
 
 class ImageAliases:
-    """The operator's aliases, checked once; `targets` gives what a name may stand for."""
+    """The operator's aliases, checked once (ConfigError naming the setting); `targets` gives
+    what a name may stand for."""
 
     def __init__(self, aliases: Mapping[str, str]) -> None:
         exact, patterns = [], []
         for key, target in aliases.items():
             if key.count("*") > 1 or ("*" in target and "*" not in key):
-                raise ValueError(
+                raise ConfigError(
                     f"ROLLOUT_IMAGE_ALIASES: {key!r}: a key has at most one '*', and a value "
                     "has a '*' only if its key does"
                 )
@@ -97,7 +98,7 @@ class ImageAliases:
                 regex = re.compile(f"{re.escape(_pattern_head(head))}(.+){re.escape(tail)}")
                 patterns.append(_Alias(key, regex, target))
             else:
-                exact.append(_Alias(qualify(key), None, qualify(target)))
+                exact.append(_Alias(_setting(key), None, _setting(target)))
         self._aliases = exact + patterns
 
     def targets(self, name: str) -> list[tuple[str, str]]:
@@ -114,6 +115,13 @@ class ImageAliases:
 
     def __bool__(self) -> bool:
         return bool(self._aliases)
+
+
+def _setting(name: str) -> str:
+    try:
+        return qualify(name)
+    except ImageError as exc:
+        raise ConfigError(f"ROLLOUT_IMAGE_ALIASES: {name!r}: {exc.detail}") from exc
 
 
 def _substituted(alias: _Alias, matched: str, name: str) -> str:

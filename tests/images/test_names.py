@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from service.errors import ImageError
+from service.errors import ConfigError, ImageError
 from service.images.dockerfile import context_digest, final_stage, from_images, pin_from
 from service.images.names import ImageAliases, candidates, qualify
 
@@ -71,9 +71,9 @@ def test_an_alias_making_no_image_name_is_named() -> None:
     assert raised.value.step == "alias"
 
 
-@pytest.mark.parametrize("aliases", [{"a/*/*": "b"}, {"a": "b/*"}])
+@pytest.mark.parametrize("aliases", [{"a/*/*": "b"}, {"a": "b/*"}, {"a": "B"}, {"a b": "c"}])
 def test_bad_aliases_are_refused_naming_the_setting(aliases: dict[str, str]) -> None:
-    with pytest.raises(ValueError, match="ROLLOUT_IMAGE_ALIASES"):
+    with pytest.raises(ConfigError, match="ROLLOUT_IMAGE_ALIASES"):
         ImageAliases(aliases)
 
 
