@@ -15,6 +15,15 @@ STAMP := $(VENV)/installed.stamp
 PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check --only-binary :all:
 # pip puts the mypy-protobuf plugin beside the venv's interpreter.
 MYPY_GRPC := --plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc
+# buf, which only `make lint` needs, from npm. When npm fails (its registry unreachable, a TLS
+# proxy it does not trust), say why in npm's own words, without its stack trace, and fail:
+# `make install` goes on without buf, `make lint` stops.
+BUF_LOG := .tools/buf-install.log
+BUF_INSTALL = mkdir -p .tools && npm install --no-audit --no-fund --loglevel=error \
+  --prefix .tools @bufbuild/buf@$(BUF_VERSION) >$(BUF_LOG) 2>&1 || { \
+  echo "buf $(BUF_VERSION) (for make lint) could not be installed from npm:"; \
+  grep -vE '^npm error( *$$|  | *[{}]$$)' $(BUF_LOG) | sed 's/^/  /'; \
+  echo "  (a TLS proxy: point npm_config_cafile at its CA; the whole log: $(BUF_LOG))"; false; }
 
 .PHONY: install run test test-real-model proto proto-check lint bench clean base-image
 
@@ -41,8 +50,8 @@ $(STAMP): pyproject.toml client/pyproject.toml | $(PY)
 	$(PIP_INSTALL) -e ./client -e '.[dev]'
 	@command -v npm >/dev/null || echo "npm not found: the server will reject opencode rollouts" \
 	  "and make lint cannot run buf until Node.js and npm are installed (apt-get install npm)"
-	@if command -v npm >/dev/null; then mkdir -p .tools && \
-	  npm install --silent --no-audit --no-fund --prefix .tools @bufbuild/buf@$(BUF_VERSION); fi
+	@if command -v npm >/dev/null; then $(BUF_INSTALL) || \
+	  echo "going on without buf: make lint installs it when npm can reach its registry"; fi
 	touch $(STAMP)
 
 run: install
@@ -75,7 +84,8 @@ proto-check: install
 	  { echo "client/rollout/v1/$$f is stale: run make proto"; exit 1; }; done
 
 lint: install proto-check
-	@test -x $(BUF) || { echo "make lint needs buf from npm: install Node.js and npm, then make clean install"; exit 1; }
+	@test -x $(BUF) || { command -v npm >/dev/null || { \
+	  echo "make lint needs buf from npm: install Node.js and npm"; exit 1; }; $(BUF_INSTALL); }
 	$(BUF) lint
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
