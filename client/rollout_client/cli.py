@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import os
 from typing import Annotated
 
 import typer
@@ -15,7 +16,7 @@ from rich.text import Text
 from rollout.v1 import rollout_pb2 as pb
 
 from rollout_client.cli_connection import Connection, remember_global, with_connection
-from rollout_client.exits import EXIT_CODES, EXIT_ERROR, EXIT_SUMMARY, client_errors, exit_for, fail
+from rollout_client.exits import EXIT_CODES, EXIT_ERROR, EXIT_SUMMARY, exit_for, fail
 from rollout_client.group_command import group_app
 from rollout_client.live import follow
 from rollout_client.messages import parse_status
@@ -80,7 +81,7 @@ def watch(
 
     --json prints one event per line. Exit codes as for `run`.
     """
-    with client_errors(connection.target), connection.client() as client:
+    with connection.errors(), connection.client() as client:
         events = client.watch(rollout_id, after_seq=after_seq)
         if as_json:
             for event in events:
@@ -106,7 +107,7 @@ def get(
 ) -> None:
     """Show one rollout."""
     view = pb.RESULT_VIEW_SLIM if slim else pb.RESULT_VIEW_FULL
-    with client_errors(connection.target), connection.client() as client:
+    with connection.errors(), connection.client() as client:
         rollout = client.get(rollout_id, view=view)
     if as_json:
         typer.echo(message_json(rollout))
@@ -131,7 +132,7 @@ def list_rollouts(
         statuses = [parse_status(s) for s in status or ()]
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--status") from exc
-    with client_errors(connection.target), connection.client() as client:
+    with connection.errors(), connection.client() as client:
         found = client.list_all(
             labels=labels_of(label), statuses=statuses, page_size=min(limit, 500)
         )
@@ -155,7 +156,7 @@ def cancel(
     as_json: AsJson = False,
 ) -> None:
     """Cancel a rollout (a finished rollout is left as it is)."""
-    with client_errors(connection.target), connection.client() as client:
+    with connection.errors(), connection.client() as client:
         rollout = client.cancel(rollout_id, reason)
     if as_json:
         typer.echo(message_json(rollout))
@@ -164,4 +165,6 @@ def cancel(
 
 
 def main() -> None:
+    # gRPC's core logs a failed handshake at INFO above the one line `client_errors` prints.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     app()

@@ -11,6 +11,7 @@ Prefer ROLLOUT_TOKEN or --token-file to --token: other users can read a process'
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -20,7 +21,9 @@ import typer
 
 from rollout_client.client import RolloutClient
 from rollout_client.connection import default_target, read_token_file, tls_credentials
+from rollout_client.exits import client_errors
 from rollout_client.flag_groups import with_flags
+from rollout_client.unreachable import Sent
 
 __all__ = ["Connection", "connection_flags", "remember_global", "with_connection"]
 
@@ -40,9 +43,20 @@ class Connection:
     tls_cert: Path | None = None
     tls_key: Path | None = None
 
+    @property
+    def sent(self) -> Sent:
+        """What this client offers in a handshake (how `client_errors` tells a closed one)."""
+        if self.tls_cert is not None:
+            return Sent.MTLS
+        return Sent.TLS if self.tls or self.tls_ca or self.tls_key else Sent.PLAINTEXT
+
+    def errors(self) -> AbstractContextManager[None]:
+        """`client_errors` for this connection."""
+        return client_errors(self.target, self.sent)
+
     def client(self) -> RolloutClient:
         credentials = None
-        if self.tls or self.tls_ca or self.tls_cert or self.tls_key:
+        if self.sent is not Sent.PLAINTEXT:
             try:
                 credentials = tls_credentials(
                     ca_file=self.tls_ca, cert_file=self.tls_cert, key_file=self.tls_key

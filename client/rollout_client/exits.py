@@ -33,7 +33,7 @@ from rollout_client.errors import (
     UnavailableError,
 )
 from rollout_client.results import reward_of
-from rollout_client.unreachable import why_unreachable
+from rollout_client.unreachable import Sent, why_unreachable
 
 __all__ = [
     "EXIT_CODES",
@@ -70,8 +70,9 @@ def fail(message: str) -> NoReturn:
 
 
 @contextmanager
-def client_errors(target: str) -> Iterator[None]:
-    """Turn client errors into one line on stderr and exit code 1."""
+def client_errors(target: str, sent: Sent = Sent.PLAINTEXT) -> Iterator[None]:
+    """Turn client errors into one line on stderr and exit code 1; `sent` is what the
+    client offered in a TLS handshake (`unreachable.Sent`)."""
     try:
         yield
     except InvalidArgumentError as exc:  # before SpecError, which it also is
@@ -87,7 +88,7 @@ def client_errors(target: str) -> Iterator[None]:
     except UnauthenticatedError as exc:
         fail(f"not authenticated ({exc.details}): pass --token-file or set ROLLOUT_TOKEN")
     except UnavailableError as exc:
-        fail(why_unreachable(exc.details, target))
+        fail(why_unreachable(exc.details, target, sent))
     except StatusError as exc:
         fail(str(exc))
 

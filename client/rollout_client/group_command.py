@@ -15,7 +15,7 @@ from rich.console import Console
 from rollout.v1 import rollout_pb2 as pb
 
 from rollout_client.cli_connection import Connection, with_connection
-from rollout_client.exits import EXIT_ERROR, EXIT_INTERRUPTED, client_errors
+from rollout_client.exits import EXIT_ERROR, EXIT_INTERRUPTED
 from rollout_client.messages import group_spec
 from rollout_client.options import AsJson
 from rollout_client.render import figure, message_json, status_name
@@ -117,7 +117,7 @@ def run_group(
     is the group's seed (each member's is derived from it), its request_id the group's.
     """
     need_a_task(spec_file, overrides)
-    with client_errors(connection.target):
+    with connection.errors():
         spec = group_spec(
             build_spec(spec_file, overrides),
             n,
@@ -142,7 +142,7 @@ def run_group(
 @with_connection
 def watch_group(group_id: GroupId, connection: Connection, as_json: AsJson = False) -> None:
     """Follow a group: its members as they end (replayed from the start), then the group."""
-    with client_errors(connection.target), connection.client() as client:
+    with connection.errors(), connection.client() as client:
         group = _follow(client.watch_group(group_id), as_json)
     _finish(group, as_json)
 
@@ -151,7 +151,7 @@ def watch_group(group_id: GroupId, connection: Connection, as_json: AsJson = Fal
 @with_connection
 def get_group(group_id: GroupId, connection: Connection, as_json: AsJson = False) -> None:
     """Show a group, its members and statistics."""
-    with client_errors(connection.target), connection.client() as client:
+    with connection.errors(), connection.client() as client:
         group = client.get_group(group_id)
     members = [
         f"member {m.index} {m.rollout_id}: {status_name(m.status)}"
@@ -177,6 +177,6 @@ def cancel_group(
     as_json: AsJson = False,
 ) -> None:
     """Cancel a group and its running members (a finished group is left as it is)."""
-    with client_errors(connection.target), connection.client() as client:
+    with connection.errors(), connection.client() as client:
         group = client.cancel_group(group_id, reason)
     _finish(group, as_json)

@@ -12,7 +12,7 @@ from rollout.v1 import rollout_pb2 as pb
 
 from rollout_client.cli_connection import Connection, with_connection
 from rollout_client.client import RolloutClient
-from rollout_client.exits import EXIT_INTERRUPTED, client_errors, exit_for
+from rollout_client.exits import EXIT_INTERRUPTED, exit_for
 from rollout_client.live import follow
 from rollout_client.options import AsJson
 from rollout_client.render import message_json, rollout_summary, seconds
@@ -57,7 +57,7 @@ def run(
     Exits 0 SUCCEEDED, 1 error, 2 bad usage, 3 FAILED, 4 TIMED_OUT, 5 CANCELLED, 6 reward low.
     """
     need_a_task(spec_file, overrides)
-    with client_errors(connection.target):
+    with connection.errors():
         spec = build_spec(spec_file, overrides)
         with connection.client() as client:
             _wait_for_server(client, wait_for_server)

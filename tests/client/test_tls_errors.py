@@ -82,6 +82,7 @@ def test_a_plaintext_client_to_a_tls_server(tls_target: str) -> None:
 
     assert CLOSED.format(target=tls_target) in line
     assert "it speaks TLS and this client did not (pass --tls-ca" in line
+    assert "client certificate" not in line
 
 
 def test_no_client_certificate_for_a_server_that_requires_one(
@@ -90,7 +91,8 @@ def test_no_client_certificate_for_a_server_that_requires_one(
     line = error_line(mtls_target, "--tls-ca", certs.ca)
 
     assert CLOSED.format(target=mtls_target) in line
-    assert "requires a client certificate this client did not send (--tls-cert" in line
+    assert "requires a client certificate, which this client did not send (--tls-cert" in line
+    assert "did not (pass --tls-ca" not in line
 
 
 def test_a_client_certificate_the_server_does_not_trust(
@@ -100,7 +102,8 @@ def test_a_client_certificate_the_server_does_not_trust(
     line = error_line(mtls_target, *flags, "--tls-key", certs.stranger_key)
 
     assert CLOSED.format(target=mtls_target) in line
-    assert "or that a CA it trusts did not sign" in line
+    assert "signed by a CA it trusts, and this client's (--tls-cert) is not" in line
+    assert "did not send" not in line
 
 
 def test_the_right_client_certificate_is_served(mtls_target: str, certs: Certificates) -> None:
