@@ -87,6 +87,7 @@ class ErrorKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_KIND_INTERNAL: _ClassVar[ErrorKind]
     ERROR_KIND_AGENT_INSTALL: _ClassVar[ErrorKind]
     ERROR_KIND_TAMPERED: _ClassVar[ErrorKind]
+    ERROR_KIND_POLICY_STALE: _ClassVar[ErrorKind]
 
 class CommandStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -161,6 +162,7 @@ ERROR_KIND_CANCELLED: ErrorKind
 ERROR_KIND_INTERNAL: ErrorKind
 ERROR_KIND_AGENT_INSTALL: ErrorKind
 ERROR_KIND_TAMPERED: ErrorKind
+ERROR_KIND_POLICY_STALE: ErrorKind
 COMMAND_STAGE_UNSPECIFIED: CommandStage
 COMMAND_STAGE_SETUP: CommandStage
 COMMAND_STAGE_VERIFY: CommandStage
@@ -287,7 +289,7 @@ class CancelRolloutResponse(_message.Message):
     def __init__(self, rollout: _Optional[_Union[Rollout, _Mapping]] = ...) -> None: ...
 
 class RolloutSpec(_message.Message):
-    __slots__ = ("task_id", "task", "agent", "endpoint", "sandbox", "capture", "agent_timeout", "labels", "request_id", "command_timeout", "verify_timeout", "harbor_task", "sampling")
+    __slots__ = ("task_id", "task", "agent", "endpoint", "sandbox", "capture", "agent_timeout", "labels", "request_id", "command_timeout", "verify_timeout", "harbor_task", "sampling", "max_policy_lag")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -308,6 +310,7 @@ class RolloutSpec(_message.Message):
     VERIFY_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     HARBOR_TASK_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    MAX_POLICY_LAG_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     task: Task
     agent: Agent
@@ -321,7 +324,8 @@ class RolloutSpec(_message.Message):
     verify_timeout: _duration_pb2.Duration
     harbor_task: HarborTask
     sampling: Sampling
-    def __init__(self, task_id: _Optional[str] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., agent: _Optional[_Union[Agent, _Mapping]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ..., sandbox: _Optional[_Union[SandboxSpec, _Mapping]] = ..., capture: _Optional[_Union[Capture, _Mapping]] = ..., agent_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., command_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., verify_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., harbor_task: _Optional[_Union[HarborTask, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ...) -> None: ...
+    max_policy_lag: int
+    def __init__(self, task_id: _Optional[str] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., agent: _Optional[_Union[Agent, _Mapping]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ..., sandbox: _Optional[_Union[SandboxSpec, _Mapping]] = ..., capture: _Optional[_Union[Capture, _Mapping]] = ..., agent_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., command_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., verify_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., harbor_task: _Optional[_Union[HarborTask, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., max_policy_lag: _Optional[int] = ...) -> None: ...
 
 class Sampling(_message.Message):
     __slots__ = ("seed", "temperature", "top_p")
@@ -515,7 +519,7 @@ class Rollout(_message.Message):
     def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[RolloutSpec, _Mapping]] = ..., status: _Optional[_Union[RolloutStatus, str]] = ..., phase: _Optional[_Union[Phase, str]] = ..., result: _Optional[_Union[RolloutResult, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., group_id: _Optional[str] = ..., member_index: _Optional[int] = ...) -> None: ...
 
 class RolloutResult(_message.Message):
-    __slots__ = ("reward", "metrics", "agent_exit_code", "setup_results", "verify_results", "turns", "files", "agent_log_tail", "error", "timings", "sandbox_id", "turn_count", "files_omitted", "trainable_calls", "trainable_calls_failed", "reward_key")
+    __slots__ = ("reward", "metrics", "agent_exit_code", "setup_results", "verify_results", "turns", "files", "agent_log_tail", "error", "timings", "sandbox_id", "turn_count", "files_omitted", "trainable_calls", "trainable_calls_failed", "reward_key", "policy_version_min", "policy_version_max")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -546,6 +550,8 @@ class RolloutResult(_message.Message):
     TRAINABLE_CALLS_FIELD_NUMBER: _ClassVar[int]
     TRAINABLE_CALLS_FAILED_FIELD_NUMBER: _ClassVar[int]
     REWARD_KEY_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_MIN_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_MAX_FIELD_NUMBER: _ClassVar[int]
     reward: float
     metrics: _containers.ScalarMap[str, float]
     agent_exit_code: int
@@ -562,7 +568,9 @@ class RolloutResult(_message.Message):
     trainable_calls: int
     trainable_calls_failed: int
     reward_key: str
-    def __init__(self, reward: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ..., agent_exit_code: _Optional[int] = ..., setup_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., verify_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., turns: _Optional[_Iterable[_Union[Turn, _Mapping]]] = ..., files: _Optional[_Mapping[str, bytes]] = ..., agent_log_tail: _Optional[str] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., timings: _Optional[_Union[PhaseTimings, _Mapping]] = ..., sandbox_id: _Optional[str] = ..., turn_count: _Optional[int] = ..., files_omitted: _Optional[_Iterable[str]] = ..., trainable_calls: _Optional[int] = ..., trainable_calls_failed: _Optional[int] = ..., reward_key: _Optional[str] = ...) -> None: ...
+    policy_version_min: int
+    policy_version_max: int
+    def __init__(self, reward: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ..., agent_exit_code: _Optional[int] = ..., setup_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., verify_results: _Optional[_Iterable[_Union[CommandResult, _Mapping]]] = ..., turns: _Optional[_Iterable[_Union[Turn, _Mapping]]] = ..., files: _Optional[_Mapping[str, bytes]] = ..., agent_log_tail: _Optional[str] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., timings: _Optional[_Union[PhaseTimings, _Mapping]] = ..., sandbox_id: _Optional[str] = ..., turn_count: _Optional[int] = ..., files_omitted: _Optional[_Iterable[str]] = ..., trainable_calls: _Optional[int] = ..., trainable_calls_failed: _Optional[int] = ..., reward_key: _Optional[str] = ..., policy_version_min: _Optional[int] = ..., policy_version_max: _Optional[int] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("kind", "message")
@@ -573,7 +581,7 @@ class Error(_message.Message):
     def __init__(self, kind: _Optional[_Union[ErrorKind, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class PhaseTimings(_message.Message):
-    __slots__ = ("queued", "creating_sandbox", "preparing_agent", "setup", "agent", "verifying", "collecting", "teardown", "total")
+    __slots__ = ("queued", "creating_sandbox", "preparing_agent", "setup", "agent", "verifying", "collecting", "teardown", "total", "paused")
     QUEUED_FIELD_NUMBER: _ClassVar[int]
     CREATING_SANDBOX_FIELD_NUMBER: _ClassVar[int]
     PREPARING_AGENT_FIELD_NUMBER: _ClassVar[int]
@@ -583,6 +591,7 @@ class PhaseTimings(_message.Message):
     COLLECTING_FIELD_NUMBER: _ClassVar[int]
     TEARDOWN_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
     queued: _duration_pb2.Duration
     creating_sandbox: _duration_pb2.Duration
     preparing_agent: _duration_pb2.Duration
@@ -592,7 +601,8 @@ class PhaseTimings(_message.Message):
     collecting: _duration_pb2.Duration
     teardown: _duration_pb2.Duration
     total: _duration_pb2.Duration
-    def __init__(self, queued: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., creating_sandbox: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., preparing_agent: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., setup: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., agent: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., verifying: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., collecting: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., teardown: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., total: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    paused: _duration_pb2.Duration
+    def __init__(self, queued: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., creating_sandbox: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., preparing_agent: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., setup: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., agent: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., verifying: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., collecting: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., teardown: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., total: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., paused: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class CommandResult(_message.Message):
     __slots__ = ("stage", "index", "command", "exit_code", "stdout", "stderr", "stdout_bytes", "stderr_bytes", "duration", "timed_out")
@@ -619,7 +629,7 @@ class CommandResult(_message.Message):
     def __init__(self, stage: _Optional[_Union[CommandStage, str]] = ..., index: _Optional[int] = ..., command: _Optional[str] = ..., exit_code: _Optional[int] = ..., stdout: _Optional[str] = ..., stderr: _Optional[str] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., timed_out: _Optional[bool] = ...) -> None: ...
 
 class Turn(_message.Message):
-    __slots__ = ("index", "trainable", "requested_model", "request_messages", "request_message_offset", "tools", "tools_hash", "completion_text", "reasoning_text", "tool_calls", "finish_reason", "prompt_token_ids", "completion_token_ids", "logprobs", "completion_tokens", "top_logprobs", "token_ids_present", "usage", "latency", "time_to_first_token", "upstream_status", "upstream_error", "stream", "start_time", "incomplete", "logprobs_present", "usage_counted", "unparsed", "raw_request", "dialect", "translated", "body_cut", "body_bytes_dropped")
+    __slots__ = ("index", "trainable", "requested_model", "request_messages", "request_message_offset", "tools", "tools_hash", "completion_text", "reasoning_text", "tool_calls", "finish_reason", "prompt_token_ids", "completion_token_ids", "logprobs", "completion_tokens", "top_logprobs", "token_ids_present", "usage", "latency", "time_to_first_token", "upstream_status", "upstream_error", "stream", "start_time", "incomplete", "logprobs_present", "usage_counted", "unparsed", "raw_request", "dialect", "translated", "body_cut", "body_bytes_dropped", "policy_version_start", "policy_version_end", "upstream_weight_version", "paused")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TRAINABLE_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -653,6 +663,10 @@ class Turn(_message.Message):
     TRANSLATED_FIELD_NUMBER: _ClassVar[int]
     BODY_CUT_FIELD_NUMBER: _ClassVar[int]
     BODY_BYTES_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_START_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_END_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_WEIGHT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
     index: int
     trainable: bool
     requested_model: str
@@ -686,7 +700,11 @@ class Turn(_message.Message):
     translated: bool
     body_cut: bool
     body_bytes_dropped: int
-    def __init__(self, index: _Optional[int] = ..., trainable: _Optional[bool] = ..., requested_model: _Optional[str] = ..., request_messages: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., request_message_offset: _Optional[int] = ..., tools: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., tools_hash: _Optional[str] = ..., completion_text: _Optional[str] = ..., reasoning_text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., finish_reason: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completion_token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., completion_tokens: _Optional[_Iterable[str]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., token_ids_present: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., upstream_status: _Optional[int] = ..., upstream_error: _Optional[str] = ..., stream: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., incomplete: _Optional[bool] = ..., logprobs_present: _Optional[bool] = ..., usage_counted: _Optional[bool] = ..., unparsed: _Optional[bool] = ..., raw_request: _Optional[str] = ..., dialect: _Optional[_Union[Dialect, str]] = ..., translated: _Optional[bool] = ..., body_cut: _Optional[bool] = ..., body_bytes_dropped: _Optional[int] = ...) -> None: ...
+    policy_version_start: int
+    policy_version_end: int
+    upstream_weight_version: str
+    paused: _duration_pb2.Duration
+    def __init__(self, index: _Optional[int] = ..., trainable: _Optional[bool] = ..., requested_model: _Optional[str] = ..., request_messages: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., request_message_offset: _Optional[int] = ..., tools: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., tools_hash: _Optional[str] = ..., completion_text: _Optional[str] = ..., reasoning_text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., finish_reason: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completion_token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., completion_tokens: _Optional[_Iterable[str]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., token_ids_present: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., upstream_status: _Optional[int] = ..., upstream_error: _Optional[str] = ..., stream: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., incomplete: _Optional[bool] = ..., logprobs_present: _Optional[bool] = ..., usage_counted: _Optional[bool] = ..., unparsed: _Optional[bool] = ..., raw_request: _Optional[str] = ..., dialect: _Optional[_Union[Dialect, str]] = ..., translated: _Optional[bool] = ..., body_cut: _Optional[bool] = ..., body_bytes_dropped: _Optional[int] = ..., policy_version_start: _Optional[int] = ..., policy_version_end: _Optional[int] = ..., upstream_weight_version: _Optional[str] = ..., paused: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("id", "name", "arguments")
@@ -812,6 +830,81 @@ class Group(_message.Message):
     template_setups: int
     def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[GroupSpec, _Mapping]] = ..., status: _Optional[_Union[GroupStatus, str]] = ..., members: _Optional[_Iterable[_Union[GroupMember, _Mapping]]] = ..., stats: _Optional[_Union[GroupStats, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., template_setups: _Optional[int] = ...) -> None: ...
 
+class ModelCallSelector(_message.Message):
+    __slots__ = ("endpoint", "labels")
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    endpoint: EndpointSelector
+    labels: LabelSelector
+    def __init__(self, endpoint: _Optional[_Union[EndpointSelector, _Mapping]] = ..., labels: _Optional[_Union[LabelSelector, _Mapping]] = ...) -> None: ...
+
+class EndpointSelector(_message.Message):
+    __slots__ = ("base_url", "model")
+    BASE_URL_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    base_url: str
+    model: str
+    def __init__(self, base_url: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+
+class LabelSelector(_message.Message):
+    __slots__ = ("labels",)
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class SetPolicyVersionRequest(_message.Message):
+    __slots__ = ("selector", "version")
+    SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    selector: ModelCallSelector
+    version: int
+    def __init__(self, selector: _Optional[_Union[ModelCallSelector, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
+
+class SetPolicyVersionResponse(_message.Message):
+    __slots__ = ("rollouts",)
+    ROLLOUTS_FIELD_NUMBER: _ClassVar[int]
+    rollouts: int
+    def __init__(self, rollouts: _Optional[int] = ...) -> None: ...
+
+class PauseModelCallsRequest(_message.Message):
+    __slots__ = ("selector", "abort_in_flight")
+    SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    ABORT_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    selector: ModelCallSelector
+    abort_in_flight: bool
+    def __init__(self, selector: _Optional[_Union[ModelCallSelector, _Mapping]] = ..., abort_in_flight: _Optional[bool] = ...) -> None: ...
+
+class PauseModelCallsResponse(_message.Message):
+    __slots__ = ("rollouts", "calls_finished", "calls_aborted")
+    ROLLOUTS_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    CALLS_ABORTED_FIELD_NUMBER: _ClassVar[int]
+    rollouts: int
+    calls_finished: int
+    calls_aborted: int
+    def __init__(self, rollouts: _Optional[int] = ..., calls_finished: _Optional[int] = ..., calls_aborted: _Optional[int] = ...) -> None: ...
+
+class ResumeModelCallsRequest(_message.Message):
+    __slots__ = ("selector",)
+    SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    selector: ModelCallSelector
+    def __init__(self, selector: _Optional[_Union[ModelCallSelector, _Mapping]] = ...) -> None: ...
+
+class ResumeModelCallsResponse(_message.Message):
+    __slots__ = ("rollouts", "calls_released")
+    ROLLOUTS_FIELD_NUMBER: _ClassVar[int]
+    CALLS_RELEASED_FIELD_NUMBER: _ClassVar[int]
+    rollouts: int
+    calls_released: int
+    def __init__(self, rollouts: _Optional[int] = ..., calls_released: _Optional[int] = ...) -> None: ...
+
 class GroupMember(_message.Message):
     __slots__ = ("rollout_id", "index", "status", "reward", "error_kind", "counted", "replaced_by", "seed")
     ROLLOUT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -833,7 +926,7 @@ class GroupMember(_message.Message):
     def __init__(self, rollout_id: _Optional[str] = ..., index: _Optional[int] = ..., status: _Optional[_Union[RolloutStatus, str]] = ..., reward: _Optional[float] = ..., error_kind: _Optional[_Union[ErrorKind, str]] = ..., counted: _Optional[bool] = ..., replaced_by: _Optional[str] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class GroupStats(_message.Message):
-    __slots__ = ("counted", "reward_mean", "reward_stddev", "statuses", "errors", "refills", "rewarded")
+    __slots__ = ("counted", "reward_mean", "reward_stddev", "statuses", "errors", "refills", "rewarded", "policy_version_min", "policy_version_max")
     COUNTED_FIELD_NUMBER: _ClassVar[int]
     REWARD_MEAN_FIELD_NUMBER: _ClassVar[int]
     REWARD_STDDEV_FIELD_NUMBER: _ClassVar[int]
@@ -841,6 +934,8 @@ class GroupStats(_message.Message):
     ERRORS_FIELD_NUMBER: _ClassVar[int]
     REFILLS_FIELD_NUMBER: _ClassVar[int]
     REWARDED_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_MIN_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_MAX_FIELD_NUMBER: _ClassVar[int]
     counted: int
     reward_mean: float
     reward_stddev: float
@@ -848,7 +943,9 @@ class GroupStats(_message.Message):
     errors: _containers.RepeatedCompositeFieldContainer[GroupErrorCount]
     refills: int
     rewarded: int
-    def __init__(self, counted: _Optional[int] = ..., reward_mean: _Optional[float] = ..., reward_stddev: _Optional[float] = ..., statuses: _Optional[_Iterable[_Union[GroupStatusCount, _Mapping]]] = ..., errors: _Optional[_Iterable[_Union[GroupErrorCount, _Mapping]]] = ..., refills: _Optional[int] = ..., rewarded: _Optional[int] = ...) -> None: ...
+    policy_version_min: int
+    policy_version_max: int
+    def __init__(self, counted: _Optional[int] = ..., reward_mean: _Optional[float] = ..., reward_stddev: _Optional[float] = ..., statuses: _Optional[_Iterable[_Union[GroupStatusCount, _Mapping]]] = ..., errors: _Optional[_Iterable[_Union[GroupErrorCount, _Mapping]]] = ..., refills: _Optional[int] = ..., rewarded: _Optional[int] = ..., policy_version_min: _Optional[int] = ..., policy_version_max: _Optional[int] = ...) -> None: ...
 
 class GroupStatusCount(_message.Message):
     __slots__ = ("status", "count")

@@ -95,6 +95,21 @@ class RolloutServiceStub:
                 request_serializer=rollout_dot_v1_dot_rollout__pb2.CancelGroupRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_rollout__pb2.CancelGroupResponse.FromString,
                 _registered_method=True)
+        self.SetPolicyVersion = channel.unary_unary(
+                '/rollout.v1.RolloutService/SetPolicyVersion',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.SetPolicyVersionRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.SetPolicyVersionResponse.FromString,
+                _registered_method=True)
+        self.PauseModelCalls = channel.unary_unary(
+                '/rollout.v1.RolloutService/PauseModelCalls',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.PauseModelCallsRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.PauseModelCallsResponse.FromString,
+                _registered_method=True)
+        self.ResumeModelCalls = channel.unary_unary(
+                '/rollout.v1.RolloutService/ResumeModelCalls',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.ResumeModelCallsRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.ResumeModelCallsResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutServiceServicer:
@@ -190,6 +205,33 @@ class RolloutServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetPolicyVersion(self, request, context):
+        """SetPolicyVersion tells the service which policy version the selected rollouts' endpoint
+        serves from now on: every model call started after it records this version, and so do
+        rollouts started later on a matching endpoint or with matching labels.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseModelCalls(self, request, context):
+        """PauseModelCalls holds the selected rollouts' model calls at the capture proxy: new calls
+        wait there, and the call returns once the calls in flight have finished (or, with
+        `abort_in_flight`, were aborted, to be retried after the resume). Time paused does not
+        count against an agent's timeout. Rollouts started later that match wait too.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeModelCalls(self, request, context):
+        """ResumeModelCalls lifts a pause made with the same selector, releasing the calls waiting
+        at the proxy.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RolloutServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -247,6 +289,21 @@ def add_RolloutServiceServicer_to_server(servicer, server):
                     servicer.CancelGroup,
                     request_deserializer=rollout_dot_v1_dot_rollout__pb2.CancelGroupRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_rollout__pb2.CancelGroupResponse.SerializeToString,
+            ),
+            'SetPolicyVersion': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetPolicyVersion,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.SetPolicyVersionRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.SetPolicyVersionResponse.SerializeToString,
+            ),
+            'PauseModelCalls': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseModelCalls,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.PauseModelCallsRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.PauseModelCallsResponse.SerializeToString,
+            ),
+            'ResumeModelCalls': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeModelCalls,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.ResumeModelCallsRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.ResumeModelCallsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -552,6 +609,87 @@ class RolloutService:
             '/rollout.v1.RolloutService/CancelGroup',
             rollout_dot_v1_dot_rollout__pb2.CancelGroupRequest.SerializeToString,
             rollout_dot_v1_dot_rollout__pb2.CancelGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetPolicyVersion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutService/SetPolicyVersion',
+            rollout_dot_v1_dot_rollout__pb2.SetPolicyVersionRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.SetPolicyVersionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseModelCalls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutService/PauseModelCalls',
+            rollout_dot_v1_dot_rollout__pb2.PauseModelCallsRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.PauseModelCallsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeModelCalls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutService/ResumeModelCalls',
+            rollout_dot_v1_dot_rollout__pb2.ResumeModelCallsRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.ResumeModelCallsResponse.FromString,
             options,
             channel_credentials,
             insecure,

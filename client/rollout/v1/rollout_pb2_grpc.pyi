@@ -74,6 +74,21 @@ class RolloutServiceStub:
     """CancelGroup cancels a group that is not terminal and every member still running;
     cancelling a terminal group returns it unchanged.
     """
+    SetPolicyVersion: _grpc.UnaryUnaryMultiCallable[_rollout_pb2.SetPolicyVersionRequest, _rollout_pb2.SetPolicyVersionResponse]
+    """SetPolicyVersion tells the service which policy version the selected rollouts' endpoint
+    serves from now on: every model call started after it records this version, and so do
+    rollouts started later on a matching endpoint or with matching labels.
+    """
+    PauseModelCalls: _grpc.UnaryUnaryMultiCallable[_rollout_pb2.PauseModelCallsRequest, _rollout_pb2.PauseModelCallsResponse]
+    """PauseModelCalls holds the selected rollouts' model calls at the capture proxy: new calls
+    wait there, and the call returns once the calls in flight have finished (or, with
+    `abort_in_flight`, were aborted, to be retried after the resume). Time paused does not
+    count against an agent's timeout. Rollouts started later that match wait too.
+    """
+    ResumeModelCalls: _grpc.UnaryUnaryMultiCallable[_rollout_pb2.ResumeModelCallsRequest, _rollout_pb2.ResumeModelCallsResponse]
+    """ResumeModelCalls lifts a pause made with the same selector, releasing the calls waiting
+    at the proxy.
+    """
 
 @_typing.type_check_only
 class RolloutServiceAsyncStub(RolloutServiceStub):
@@ -120,6 +135,21 @@ class RolloutServiceAsyncStub(RolloutServiceStub):
     CancelGroup: _aio.UnaryUnaryMultiCallable[_rollout_pb2.CancelGroupRequest, _rollout_pb2.CancelGroupResponse]  # type: ignore[assignment]
     """CancelGroup cancels a group that is not terminal and every member still running;
     cancelling a terminal group returns it unchanged.
+    """
+    SetPolicyVersion: _aio.UnaryUnaryMultiCallable[_rollout_pb2.SetPolicyVersionRequest, _rollout_pb2.SetPolicyVersionResponse]  # type: ignore[assignment]
+    """SetPolicyVersion tells the service which policy version the selected rollouts' endpoint
+    serves from now on: every model call started after it records this version, and so do
+    rollouts started later on a matching endpoint or with matching labels.
+    """
+    PauseModelCalls: _aio.UnaryUnaryMultiCallable[_rollout_pb2.PauseModelCallsRequest, _rollout_pb2.PauseModelCallsResponse]  # type: ignore[assignment]
+    """PauseModelCalls holds the selected rollouts' model calls at the capture proxy: new calls
+    wait there, and the call returns once the calls in flight have finished (or, with
+    `abort_in_flight`, were aborted, to be retried after the resume). Time paused does not
+    count against an agent's timeout. Rollouts started later that match wait too.
+    """
+    ResumeModelCalls: _aio.UnaryUnaryMultiCallable[_rollout_pb2.ResumeModelCallsRequest, _rollout_pb2.ResumeModelCallsResponse]  # type: ignore[assignment]
+    """ResumeModelCalls lifts a pause made with the same selector, releasing the calls waiting
+    at the proxy.
     """
 
 class RolloutServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -230,6 +260,39 @@ class RolloutServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_rollout_pb2.CancelGroupResponse, _abc.Awaitable[_rollout_pb2.CancelGroupResponse]]:
         """CancelGroup cancels a group that is not terminal and every member still running;
         cancelling a terminal group returns it unchanged.
+        """
+
+    @_abc_1.abstractmethod
+    def SetPolicyVersion(
+        self,
+        request: _rollout_pb2.SetPolicyVersionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rollout_pb2.SetPolicyVersionResponse, _abc.Awaitable[_rollout_pb2.SetPolicyVersionResponse]]:
+        """SetPolicyVersion tells the service which policy version the selected rollouts' endpoint
+        serves from now on: every model call started after it records this version, and so do
+        rollouts started later on a matching endpoint or with matching labels.
+        """
+
+    @_abc_1.abstractmethod
+    def PauseModelCalls(
+        self,
+        request: _rollout_pb2.PauseModelCallsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rollout_pb2.PauseModelCallsResponse, _abc.Awaitable[_rollout_pb2.PauseModelCallsResponse]]:
+        """PauseModelCalls holds the selected rollouts' model calls at the capture proxy: new calls
+        wait there, and the call returns once the calls in flight have finished (or, with
+        `abort_in_flight`, were aborted, to be retried after the resume). Time paused does not
+        count against an agent's timeout. Rollouts started later that match wait too.
+        """
+
+    @_abc_1.abstractmethod
+    def ResumeModelCalls(
+        self,
+        request: _rollout_pb2.ResumeModelCallsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rollout_pb2.ResumeModelCallsResponse, _abc.Awaitable[_rollout_pb2.ResumeModelCallsResponse]]:
+        """ResumeModelCalls lifts a pause made with the same selector, releasing the calls waiting
+        at the proxy.
         """
 
 def add_RolloutServiceServicer_to_server(servicer: RolloutServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
