@@ -18,6 +18,7 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout_client.cli_connection import Connection, remember_global, with_connection
 from rollout_client.exits import EXIT_CODES, EXIT_ERROR, EXIT_SUMMARY, exit_for, fail
 from rollout_client.group_command import group_app
+from rollout_client.export.command import export
 from rollout_client.live import follow
 from rollout_client.messages import parse_status
 from rollout_client.options import AsJson, LabelFlags, Version
@@ -39,6 +40,7 @@ app.command()(run)
 app.add_typer(group_app, name="group")
 
 
+app.command()(export)
 @app.callback()
 @with_connection
 def _before_the_command(connection: Connection, version: Version = False) -> None:

@@ -1,0 +1,275 @@
+"""`rollout export` and the exporters, on real rollouts: the real server, real sandboxes, the
+command agent speaking each dialect and opencode, against the scripted upstream. Every ATIF
+document is validated against the spec's models (tests/export/atif_spec.py), and its ids and
+logprobs, like the training records', must be exactly what the upstream sent."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pytest
+from rollout.v1 import rollout_pb2 as pb
+from rollout.v1 import rollout_pb2_grpc as pb_grpc
+from rollout_client.cli import EXIT_ERROR, app
+from rollout_client.export.atif import ATIF_VERSION, to_atif
+from rollout_client.export.command import ExportFormat, render
+from rollout_client.export.train import to_train_records
+from typer.testing import CliRunner
+
+from tests.e2e.specs import command_spec
+from tests.export.atif_spec import Trajectory
+from tests.fakes.llm_replies import SentReply
+from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
+
+pytestmark = pytest.mark.e2e
+
+KEY = "sk-export-upstream-secret-0c4d"
+MODEL = "fake-policy-export"
+SYSTEM = "Answer briefly."
+QUESTION = "What does lookup say about x?"
+RESULT = "lookup: x is 42"
+ANSWER = "x is 42."
+
+# The agent: the same two calls in one dialect: a question answered by a tool call, then the
+# tool's result answered with text. `{path}` picks the dialect.
+TWO_CALLS = """python3 - <<'PY'
+import json, os, urllib.request
+base, key, model, path = (os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"],
+                          os.environ["OPENAI_MODEL"], {path!r})
+schema = {{"type": "object", "properties": {{"q": {{"type": "string"}}}}}}
+def post(body):
+    request = urllib.request.Request(base + "/" + path, data=json.dumps(body).encode(),
+        headers={{"Authorization": "Bearer " + key, "Content-Type": "application/json"}})
+    return json.loads(urllib.request.urlopen(request, timeout=60).read())
+if path == "chat/completions":
+    tools = [{{"type": "function", "function": {{"name": "lookup", "parameters": schema}}}}]
+    messages = [{{"role": "system", "content": {system!r}}}]
+    messages += [{{"role": "user", "content": {question!r}}}]
+    body = {{"model": model, "tools": tools}}
+    message = post({{**body, "messages": messages}})["choices"][0]["message"]
+    call = message["tool_calls"][0]["id"]
+    messages += [message, {{"role": "tool", "tool_call_id": call, "content": {result!r}}}]
+    print(post({{**body, "messages": messages}})["choices"][0]["message"]["content"])
+elif path == "responses":
+    tools = [{{"type": "function", "name": "lookup", "parameters": schema}}]
+    items = [{{"role": "user", "content": {question!r}}}]
+    body = {{"model": model, "instructions": {system!r}, "tools": tools}}
+    output = post({{**body, "input": items}})["output"]
+    call = next(o for o in output if o["type"] == "function_call")
+    items += [call, {{"type": "function_call_output", "call_id": call["call_id"],
+                      "output": {result!r}}}]
+    print(post({{**body, "input": items}})["output"])
+else:
+    tools = [{{"name": "lookup", "input_schema": schema}}]
+    body = {{"model": model, "max_tokens": 256, "system": {system!r}, "tools": tools}}
+    messages = [{{"role": "user", "content": {question!r}}}]
+    content = post({{**body, "messages": messages}})["content"]
+    call = next(c for c in content if c["type"] == "tool_use")
+    messages += [{{"role": "assistant", "content": content}}, {{"role": "user", "content": [
+        {{"type": "tool_result", "tool_use_id": call["id"], "content": {result!r}}}]}}]
+    print(post({{**body, "messages": messages}})["content"])
+PY"""
+
+DIALECTS = {
+    "chat/completions": pb.DIALECT_CHAT_COMPLETIONS,
+    "responses": pb.DIALECT_RESPONSES,
+    "messages": pb.DIALECT_MESSAGES,
+}
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[FakeUpstream]:
+    async with FakeUpstream(api_key=KEY, model=MODEL) as upstream:
+        yield upstream
+
+
+def _endpoint(upstream: FakeUpstream) -> dict[str, str]:
+    return {"baseUrl": upstream.base_url, "apiKey": KEY, "model": MODEL}
+
+
+async def _run(stub: pb_grpc.RolloutServiceAsyncStub, spec: pb.RolloutSpec) -> pb.Rollout:
+    request = pb.RunRolloutRequest(spec=spec, view=pb.RESULT_VIEW_FULL)
+    rollout = (await stub.RunRollout(request)).rollout
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, (
+        rollout.result.error,
+        rollout.result.agent_log_tail,
+    )
+    return rollout
+
+
+def _valid_atif(rollout: pb.Rollout) -> dict[str, Any]:
+    """The ATIF export, written as `rollout export` writes it and validated against the spec."""
+    text = render(rollout, ExportFormat.ATIF)
+    Trajectory.model_validate_json(text)
+    document: dict[str, Any] = json.loads(text)
+    assert document == to_atif(rollout)
+    assert document["schema_version"] == ATIF_VERSION == "ATIF-v1.4"
+    return document
+
+
+def _agent_steps(document: dict[str, Any]) -> list[dict[str, Any]]:
+    return [step for step in document["steps"] if step["source"] == "agent"]
+
+
+def _assert_exact_tokens(metrics: dict[str, Any], sent: SentReply) -> None:
+    assert metrics["prompt_token_ids"] == sent.prompt_token_ids
+    assert metrics["completion_token_ids"] == sent.completion_token_ids
+    assert metrics["logprobs"] == sent.logprobs  # exact: the decimals the upstream sent
+    assert metrics["completion_tokens"] == len(sent.completion_token_ids)
+
+
+def _assert_train_records(rollout: pb.Rollout, sent: list[SentReply]) -> None:
+    records = to_train_records(rollout)
+    assert [r["turn_index"] for r in records] == list(range(len(sent)))
+    for record, reply, turn in zip(records, sent, rollout.result.turns, strict=True):
+        prompt, completion = reply.prompt_token_ids, reply.completion_token_ids
+        assert record["prompt_token_ids"] == prompt
+        assert record["completion_token_ids"] == completion
+        assert record["logprobs"] == reply.logprobs
+        assert record["trainable"] is turn.trainable
+        assert record["loss_mask"] == [0] * len(prompt) + [int(turn.trainable)] * len(completion)
+        assert record["rollout_id"] == rollout.id
+        assert record["reward"] == rollout.result.reward
+    lines = render(rollout, ExportFormat.TRAIN).splitlines()
+    assert [json.loads(line) for line in lines] == records
+
+
+@pytest.mark.parametrize("path", sorted(DIALECTS))
+async def test_each_dialect_exports_a_valid_trajectory_with_exact_tokens(
+    stub: pb_grpc.RolloutServiceAsyncStub, upstream: FakeUpstream, path: str
+) -> None:
+    upstream.script(Reply(tool_calls=[ToolCallReply("lookup", '{"q": "x"}')]), Reply(text=ANSWER))
+    command = TWO_CALLS.format(path=path, system=SYSTEM, question=QUESTION, result=RESULT)
+    spec = command_spec(command, verify=(f"true {path}",), endpoint=_endpoint(upstream))
+    rollout = await _run(stub, spec)
+    assert [t.dialect for t in rollout.result.turns] == [DIALECTS[path]] * 2
+
+    document = _valid_atif(rollout)
+
+    assert document["session_id"] == rollout.id
+    assert document["agent"] == {"name": "command", "version": "unknown", "model_name": MODEL}
+    assert [(s["source"], s["message"]) for s in document["steps"][:2]] == [
+        ("system", SYSTEM),
+        ("user", QUESTION),
+    ]
+    asked, answered = _agent_steps(document)
+    [call] = asked["tool_calls"]
+    assert (call["function_name"], call["arguments"]) == ("lookup", {"q": "x"})
+    assert asked["observation"] == {
+        "results": [{"source_call_id": call["tool_call_id"], "content": RESULT}]
+    }
+    assert answered["message"] == ANSWER
+    assert len(document["steps"]) == 4  # the assistant echo in the 2nd request is no step
+    for step, sent in zip((asked, answered), upstream.sent, strict=True):
+        _assert_exact_tokens(step["metrics"], sent)
+        assert step["extra"]["trainable"] is True
+        assert step["extra"]["dialect"] == pb.Dialect.Name(DIALECTS[path]).removeprefix("DIALECT_")
+    assert document["final_metrics"]["total_completion_tokens"] == sum(
+        len(s.completion_token_ids) for s in upstream.sent
+    )
+    assert document["extra"]["reward"] == 1.0
+    _assert_train_records(rollout, upstream.sent)
+
+
+@pytest.mark.opencode
+async def test_opencode_exports_a_valid_trajectory_and_masks_its_title_call(
+    stub: pb_grpc.RolloutServiceAsyncStub, upstream: FakeUpstream
+) -> None:
+    arguments = json.dumps({"filePath": "hello.txt", "content": "hi"})
+    upstream.script(Reply(tool_calls=[ToolCallReply("write", arguments)]), match=has_tools)
+    spec = pb.RolloutSpec(
+        task=pb.Task(instruction="Create hello.txt.", verify=["grep -qx hi hello.txt"]),
+        agent=pb.Agent(name="opencode"),
+        endpoint=pb.Endpoint(base_url=upstream.base_url, api_key=KEY, model=MODEL),
+    )
+    rollout = await _run(stub, spec)
+    turns = list(rollout.result.turns)
+    assert [t.trainable for t in turns].count(False) == 1  # the title call
+
+    document = _valid_atif(rollout)
+
+    assert document["agent"]["name"] == "opencode"
+    steps = _agent_steps(document)
+    assert [s["extra"]["trainable"] for s in steps] == [t.trainable for t in turns]
+    by_ids = {tuple(s.prompt_token_ids): s for s in upstream.sent}  # calls may interleave
+    for step in steps:
+        _assert_exact_tokens(step["metrics"], by_ids[tuple(step["metrics"]["prompt_token_ids"])])
+    writes = [c for s in steps for c in s.get("tool_calls", ()) if c["function_name"] == "write"]
+    assert [c["arguments"] for c in writes] == [json.loads(arguments)]
+    assert any(
+        s["source"] == "user" and "Create hello.txt." in s["message"] for s in document["steps"]
+    )
+    ordered = [by_ids[tuple(t.prompt_token_ids)] for t in turns]
+    _assert_train_records(rollout, ordered)
+    title = next(r for r in to_train_records(rollout) if not r["trainable"])
+    assert title["completion_token_ids"]
+    assert set(title["loss_mask"]) == {0}
+
+
+def test_the_spec_models_refuse_what_v1_4_does_not_allow() -> None:
+    """The checks above can fail: broken copies of a valid document are refused."""
+    step = {"step_id": 1, "source": "agent", "message": "", "metrics": {}}
+    valid = {
+        "schema_version": "ATIF-v1.4",
+        "session_id": "r",
+        "agent": {"name": "a", "version": "1"},
+        "steps": [step],
+    }
+    Trajectory.model_validate(valid)
+    broken = [
+        {**valid, "schema_version": "ATIF-v1.8"},
+        {**valid, "agent": {"name": "a"}},
+        {**valid, "trajectory_id": "t"},  # a v1.7 field
+        {**valid, "steps": []},
+        {**valid, "steps": [{**step, "step_id": 2}]},
+        {**valid, "steps": [{**step, "source": "user"}]},  # metrics on a user step
+        {**valid, "steps": [{**step, "metrics": {"completion_token_ids": [1], "logprobs": []}}]},
+        {**valid, "steps": [{**step, "metrics": {"prompt_token_ids": ["1"]}}]},
+        {**valid, "steps": [{**step, "observation": {"results": [{"source_call_id": "c"}]}}]},
+        {**valid, "steps": [{**step, "tool_calls": [{"tool_call_id": "c", "function_name": "f"}]}]},
+    ]
+    for document in broken:
+        with pytest.raises(pydantic.ValidationError):
+            Trajectory.model_validate(document)
+
+
+async def test_the_export_command_writes_atif_and_train_records(
+    stub: pb_grpc.RolloutServiceAsyncStub,
+    upstream: FakeUpstream,
+    server_target: str,
+    tmp_path: Path,
+) -> None:
+    command = TWO_CALLS.format(
+        path="chat/completions", system=SYSTEM, question=QUESTION, result=RESULT
+    )
+    upstream.script(Reply(tool_calls=[ToolCallReply("lookup", '{"q": "x"}')]), Reply(text=ANSWER))
+    rollout = await _run(stub, command_spec(command, endpoint=_endpoint(upstream)))
+    runner = CliRunner()
+    target = ["--target", server_target]
+
+    written = tmp_path / "trajectory.json"
+    result = runner.invoke(
+        app, ["export", rollout.id, "--format", "atif", "--output", str(written), *target]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    assert written.read_text() == render(rollout, ExportFormat.ATIF)
+    Trajectory.model_validate_json(written.read_text())
+
+    result = runner.invoke(app, ["export", rollout.id, "--format", "train", *target])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["completion_token_ids"] for r in records] == [
+        s.completion_token_ids for s in upstream.sent
+    ]
+
+    result = runner.invoke(app, ["export", "no-such-rollout", "--format", "atif", *target])
+    assert result.exit_code == EXIT_ERROR
+    assert "not found" in result.stderr
+    result = runner.invoke(app, ["export", rollout.id, "--format", "csv", *target])
+    assert result.exit_code == 2
+    assert "--format" in result.stderr
