@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, Iterable, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Self
 
@@ -12,6 +14,8 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc
 
 from rollout_client import messages
+from rollout_client.batch.results import BatchResult
+from rollout_client.batch.runner import BatchOptions, BatchSource, open_batch
 from rollout_client.connection import auth_metadata, default_target
 from rollout_client.errors import translate_errors
 from rollout_client.messages import SpecLike, StatusLike, ViewLike
@@ -228,3 +232,34 @@ class AsyncRolloutClient:
             return (
                 await self._stub.CancelGroup(request, timeout=self.timeout, metadata=self._metadata)
             ).group
+
+    async def batch(
+        self,
+        source: BatchSource,
+        *,
+        group_size: int = 1,
+        attempts: int = 3,
+        n_concurrent: int = 8,
+        labels: Mapping[str, str] | None = None,
+        output_dir: str | Path | None = None,
+        resume: bool = False,
+    ) -> AsyncGenerator[BatchResult, None]:
+        """Run every task of `source` (a Harbor dataset or task directory, a JSONL file of
+        specs, or specs) and yield each rollout's result as it finishes: one rollout per
+        task, or with `group_size` K one group of K, `n_concurrent` rollouts at a time, a
+        rollout lost to infrastructure tried up to `attempts` times (`rollout_client.batch`).
+
+        With `output_dir`, results.jsonl, trajectories and summary.json are written there, and
+        `resume=True` runs only the tasks it has no result for. Closing or cancelling the
+        iteration cancels what is in flight and returns once none of it runs.
+        """
+        options = BatchOptions(
+            group_size=group_size,
+            attempts=attempts,
+            n_concurrent=n_concurrent,
+            labels=dict(labels or {}),
+        )
+        batch = open_batch(self, source, options, output_dir=output_dir, resume=resume)
+        async with contextlib.aclosing(batch.results()) as results:
+            async for result in results:
+                yield result

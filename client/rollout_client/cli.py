@@ -1,4 +1,4 @@
-"""The `rollout` command line: serve, run, watch, get, list and cancel rollouts.
+"""The `rollout` command line: serve, run, batch, watch, get, list and cancel rollouts.
 
 Exit codes are listed in `rollout_client.exits` (and in `rollout --help`).
 """
@@ -15,10 +15,11 @@ from rich.console import Console
 from rich.text import Text
 from rollout.v1 import rollout_pb2 as pb
 
+from rollout_client.batch.command import batch
 from rollout_client.cli_connection import Connection, remember_global, with_connection
 from rollout_client.exits import EXIT_CODES, EXIT_ERROR, EXIT_SUMMARY, exit_for, fail
-from rollout_client.group_command import group_app
 from rollout_client.export.command import export
+from rollout_client.group_command import group_app
 from rollout_client.live import follow
 from rollout_client.messages import parse_status
 from rollout_client.options import AsJson, LabelFlags, Version
@@ -37,10 +38,11 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.command()(run)
+app.command()(batch)
 app.add_typer(group_app, name="group")
-
-
 app.command()(export)
+
+
 @app.callback()
 @with_connection
 def _before_the_command(connection: Connection, version: Version = False) -> None:

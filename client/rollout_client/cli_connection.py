@@ -17,8 +17,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated
 
+import grpc
 import typer
 
+from rollout_client.aio import AsyncRolloutClient
 from rollout_client.client import RolloutClient
 from rollout_client.connection import default_target, read_token_file, tls_credentials
 from rollout_client.exits import client_errors
@@ -55,20 +57,29 @@ class Connection:
         return client_errors(self.target, self.sent)
 
     def client(self) -> RolloutClient:
-        credentials = None
-        if self.sent is not Sent.PLAINTEXT:
-            try:
-                credentials = tls_credentials(
-                    ca_file=self.tls_ca, cert_file=self.tls_cert, key_file=self.tls_key
-                )
-            except ValueError as exc:
-                raise typer.BadParameter(
-                    str(exc), param_hint="--tls-ca/--tls-cert/--tls-key"
-                ) from exc
+        credentials = self._credentials()
         try:
             return RolloutClient(self.target, token=self._token(), credentials=credentials)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--token/--token-file") from exc
+
+    def async_client(self) -> AsyncRolloutClient:
+        """The asyncio client (`rollout batch`); create it inside the loop that uses it."""
+        credentials = self._credentials()
+        try:
+            return AsyncRolloutClient(self.target, token=self._token(), credentials=credentials)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--token/--token-file") from exc
+
+    def _credentials(self) -> grpc.ChannelCredentials | None:
+        if self.sent is Sent.PLAINTEXT:
+            return None
+        try:
+            return tls_credentials(
+                ca_file=self.tls_ca, cert_file=self.tls_cert, key_file=self.tls_key
+            )
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--tls-ca/--tls-cert/--tls-key") from exc
 
     def _token(self) -> str:
         if self.token_file is not None:

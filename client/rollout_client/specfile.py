@@ -22,7 +22,7 @@ from rollout_client.errors import SpecError
 from rollout_client.harbor_pack import pack_task_dir
 from rollout_client.messages import parse_network, to_spec
 
-__all__ = ["SpecOverrides", "build_spec", "load_spec_file", "parse_pairs"]
+__all__ = ["SpecOverrides", "apply_overrides", "build_spec", "load_spec_file", "parse_pairs"]
 
 
 def _load_toml(text: str) -> Any:
@@ -118,11 +118,13 @@ def build_spec(path: Path | None, overrides: SpecOverrides) -> pb.RolloutSpec:
             spec = to_spec(data)
         except SpecError as exc:
             raise SpecError(f"spec file {path}: {exc}") from exc
-    _apply(spec, overrides)
+    apply_overrides(spec, overrides)
     return spec
 
 
-def _apply(spec: pb.RolloutSpec, overrides: SpecOverrides) -> None:
+def apply_overrides(spec: pb.RolloutSpec, overrides: SpecOverrides) -> None:
+    """Set the values `overrides` gives over `spec` (`rollout batch` applies its flags to
+    every spec of a dataset so)."""
     if overrides.instruction is not None:
         spec.task.instruction = overrides.instruction
     if overrides.setup:
