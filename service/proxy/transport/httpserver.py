@@ -42,6 +42,11 @@ Handler = Callable[[HttpRequest, "Responder"], Awaitable[None]]
 """Answers one request through the responder; cancelled if the client disconnects."""
 
 
+async def _closed(request: HttpRequest, responder: Responder) -> None:
+    """The handler of a closed connection."""
+    raise ConnectionResetError("the client disconnected")
+
+
 def _head(status: int, extra: bytes, keep_alive: bool) -> bytes:
     reason = HTTPStatus(status).phrase.encode() if status in HTTPStatus._value2member_map_ else b""
     connection = b"" if keep_alive else b"Connection: close\r\n"
@@ -152,6 +157,12 @@ class HttpServerProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        # The parser and this protocol refer to each other, so a closed connection lives
+        # until the garbage collector's next full pass; what it refers to must not. The
+        # handler leads to a route, and so to every body the route remembers (the issue-21
+        # server kept two 60 MiB bodies of an ended rollout this way).
+        self._handler = _closed
+        self._body = []
         self._disarm_idle()
         self._connections.release(self)
         self._queue.clear()
