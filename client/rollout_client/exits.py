@@ -32,6 +32,7 @@ from rollout_client.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
+from rollout_client.render import figure, seconds
 from rollout_client.results import reward_of
 from rollout_client.unreachable import Sent, why_unreachable
 
@@ -83,7 +84,7 @@ def client_errors(target: str, sent: Sent = Sent.PLAINTEXT) -> Iterator[None]:
     except NotFoundError as exc:
         fail(f"not found: {exc.details}")
     except ResourceExhaustedError as exc:
-        wait = f"{exc.retry_delay_s:g}s" if exc.retry_delay_s is not None else "a while"
+        wait = seconds(exc.retry_delay_s) if exc.retry_delay_s is not None else "a while"
         fail(f"server at capacity ({exc.details}): retry in {wait}")
     except UnauthenticatedError as exc:
         fail(f"not authenticated ({exc.details}): pass --token-file or set ROLLOUT_TOKEN")
@@ -98,9 +99,9 @@ def exit_for(rollout: pb.Rollout, require_reward: float | None = None) -> NoRetu
     code = EXIT_CODES.get(rollout.status, EXIT_ERROR)
     reward = reward_of(rollout)
     if code == 0 and require_reward is not None and (reward is None or reward < require_reward):
-        got = "no reward" if reward is None else f"reward {reward:g}"
+        got = "no reward" if reward is None else f"reward {figure(reward)}"
         Console(stderr=True, highlight=False).print(
-            f"{got}: below --require-reward {require_reward:g}", style="yellow"
+            f"{got}: below --require-reward {figure(require_reward)}", style="yellow"
         )
         code = EXIT_REWARD_TOO_LOW
     raise typer.Exit(code)

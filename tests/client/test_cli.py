@@ -6,7 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
+from rollout.v1 import rollout_pb2 as pb
 from rollout_client.cli import EXIT_ERROR, app
+from rollout_client.exits import EXIT_REWARD_TOO_LOW, exit_for
 from typer.testing import CliRunner
 
 runner = CliRunner()
@@ -65,3 +68,15 @@ def test_serve_without_the_server_says_what_to_install(monkeypatch: pytest.Monke
         "error: `rollout serve` needs the server (service.server is missing):"
         " install rollout-service\n"
     )
+
+
+def test_a_low_reward_is_reported_with_the_clients_figures(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # exit_for printed `{reward:g}`: "reward 0.333333: below --require-reward 0.5",
+    # where every other figure the client prints reads 0.333 (`render.figure`).
+    rollout = pb.Rollout(status=pb.ROLLOUT_STATUS_SUCCEEDED, result=pb.RolloutResult(reward=1 / 3))
+    with pytest.raises(typer.Exit) as exited:
+        exit_for(rollout, require_reward=0.5)
+    assert exited.value.exit_code == EXIT_REWARD_TOO_LOW
+    assert capsys.readouterr().err.strip() == "reward 0.333: below --require-reward 0.5"
