@@ -5,6 +5,7 @@ logprobs, like the training records', must be exactly what the upstream sent."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from rollout_client.export.command import ExportFormat, render
 from rollout_client.export.train import to_train_records
 from typer.testing import CliRunner
 
+from tests.e2e.processes import eventually
 from tests.e2e.specs import command_spec
 from tests.export.atif_spec import Trajectory
 from tests.fakes.llm_replies import SentReply
@@ -72,6 +74,20 @@ else:
     messages += [{{"role": "assistant", "content": content}}, {{"role": "user", "content": [
         {{"type": "tool_result", "tool_use_id": call["id"], "content": {result!r}}}]}}]
     print(post({{**body, "messages": messages}})["content"])
+PY"""
+
+# The agent: a streamed chat call (which the upstream holds after its first chunk), then a
+# unary one.
+STREAM_THEN_CALL = """python3 - <<'PY'
+import json, os, urllib.request
+for stream in (True, False):
+    body = {"model": os.environ["OPENAI_MODEL"], "stream": stream,
+            "messages": [{"role": "user", "content": "stream" if stream else "call"}]}
+    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+                 "Content-Type": "application/json"})
+    print(urllib.request.urlopen(request, timeout=60).read()[:80], flush=True)
 PY"""
 
 DIALECTS = {
@@ -133,7 +149,8 @@ def _assert_train_records(rollout: pb.Rollout, sent: list[SentReply]) -> None:
         assert record["trainable"] is turn.trainable
         assert record["loss_mask"] == [0] * len(prompt) + [int(turn.trainable)] * len(completion)
         assert record["rollout_id"] == rollout.id
-        assert record["reward"] == rollout.result.reward
+        has_reward = rollout.result.HasField("reward")
+        assert record["reward"] == (rollout.result.reward if has_reward else None)
     lines = render(rollout, ExportFormat.TRAIN).splitlines()
     assert [json.loads(line) for line in lines] == records
 
@@ -167,11 +184,42 @@ async def test_each_dialect_exports_a_valid_trajectory_with_exact_tokens(
     for step, sent in zip((asked, answered), upstream.sent, strict=True):
         _assert_exact_tokens(step["metrics"], sent)
         assert step["extra"]["trainable"] is True
+        assert "policy_version_start" not in step["extra"]  # no version was ever set
         assert step["extra"]["dialect"] == pb.Dialect.Name(DIALECTS[path]).removeprefix("DIALECT_")
     assert document["final_metrics"]["total_completion_tokens"] == sum(
         len(s.completion_token_ids) for s in upstream.sent
     )
     assert document["extra"]["reward"] == 1.0
+    assert "policy_version_min" not in document["extra"]
+    _assert_train_records(rollout, upstream.sent)
+
+
+async def test_policy_versions_reach_both_exports(
+    stub: pb_grpc.RolloutServiceAsyncStub, upstream: FakeUpstream
+) -> None:
+    """A version set before the rollout holds for its calls; one set while a call streams
+    is that call's end version (the upstream holds the stream until released)."""
+    selector = pb.ModelCallSelector(endpoint=pb.EndpointSelector(base_url=upstream.base_url))
+    await stub.SetPolicyVersion(pb.SetPolicyVersionRequest(selector=selector, version=7))
+    upstream.script(Reply(text="held", hold_after_first=True), Reply(text=ANSWER))
+    command = STREAM_THEN_CALL
+    running = asyncio.create_task(_run(stub, command_spec(command, endpoint=_endpoint(upstream))))
+    await eventually(lambda: len(upstream.requests) == 1)
+    await stub.SetPolicyVersion(pb.SetPolicyVersionRequest(selector=selector, version=8))
+    upstream.release()
+    rollout = await running
+
+    versions = [(7, 8), (8, 8)]
+    document = _valid_atif(rollout)
+    got = [
+        (s["extra"]["policy_version_start"], s["extra"]["policy_version_end"])
+        for s in _agent_steps(document)
+    ]
+    assert got == versions
+    assert document["extra"]["policy_version_min"] == 7
+    assert document["extra"]["policy_version_max"] == 8
+    records = to_train_records(rollout)
+    assert [(r["policy_version_start"], r["policy_version_end"]) for r in records] == versions
     _assert_train_records(rollout, upstream.sent)
 
 
@@ -195,6 +243,10 @@ async def test_opencode_exports_a_valid_trajectory_and_masks_its_title_call(
     assert document["agent"]["name"] == "opencode"
     steps = _agent_steps(document)
     assert [s["extra"]["trainable"] for s in steps] == [t.trainable for t in turns]
+    title_index = next(t.index for t in turns if not t.trainable)
+    title_steps = [s for s in document["steps"] if s["extra"]["turn_index"] == title_index]
+    assert len(title_steps) >= 2  # its prompt and its answer, all marked
+    assert {s["extra"]["trainable"] for s in title_steps} == {False}
     by_ids = {tuple(s.prompt_token_ids): s for s in upstream.sent}  # calls may interleave
     for step in steps:
         _assert_exact_tokens(step["metrics"], by_ids[tuple(step["metrics"]["prompt_token_ids"])])

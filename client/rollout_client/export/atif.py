@@ -5,28 +5,31 @@ first version whose per-step `metrics` carry `prompt_token_ids`, `completion_tok
 `logprobs`, and every later Harbor release reads it. Only fields that exist in v1.4 are
 written. How a rollout maps onto it:
 
-| ATIF                         | from the rollout                                                |
-| ---------------------------- | --------------------------------------------------------------- |
-| session_id                   | the rollout id                                                  |
-| agent.name / model_name      | spec.agent.name / spec.endpoint.model (version: "unknown", a    |
-|                              | rollout does not record the harness's version)                  |
-| system / user step           | a request message with role system or developer / user, in the  |
-|                              | order turns first sent them (`request_messages` are only what    |
-|                              | is new since the lane's previous call, so nothing repeats)       |
-| agent step                   | one per turn: completion_text, reasoning_text, tool_calls, and   |
-|                              | metrics (usage, exact token ids, logprobs)                       |
-| observation                  | a `tool` message, on the agent step that made that call          |
-| step.extra                   | turn_index, trainable, dialect, finish_reason, requested_model, |
-|                              | policy_version_start/_end and upstream_weight_version when set, |
-|                              | failure flags                                                   |
-| extra                        | rollout_id, status, reward, metrics, error_kind, group_id and   |
-|                              | member_index, policy_version_min/_max when set                  |
-| final_metrics                | token totals, step count                                        |
+| ATIF                    | from the rollout                                                    |
+| ----------------------- | ------------------------------------------------------------------- |
+| session_id              | the rollout id                                                      |
+| agent.name / model_name | spec.agent.name / spec.endpoint.model; version "unknown" (a rollout |
+|                         | does not record its harness's version)                              |
+| system / user step      | a request message with role system or developer / user, in the      |
+|                         | order turns first sent them (`request_messages` hold only what is   |
+|                         | new since the lane's previous call, so nothing repeats); extra:     |
+|                         | turn_index and trainable of the turn that sent it                   |
+| agent step              | one per turn: completion_text, reasoning_text, tool_calls, and      |
+|                         | metrics (usage, exact token ids, logprobs)                          |
+| observation             | a `tool` message, on the agent step that made that call             |
+| agent step extra        | turn_index, trainable, dialect, finish_reason, requested_model;     |
+|                         | policy_version_start / _end and upstream_weight_version when set;   |
+|                         | upstream_error, incomplete, body_cut when the call went wrong       |
+| extra                   | rollout_id, status, reward, metrics, error_kind, group_id and       |
+|                         | member_index; policy_version_min / _max when set                    |
+| final_metrics           | token totals, step count                                            |
 
-Assistant messages inside requests are skipped: they are the agent's own earlier completions,
-already written as agent steps from the turns that produced them. `logprobs` is written only
-when the upstream scored every completion token (`logprobs_present`), so it always aligns with
-`completion_token_ids`.
+Auxiliary calls (opencode's title generation: `trainable` false) are separate conversations,
+kept in call order; every step they produced, their prompts included, has `extra.trainable`
+false, so a consumer drops them all by that flag. Assistant messages inside requests are
+skipped: they are the agent's own earlier completions, already agent steps of the turns that
+produced them. `logprobs` is written only when the upstream scored every completion token
+(`logprobs_present`), so it always aligns with `completion_token_ids`.
 """
 
 from __future__ import annotations
@@ -84,16 +87,18 @@ def _add_request(steps: list[dict[str, Any]], turn: pb.Turn) -> None:
     for struct in turn.request_messages:
         message = json_format.MessageToDict(struct)
         role = message.get("role")
-        extra = {"turn_index": turn.index}
+        extra = {"turn_index": turn.index, "trainable": turn.trainable}
         if role in _SYSTEM_ROLES:
             steps.append({"source": "system", "message": _text(message), "extra": extra})
         elif role == "user":
             steps.append({"source": "user", "message": _text(message), "extra": extra})
         elif role == "tool":
-            _add_tool_result(steps, message, turn.index)
+            _add_tool_result(steps, message, extra)
 
 
-def _add_tool_result(steps: list[dict[str, Any]], message: dict[str, Any], index: int) -> None:
+def _add_tool_result(
+    steps: list[dict[str, Any]], message: dict[str, Any], extra: dict[str, Any]
+) -> None:
     call_id = message.get("tool_call_id")
     result = {"source_call_id": call_id, "content": _text(message)}
     for step in reversed(steps):
@@ -101,8 +106,8 @@ def _add_tool_result(steps: list[dict[str, Any]], message: dict[str, Any], index
             step.setdefault("observation", {"results": []})["results"].append(result)
             return
     # No captured call made it (e.g. it came from a turn the capture cut): keep the content.
-    extra = {"turn_index": index, "role": "tool", "tool_call_id": call_id}
-    steps.append({"source": "user", "message": result["content"], "extra": extra})
+    orphan = {**extra, "role": "tool", "tool_call_id": call_id}
+    steps.append({"source": "user", "message": result["content"], "extra": orphan})
 
 
 def _text(message: dict[str, Any]) -> str:
