@@ -19,6 +19,7 @@ from rollout_client.batch.runner import BatchOptions, BatchSource, open_batch
 from rollout_client.connection import auth_metadata, default_target
 from rollout_client.errors import translate_errors
 from rollout_client.messages import SpecLike, StatusLike, ViewLike
+from rollout_client.specfile import SpecOverrides
 
 __all__ = ["AsyncRolloutClient"]
 
@@ -259,7 +260,13 @@ class AsyncRolloutClient:
             n_concurrent=n_concurrent,
             labels=dict(labels or {}),
         )
-        batch = open_batch(self, source, options, output_dir=output_dir, resume=resume)
+        batch = open_batch(
+            self, source, options, output_dir=output_dir, resume=resume, overrides=overrides
+        )
         async with contextlib.aclosing(batch.results()) as results:
             async for result in results:
                 yield result
+        overrides: SpecOverrides | None = None,
+        `overrides` (the agent, endpoint and sandbox, as `rollout batch`'s flags give them:
+        `SpecOverrides(agent="opencode", base_url=..., model=...)`) are set over each task's
+        spec read from a path.

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from rollout.v1 import rollout_pb2 as pb
 
@@ -210,7 +210,7 @@ class Batch:
         while True:
             spec = self._spec(task, attempt)
             try:
-                started = await _admitted(self._client.start, spec)
+                started = await _admitted_or_undone(self._client.start, spec, self._cancel_rollout)
             except InvalidArgumentError as exc:
                 emit(rejected_result(task.task_id, 0, spec.request_id, str(exc)))
                 return
@@ -232,9 +232,12 @@ class Batch:
             await self._ended(rollout_id)
             return await self._client.get(rollout_id, view=pb.RESULT_VIEW_FULL)
         except asyncio.CancelledError:
-            await self._client.cancel(rollout_id, _CANCEL_REASON)
-            await self._ended(rollout_id)
+            await self._cancel_rollout(rollout_id)
             raise
+
+    async def _cancel_rollout(self, rollout_id: str) -> None:
+        await self._client.cancel(rollout_id, _CANCEL_REASON)
+        await self._ended(rollout_id)
 
     async def _ended(self, rollout_id: str) -> None:
         """Return once the rollout is terminal (its event stream ends with `finished`)."""
@@ -270,8 +273,10 @@ class Batch:
             spec = self._spec(task, attempt)
             refills = size * (self._options.attempts - 1)
             try:
-                started = await _admitted(
-                    self._client.start_group, group_spec(spec, size, max_refills=refills)
+                started = await _admitted_or_undone(
+                    self._client.start_group,
+                    group_spec(spec, size, max_refills=refills),
+                    self._cancel_group,
                 )
             except InvalidArgumentError as exc:
                 for member in range(size):
@@ -320,6 +325,30 @@ class Batch:
         return result_of(
             task.task_id, rollout, request_id=request_id, attempt=attempt, trajectory=trajectory
         )
+
+
+class _Made(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+M = TypeVar("M", bound=_Made)
+
+
+async def _admitted_or_undone(
+    call: Callable[[S], Awaitable[M]], request: S, undo: Callable[[str], Awaitable[None]]
+) -> M:
+    """`_admitted`, but cancelled mid-call: the request may have reached the server, so it is
+    sent again (its request id names what it made, if anything) and what it names is undone."""
+    try:
+        return await _admitted(call, request)
+    except asyncio.CancelledError:
+        try:
+            made = await call(request)
+        except InvalidArgumentError:
+            raise asyncio.CancelledError from None
+        await undo(made.id)
+        raise
 
 
 async def _admitted(call: Callable[[S], Awaitable[R]], request: S) -> R:
