@@ -234,6 +234,53 @@ class AsyncRolloutClient:
                 await self._stub.CancelGroup(request, timeout=self.timeout, metadata=self._metadata)
             ).group
 
+    async def set_policy_version(
+        self,
+        version: int,
+        *,
+        base_url: str = "",
+        model: str = "",
+        labels: Mapping[str, str] | None = None,
+    ) -> int:
+        """Say the endpoint (`base_url`, `model`) or the rollouts with `labels` now serve
+        policy `version`; returns how many live rollouts it reached."""
+        selector = messages.model_call_selector(base_url, model, labels)
+        request = pb.SetPolicyVersionRequest(selector=selector, version=version)
+        with translate_errors():
+            response = await self._stub.SetPolicyVersion(
+                request, timeout=self.timeout, metadata=self._metadata
+            )
+        return response.rollouts
+
+    async def pause_model_calls(
+        self,
+        *,
+        base_url: str = "",
+        model: str = "",
+        labels: Mapping[str, str] | None = None,
+        abort_in_flight: bool = False,
+        timeout: float | None = None,  # noqa: ASYNC109 (a gRPC deadline, sent to the server)
+    ) -> pb.PauseModelCallsResponse:
+        """Hold the selected rollouts' model calls at the proxy; returns once the calls in
+        flight have finished (or were aborted, to be retried after the resume)."""
+        selector = messages.model_call_selector(base_url, model, labels)
+        request = pb.PauseModelCallsRequest(selector=selector, abort_in_flight=abort_in_flight)
+        with translate_errors():
+            return await self._stub.PauseModelCalls(
+                request, timeout=timeout, metadata=self._metadata
+            )
+
+    async def resume_model_calls(
+        self, *, base_url: str = "", model: str = "", labels: Mapping[str, str] | None = None
+    ) -> pb.ResumeModelCallsResponse:
+        """Lift the pause made with the same selector."""
+        selector = messages.model_call_selector(base_url, model, labels)
+        request = pb.ResumeModelCallsRequest(selector=selector)
+        with translate_errors():
+            return await self._stub.ResumeModelCalls(
+                request, timeout=self.timeout, metadata=self._metadata
+            )
+
     async def batch(
         self,
         source: BatchSource,
@@ -244,11 +291,15 @@ class AsyncRolloutClient:
         labels: Mapping[str, str] | None = None,
         output_dir: str | Path | None = None,
         resume: bool = False,
+        overrides: SpecOverrides | None = None,
     ) -> AsyncGenerator[BatchResult, None]:
         """Run every task of `source` (a Harbor dataset or task directory, a JSONL file of
         specs, or specs) and yield each rollout's result as it finishes: one rollout per
         task, or with `group_size` K one group of K, `n_concurrent` rollouts at a time, a
         rollout lost to infrastructure tried up to `attempts` times (`rollout_client.batch`).
+        `overrides` (the agent, endpoint and sandbox, as `rollout batch`'s flags give them:
+        `SpecOverrides(agent="opencode", base_url=..., model=...)`) are set over each task's
+        spec read from a path.
 
         With `output_dir`, results.jsonl, trajectories and summary.json are written there, and
         `resume=True` runs only the tasks it has no result for. Closing or cancelling the
@@ -266,7 +317,3 @@ class AsyncRolloutClient:
         async with contextlib.aclosing(batch.results()) as results:
             async for result in results:
                 yield result
-        overrides: SpecOverrides | None = None,
-        `overrides` (the agent, endpoint and sandbox, as `rollout batch`'s flags give them:
-        `SpecOverrides(agent="opencode", base_url=..., model=...)`) are set over each task's
-        spec read from a path.

@@ -202,3 +202,47 @@ class RolloutClient:
             return self._stub.CancelGroup(
                 request, timeout=self.timeout, metadata=self._metadata
             ).group
+
+    def set_policy_version(
+        self,
+        version: int,
+        *,
+        base_url: str = "",
+        model: str = "",
+        labels: Mapping[str, str] | None = None,
+    ) -> int:
+        """Say the endpoint (`base_url`, `model`) or the rollouts with `labels` now serve
+        policy `version`; returns how many live rollouts it reached."""
+        selector = messages.model_call_selector(base_url, model, labels)
+        request = pb.SetPolicyVersionRequest(selector=selector, version=version)
+        with translate_errors():
+            return self._stub.SetPolicyVersion(
+                request, timeout=self.timeout, metadata=self._metadata
+            ).rollouts
+
+    def pause_model_calls(
+        self,
+        *,
+        base_url: str = "",
+        model: str = "",
+        labels: Mapping[str, str] | None = None,
+        abort_in_flight: bool = False,
+        timeout: float | None = None,
+    ) -> pb.PauseModelCallsResponse:
+        """Hold the selected rollouts' model calls at the proxy; returns once the calls in
+        flight have finished (or were aborted, to be retried after the resume)."""
+        selector = messages.model_call_selector(base_url, model, labels)
+        request = pb.PauseModelCallsRequest(selector=selector, abort_in_flight=abort_in_flight)
+        with translate_errors():
+            return self._stub.PauseModelCalls(request, timeout=timeout, metadata=self._metadata)
+
+    def resume_model_calls(
+        self, *, base_url: str = "", model: str = "", labels: Mapping[str, str] | None = None
+    ) -> pb.ResumeModelCallsResponse:
+        """Lift the pause made with the same selector."""
+        selector = messages.model_call_selector(base_url, model, labels)
+        request = pb.ResumeModelCallsRequest(selector=selector)
+        with translate_errors():
+            return self._stub.ResumeModelCalls(
+                request, timeout=self.timeout, metadata=self._metadata
+            )

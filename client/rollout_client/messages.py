@@ -39,6 +39,7 @@ __all__ = [
     "get_request",
     "group_spec",
     "list_request",
+    "model_call_selector",
     "parse_network",
     "parse_status",
     "parse_view",
@@ -236,3 +237,14 @@ def group_spec(
     if deadline_s is not None:
         message.deadline.FromNanoseconds(int(deadline_s * 1e9))
     return message
+
+
+def model_call_selector(
+    base_url: str = "", model: str = "", labels: Mapping[str, str] | None = None
+) -> pb.ModelCallSelector:
+    """Rollouts by endpoint (`base_url`, and `model` or any) or by `labels`: one of the two."""
+    if labels and (base_url or model):
+        raise ValueError("select by endpoint (base_url, model) or by labels, not both")
+    if labels:
+        return pb.ModelCallSelector(labels=pb.LabelSelector(labels=dict(labels)))
+    return pb.ModelCallSelector(endpoint=pb.EndpointSelector(base_url=base_url, model=model))

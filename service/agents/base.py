@@ -48,6 +48,9 @@ class ModelAccess:
 @dataclass(frozen=True)
 class AgentContext:
     """Everything a harness needs for one run."""
+    paused_s: Callable[[], float] | None = None
+    """Seconds the rollout's model calls have been paused so far: the deadline moves by them
+    (`sandboxes.deadline`). None: never paused."""
 
     rollout_id: str
     instruction: str

@@ -48,7 +48,8 @@ async def run_in_task(
     process = await sandbox.spawn(
         _task_command(context, command), env=dict(context.env) | dict(env), on_output=on_output
     )
-    result = await wait_or_kill(process, context.timeout_s)  # kills it, children too
+    # Kills it, children too; time the model calls were paused is not counted.
+    result = await wait_or_kill(process, context.timeout_s, paused_s=context.paused_s)
     if result is None:
         return AgentOutcome(exit_code=None, timed_out=True, log_tail="")
     tail = result.stdout + result.stderr

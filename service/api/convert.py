@@ -105,6 +105,7 @@ def spec_to_proto(spec: RolloutSpec) -> pb.RolloutSpec:
         labels=spec.labels,
         request_id=spec.request_id,
         sampling=pb.Sampling(**spec.capture.sampling.model_dump()),
+        max_policy_lag=spec.max_policy_lag,
     )
     if spec.agent_timeout_s is not None:
         message.agent_timeout.CopyFrom(_duration(spec.agent_timeout_s))
@@ -163,6 +164,8 @@ def _result_to_proto(result: RolloutResult) -> pb.RolloutResult:
         trainable_calls=result.trainable_calls,
         trainable_calls_failed=result.trainable_calls_failed,
         agent_log_tail=result.agent_log_tail,
+        policy_version_min=result.policy_version_min,
+        policy_version_max=result.policy_version_max,
     )
     if result.error is not None:
         message.error.CopyFrom(
@@ -228,6 +231,10 @@ def _turn_to_proto(turn: Turn) -> pb.Turn:
         translated=turn.translated,
         body_cut=turn.body_cut,
         body_bytes_dropped=turn.body_bytes_dropped,
+        policy_version_start=turn.policy_version_start,
+        policy_version_end=turn.policy_version_end,
+        upstream_weight_version=turn.upstream_weight_version,
+        paused=_duration(turn.paused_s),
     )
     if turn.time_to_first_token_s is not None:
         message.time_to_first_token.CopyFrom(_duration(turn.time_to_first_token_s))

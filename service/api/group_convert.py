@@ -113,6 +113,8 @@ def _stats_to_proto(stats: GroupStats) -> pb.GroupStats:
         ],
         refills=stats.refills,
         rewarded=stats.rewarded,
+        policy_version_min=stats.policy_version_min,
+        policy_version_max=stats.policy_version_max,
     )
 
 

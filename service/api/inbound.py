@@ -190,6 +190,7 @@ def spec_from_proto(message: pb.RolloutSpec) -> RolloutSpec:
         ),
         labels=dict(message.labels),
         request_id=message.request_id,
+        max_policy_lag=message.max_policy_lag if message.HasField("max_policy_lag") else None,
     )
     violations.raise_any()
     return spec

@@ -27,6 +27,7 @@ from service.api.inbound import (
     spec_from_proto,
     statuses_from_proto,
 )
+from service.api.model_calls_in import selector_from_proto, version_from_proto
 from service.api.paging import RolloutPageBuilder
 from service.engine.events import EventHub
 from service.engine.groups.manager import GroupManager
@@ -156,3 +157,32 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
             tenant=caller_tenant(),
         )
         return pb.CancelGroupResponse(group=group_to_proto(group))
+
+    @translate_errors
+    async def SetPolicyVersion(
+        self, request: pb.SetPolicyVersionRequest, context: Context
+    ) -> pb.SetPolicyVersionResponse:
+        selector = selector_from_proto(request.selector, caller_tenant())
+        version = version_from_proto(request.version)
+        rollouts = self._manager.model_calls.set_version(selector, version)
+        return pb.SetPolicyVersionResponse(rollouts=rollouts)
+
+    @translate_errors
+    async def PauseModelCalls(
+        self, request: pb.PauseModelCallsRequest, context: Context
+    ) -> pb.PauseModelCallsResponse:
+        selector = selector_from_proto(request.selector, caller_tenant())
+        report = await self._manager.model_calls.pause(
+            selector, abort_in_flight=request.abort_in_flight
+        )
+        return pb.PauseModelCallsResponse(
+            rollouts=report.rollouts, calls_finished=report.finished, calls_aborted=report.aborted
+        )
+
+    @translate_errors
+    async def ResumeModelCalls(
+        self, request: pb.ResumeModelCallsRequest, context: Context
+    ) -> pb.ResumeModelCallsResponse:
+        selector = selector_from_proto(request.selector, caller_tenant())
+        rollouts, released = self._manager.model_calls.resume(selector)
+        return pb.ResumeModelCallsResponse(rollouts=rollouts, calls_released=released)

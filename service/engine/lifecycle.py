@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -39,10 +40,12 @@ from service.models import (
     Rollout,
     RolloutError,
     RolloutSpec,
+    RolloutResult,
     RolloutStatus,
     Turn,
 )
 from service.proxy.capture.tally import CallTally
+from service.proxy.capture.gate import CallGate
 from service.sandboxes.base import Sandbox, SandboxBackend, SandboxRequest, in_workdir
 from service.sandboxes.seal import SystemSeal
 from service.verifier.commands import run_commands
@@ -75,6 +78,8 @@ class ModelAttachment:
     """What the agent was handed that must never be published (a route token, a key)."""
 
 
+    gate: CallGate | None = None
+    """The route's pause and policy-version gate (the service's proxy only)."""
 AttachModel = Callable[
     [Sandbox, Callable[[Turn], None]], contextlib.AbstractAsyncContextManager[ModelAttachment]
 ]
@@ -246,6 +251,7 @@ class RolloutRun:
             for result in results:
                 self._publish(result)
             self.rollout.result.setup_results = results
+        _note_versions(self.rollout.result, turn)
         else:
             await make_workdir(sandbox, task)
             await stage(sandbox, task, task.files)
@@ -304,10 +310,16 @@ class RolloutRun:
         result.agent_log_tail = scrub(outcome.log_tail or cap.tail(), scrubber.secrets)[
             -self._settings.agent_log_tail_bytes :
         ]
+        gate = None if self._attachment is None else self._attachment.gate
+        paused_before = 0.0 if gate is None else gate.paused_s()
+        if gate is not None:  # time paused is not the agent's: its deadline moves by it
+            context = dataclasses.replace(context, paused_s=lambda: gate.paused_s() - paused_before)
         calls = None if self._attachment is None else self._attachment.calls
         if calls is not None:
             result.trainable_calls, result.trainable_calls_failed = (
                 calls.trainable,
+            if gate is not None:
+                self.rollout.result.timings.paused_s = gate.paused_s() - paused_before
                 calls.trainable_failed,
             )
             if calls.all_failed:
@@ -328,22 +340,32 @@ class RolloutRun:
         agent = asyncio.ensure_future(run)
         refused = asyncio.ensure_future(calls.refused.wait())
         try:
-            await asyncio.wait({agent, refused}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({agent, refused, stale}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             refused.cancel()
             if not agent.done():
                 agent.cancel()  # kills the agent's processes (`wait_or_kill`)
                 with contextlib.suppress(asyncio.CancelledError):
+        gate = self._attachment.gate if self._attachment is not None else None
                     await agent
         if agent.cancelled():
+        stale = asyncio.ensure_future(gate.stale.wait() if gate is not None else asyncio.Future())
             raise UpstreamError(
                 f"the model endpoint refused the agent's first call, so the agent was stopped: "
                 f"{calls.refusal}"
             )
+            stale.cancel()
         return agent.result()
 
     async def _verify(self, sandbox: Sandbox) -> None:
         """Verify in a sandbox taken back from the agent (`verifier.takeover`); read the
+        if agent.cancelled() and gate is not None and gate.stale.is_set():
+            lag = f"{gate.version} against {gate.oldest}, max_policy_lag {gate.max_lag}"
+            raise RolloutFailure(
+                f"a model call would have started beyond the policy lag bound ({lag}), so the "
+                "agent was stopped and the rollout not verified",
+                kind=ErrorKind.POLICY_STALE,
+            )
         reward once what verification started is dead too."""
         task = self._spec.task
         paths = {staged_path(task, key): key for key in task.verifier_files}
@@ -443,3 +465,11 @@ class RolloutRun:
             "rollout.agent": self._spec.agent.name,
             "rollout.backend": self._spec.sandbox.backend or self._settings.default_backend,
         }
+
+
+def _note_versions(result: RolloutResult, turn: Turn) -> None:
+    """Widen the rollout's oldest..newest policy versions to the turn's."""
+    for version in (turn.policy_version_start, turn.policy_version_end):
+        if version is not None:
+            result.policy_version_min = min(result.policy_version_min or version, version)
+            result.policy_version_max = max(result.policy_version_max or version, version)

@@ -25,6 +25,7 @@ from service.engine.groups.template import PreparedFilesystem
 from service.engine.idempotency import check_same_request
 from service.engine.lifecycle import RolloutRun
 from service.engine.model_access import ModelRouter
+from service.engine.model_calls import ModelCalls
 from service.engine.validation import validate_spec
 from service.errors import (
     CapacityError,
@@ -248,7 +249,13 @@ class RolloutManager:
             settings=self._settings,
             backend=backend,
             agent=agent,
-            attach_model=self._models.attacher(rollout.id, spec, upstream),
+            attach_model=self._models.attacher(
+                rollout.id,
+                spec,
+                upstream,
+                tenant=rollout.tenant,
+                publish=functools.partial(self._publish, rollout.id),
+            ),
             publish=functools.partial(self._publish, rollout.id),
             prepared=prepared,
             build_image=self._harbor.build_image,
@@ -418,6 +425,11 @@ class RolloutManager:
         await self._settled(timeout_s=None)
         for backend in self._backends.values():
             with contextlib.suppress(Exception):
+    @property
+    def model_calls(self) -> ModelCalls:
+        """Policy versions and pauses of the live rollouts' model calls (`model_calls`)."""
+        return self._models.calls
+
                 await backend.close()
 
 

@@ -11,11 +11,16 @@ Where the proxy runs for a rollout with capture TRANSPARENT_PROXY (`ModelRouter.
 - otherwise the proxy runs inside the remote sandbox (`service.proxy.remote.in_sandbox`).
 A remote sandbox with network NONE is opened to the one host the proxy needs: the public
 URL's for host placement, the upstream's for the proxy inside.
+
+Each route of the service's proxy is registered with `ModelCalls` while it is open, so a
+trainer's policy versions and pauses reach it (`engine.model_calls`); the proxy inside a
+remote sandbox is out of their reach, so `spec.max_policy_lag` needs the service's proxy.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
@@ -24,6 +29,7 @@ from urllib.parse import urlsplit
 
 from service.agents.base import ModelAccess
 from service.config import Settings
+from service.engine.model_calls import ModelCalls, Publish, RouteEntry
 from service.engine.lifecycle import AttachModel, ModelAttachment
 from service.errors import FieldViolation, SandboxError, SpecError
 from service.models import CaptureMode, NetworkPolicy, RolloutSpec, Turn
@@ -74,6 +80,8 @@ class ModelRouter:
         self._proxy = proxy
         self._environ = environ
         self._settings = settings
+        self.calls = ModelCalls()
+        """The live routes' gates: policy versions and pauses (`engine.model_calls`)."""
 
     def resolve(self, spec: RolloutSpec, *, required: bool) -> ResolvedEndpoint | None:
         """The upstream endpoint, or None when the spec names none and the agent needs none."""
@@ -88,6 +96,9 @@ class ModelRouter:
             spec.capture.mode is CaptureMode.BLACK_BOX
             or self._placement(spec) is Placement.IN_SANDBOX
         )
+        if key_in_sandbox and spec.max_policy_lag is not None:
+            problem = "needs capture TRANSPARENT_PROXY through the service's own proxy"
+            raise SpecError([FieldViolation("spec.max_policy_lag", problem)])
         return resolve_endpoint(endpoint, self._environ, key_in_sandbox=key_in_sandbox)
 
     def _proxied(self, spec: RolloutSpec, upstream: ResolvedEndpoint | None) -> bool:
@@ -102,9 +113,16 @@ class ModelRouter:
         return Placement.IN_SANDBOX
 
     def attacher(
-        self, rollout_id: str, spec: RolloutSpec, upstream: ResolvedEndpoint | None
+        self,
+        rollout_id: str,
+        spec: RolloutSpec,
+        upstream: ResolvedEndpoint | None,
+        *,
+        tenant: str = "",
+        publish: Publish = lambda payload: None,
     ) -> AttachModel | None:
-        """How the rollout's sandbox will reach the model; None when it has no endpoint."""
+        """How the rollout's sandbox will reach the model; None when it has no endpoint.
+        `publish` takes the rollout's pause and resume notices."""
         if upstream is None:
             return None
         if not self._proxied(spec, upstream):
@@ -112,12 +130,22 @@ class ModelRouter:
         placement = self._placement(spec)
         if placement is Placement.IN_SANDBOX:
             return self._inside_sandbox(rollout_id, spec, upstream)
-        return self._through_service_proxy(rollout_id, spec, upstream, placement)
+        entry = functools.partial(
+            RouteEntry, rollout_id, tenant, upstream.base_url, upstream.model, spec.labels
+        )
+        return self._through_service_proxy(rollout_id, spec, upstream, placement, entry, publish)
 
     def _through_service_proxy(
-        self, rollout_id: str, spec: RolloutSpec, upstream: ResolvedEndpoint, placement: Placement
+        self,
+        rollout_id: str,
+        spec: RolloutSpec,
+        upstream: ResolvedEndpoint,
+        placement: Placement,
+        entry: Callable[..., RouteEntry],
+        publish: Publish,
     ) -> AttachModel:
         proxy = self._proxy
+        calls = self.calls
         public_url = self._settings.proxy_public_url
 
         @contextlib.asynccontextmanager
@@ -134,9 +162,14 @@ class ModelRouter:
                     proxy, sandbox, rollout_id, upstream, spec, on_turn
                 )
                 access, secrets = host_socket_access(), ()
+            route.gate.max_lag = spec.max_policy_lag
+            calls.register(entry(route.gate, publish))
             try:
-                yield ModelAttachment(access=access, calls=route.calls, secrets=secrets)
+                yield ModelAttachment(
+                    access=access, calls=route.calls, secrets=secrets, gate=route.gate
+                )
             finally:
+                calls.unregister(route.gate)
                 proxy.close_route(route)
 
         return attach

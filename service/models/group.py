@@ -11,7 +11,13 @@ from service.models.rollout import ErrorKind, RolloutError, RolloutStatus
 from service.models.spec import RolloutSpec
 
 INFRASTRUCTURE_KINDS = frozenset(
-    {ErrorKind.SANDBOX, ErrorKind.UPSTREAM_LLM, ErrorKind.INTERNAL, ErrorKind.AGENT_INSTALL}
+    {
+        ErrorKind.SANDBOX,
+        ErrorKind.UPSTREAM_LLM,
+        ErrorKind.INTERNAL,
+        ErrorKind.AGENT_INSTALL,
+        ErrorKind.POLICY_STALE,
+    }
 )
 """Failures that say nothing about the policy: refilled, never scored."""
 
@@ -66,6 +72,10 @@ class GroupMember(BaseModel):
     """A terminal task outcome: not an infrastructure failure, not cancelled."""
     replaced_by: str = ""
     seed: int | None = None
+    policy_version_min: int | None = None
+    """The oldest policy version the member's turns used."""
+    policy_version_max: int | None = None
+    """The newest policy version the member's turns used."""
 
     @property
     def terminal(self) -> bool:
@@ -88,6 +98,10 @@ class GroupStats(BaseModel):
     statuses: dict[RolloutStatus, int] = Field(default_factory=dict)
     errors: dict[ErrorKind, int] = Field(default_factory=dict)
     refills: int = 0
+    policy_version_min: int | None = None
+    """The oldest policy version any counted member's turns used."""
+    policy_version_max: int | None = None
+    """The newest policy version any counted member's turns used."""
 
 
 class Group(BaseModel):

@@ -61,6 +61,8 @@ class ErrorKind(StrEnum):
     AGENT_INSTALL = "agent_install"
     TAMPERED = "tampered"
     """The agent changed what the verifier executes (`verifier.integrity`): scored 0."""
+    POLICY_STALE = "policy_stale"
+    """A model call would have started beyond `max_policy_lag`: stopped, unscored; retry."""
 
 
 class RolloutError(BaseModel):
@@ -111,6 +113,8 @@ class PhaseTimings(BaseModel):
     collecting_s: float = 0.0
     teardown_s: float = 0.0
     total_s: float = 0.0
+    paused_s: float = 0.0
+    """Time the model calls were paused while the agent ran (not counted against its timeout)."""
 
 
 class RolloutResult(BaseModel):
@@ -135,6 +139,10 @@ class RolloutResult(BaseModel):
     """Trainable model calls the capture proxy relayed."""
     trainable_calls_failed: int = 0
     """Of those, how many failed upstream (all of them: the rollout is UPSTREAM_LLM)."""
+    policy_version_min: int | None = None
+    """The oldest policy version the turns started or ended under (None: never set)."""
+    policy_version_max: int | None = None
+    """The newest policy version the turns started or ended under."""
     turns_left_out: int = 0
     """Turns this copy leaves out (a slim copy carries none of them)."""
 

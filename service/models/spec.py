@@ -209,3 +209,6 @@ class RolloutSpec(_Model):
         return self.model_copy(
             update={"endpoint": self.endpoint.model_copy(update={"api_key": ""})}
         )
+    max_policy_lag: int | None = None
+    """How many policy versions a model call may start behind the rollout's oldest; beyond
+    it the rollout ends POLICY_STALE (`proxy.capture.gate`). None: no bound."""

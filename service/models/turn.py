@@ -100,6 +100,14 @@ class Turn(BaseModel):
     (`service.proxy.capture.record`); token data and metadata never are."""
     body_bytes_dropped: int = 0
     """How many bytes of bodies the cut left out."""
+    policy_version_start: int | None = None
+    """The policy version (SetPolicyVersion) when the call went upstream; None: never set."""
+    policy_version_end: int | None = None
+    """The policy version when the call ended."""
+    upstream_weight_version: str = ""
+    """The weight version the upstream reported in a response header ("" if none)."""
+    paused_s: float = 0.0
+    """Time the call waited at a paused proxy (including before an aborted call's retry)."""
 
     @property
     def failed(self) -> bool:

@@ -105,6 +105,7 @@ class ProxyCore:
         max_request_bytes: int = _DEFAULT_MAX_REQUEST_BYTES,
         bounds: ConnectionBounds | None = None,
         record: RecordBounds | None = None,
+        version_header: str = "",
     ) -> None:
         self.upstream_timeout_s = upstream_timeout_s
         self.record = record or RecordBounds()
@@ -114,7 +115,8 @@ class ProxyCore:
         self._routes: dict[str, Route] = {}
         self._listeners: dict[int, _SocketListener] = {}
         """Socket routes' listeners, by id of the route."""
-        self._pool = UpstreamPool()
+        self._pool = UpstreamPool(version_header=version_header)
+        """Upstream connections; each response's `version_header` is its weight version."""
         self._servers: list[asyncio.Server] = []
         self.tcp_connections = ConnectionLimit(self.bounds.tcp)
         self._connections: weakref.WeakSet[HttpServerProtocol] = weakref.WeakSet()

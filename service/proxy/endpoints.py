@@ -31,7 +31,13 @@ from urllib.parse import urlsplit
 from service.errors import FieldViolation, SpecError, excerpt
 from service.models import DialectMode, EndpointSpec
 
-__all__ = ["ENDPOINT_KINDS", "EndpointKind", "ResolvedEndpoint", "resolve_endpoint"]
+__all__ = [
+    "ENDPOINT_KINDS",
+    "EndpointKind",
+    "ResolvedEndpoint",
+    "normalized_base_url",
+    "resolve_endpoint",
+]
 
 _FIELD = "spec.endpoint"
 
@@ -110,6 +116,11 @@ def _url_problem(url: str) -> str:
     if parts.query or parts.fragment or url.endswith(("?", "#")):
         return "must not have a query or fragment (paths are appended to it)"
     return ""
+
+
+def normalized_base_url(url: str) -> str | None:
+    """`url` as a resolved endpoint's `base_url` would be; None when it cannot be one."""
+    return None if _url_problem(url) else _normalize_base_url(url)
 
 
 def _normalize_base_url(url: str) -> str:

@@ -42,7 +42,10 @@ class CaptureProxy:
             rollout_bytes=settings.proxy_rollout_record_bytes,
         )
         self._core = ProxyCore(
-            upstream_timeout_s=settings.upstream_timeout_s, bounds=bounds, record=record
+            upstream_timeout_s=settings.upstream_timeout_s,
+            bounds=bounds,
+            record=record,
+            version_header=settings.upstream_weight_version_header,
         )
         self.host, self.port = split_listen(settings.proxy_listen)
 

@@ -76,6 +76,10 @@ class Reply:
     """Drop the connection after this many SSE chunks (0 = before any response, unary too)."""
     hold_after_first: bool = False
     """Stream: stop after the first chunk until `FakeUpstream.release()` is called."""
+    hold: bool = False
+    """Chat completions: answer nothing until `FakeUpstream.release()` (a call in flight)."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Chat completions: extra response headers (e.g. a weight version)."""
     stream_error_after_chunks: int | None = None
     """Stream: send an in-band `data: {"error": ...}` event after this many chunks."""
     omit_finish_reason: bool = False

@@ -24,7 +24,8 @@ Routes: `POST /v1/chat/completions` (unary, or SSE with `stream: true`; a usage 
 Script: `script(*replies, match=None)` appends to a queue. A request takes the next reply
 of the first queue (in the order queues were created) whose `match(body)` is true, the
 `match=None` queue last. With every matching queue empty it answers
-`Reply(text=default_text)`, so a real agent ends its loop.
+`Reply(text=default_text)`, so a real agent ends its loop. `await wait_for_requests(n)`
+returns once n requests have arrived (a held call is in flight from then on).
 
 Token data: each reply is cut into deterministic word-sized tokens with ids and
 logprobs (`tests.fakes.llm_replies.tokens_of`). Logprobs are sent only when the request
@@ -36,7 +37,8 @@ entry), TOKEN_ID_STRINGS (tokens spelled `token_id:N`), NONE.
 Faults (fields of `Reply`): `status` (error JSON with that status), `delay_s`, `garbage`
 (malformed JSON body or SSE event), `close_after_chunks` (drop the connection; 0 = before
 any response), `stream_error_after_chunks` (in-band SSE error), `hold_after_first` (stream
-pauses after the first chunk until `release()`); what real servers (llama.cpp) do:
+pauses after the first chunk until `release()`), `hold` (chat completions: no answer at all
+until `release()`); `headers` (extra response headers); what real servers (llama.cpp) do:
 `omit_finish_reason` (the stream ends with `[DONE]` and no finish reason), `ping_then_close`
 (`: ping` comments, then the end of the body), `tool_call_logprobs=False` (`"logprobs": null`
 on tool-call output), `usage=False` (no usage, whatever the request asks).
@@ -145,6 +147,7 @@ class FakeUpstream:
         self.sent: list[SentReply] = []
         self._queues: list[tuple[Matcher | None, list[Reply]]] = []
         self._released = asyncio.Event()
+        self._arrived = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -165,8 +168,14 @@ class FakeUpstream:
         self._queues.sort(key=lambda entry: entry[0] is None)
 
     def release(self) -> None:
-        """Let streams held by `Reply(hold_after_first=True)` continue."""
+        """Let calls held by `Reply(hold=True)` or `Reply(hold_after_first=True)` continue."""
         self._released.set()
+
+    async def wait_for_requests(self, count: int) -> None:
+        """Return once `count` requests have arrived."""
+        while len(self.requests) < count:
+            self._arrived.clear()
+            await self._arrived.wait()
 
     async def start(self, port: int = 0) -> None:
         app = web.Application(client_max_size=256 * 1024 * 1024)
@@ -300,6 +309,7 @@ class FakeUpstream:
     def _remember(self, request: web.Request, raw: bytes, body: dict[str, Any] | None) -> None:
         headers = {k.lower(): v for k, v in request.headers.items()}
         self.requests.append(RecordedRequest(request.method, request.path, headers, body, raw))
+        self._arrived.set()
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -314,6 +324,8 @@ class FakeUpstream:
         reply = self._next_reply(body)
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
+        if reply.hold:
+            await self._released.wait()
         if reply.status >= 300:
             return _error(reply.status, reply.error_message)
         options = _options(body, self.model)
@@ -328,7 +340,9 @@ class FakeUpstream:
                 body=b'{"id": "chatcmpl-fake", "choices": [', content_type="application/json"
             )
         return web.Response(
-            body=orjson.dumps(unary_body(reply, options, tokens)), content_type="application/json"
+            body=orjson.dumps(unary_body(reply, options, tokens)),
+            content_type="application/json",
+            headers=reply.headers,
         )
 
     def _note_sent(self, reply: Reply, options: RenderOptions, tokens: list[Token]) -> None:
@@ -355,6 +369,7 @@ class FakeUpstream:
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+            | reply.headers
         )
         await response.prepare(request)
         if reply.ping_then_close:

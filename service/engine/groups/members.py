@@ -54,6 +54,8 @@ def member_of(rollout: Rollout) -> GroupMember:
         reward=rollout.result.reward,
         error_kind=kind,
         seed=rollout.spec.capture.sampling.seed,
+        policy_version_min=rollout.result.policy_version_min,
+        policy_version_max=rollout.result.policy_version_max,
     )
     member.counted = (
         member.terminal
@@ -74,6 +76,8 @@ def group_stats(members: Iterable[GroupMember]) -> GroupStats:
     counted = [m for m in members if m.counted]
     rewards = [m.reward for m in counted if m.reward is not None]
     errors: Counter[ErrorKind] = Counter(m.error_kind for m in counted if m.error_kind)
+    oldest = [m.policy_version_min for m in counted if m.policy_version_min is not None]
+    newest = [m.policy_version_max for m in counted if m.policy_version_max is not None]
     return GroupStats(
         counted=len(counted),
         rewarded=len(rewards),
@@ -82,4 +86,6 @@ def group_stats(members: Iterable[GroupMember]) -> GroupStats:
         statuses=dict(Counter(m.status for m in counted)),
         errors=dict(errors),
         refills=sum(1 for m in members if m.replaced_by),
+        policy_version_min=min(oldest, default=None),
+        policy_version_max=max(newest, default=None),
     )

@@ -8,7 +8,9 @@ stream is forwarded event by event as each SSE event completes. What reaches the
 scrubbed of the request's API key (a server may echo it in an error or, as any text, in
 a completion), body by body and event by event; the turn is scrubbed again once
 assembled (`record`), which also catches a key split across events. What the agent gets
-is its codec's (`codec`): chat completions byte for byte, or another dialect.
+is its codec's (`codec`): chat completions byte for byte, or another dialect. Every call
+passes the route's gate (`gate`): it waits there while the route's calls are paused, and is
+sent again, invisibly, when a pause aborted it before it answered.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ _AGENT_GONE = "the agent disconnected mid-response"
 _PROMPT_IDS_KEY = b'"prompt_token_ids"'
 _NO_FINISH = "upstream ended the response without a finish reason"
 _CUT_SHORT = "upstream ended the stream before it finished"
+_STALE = "not sent: it would start beyond the rollout's max_policy_lag (the rollout ends)"
 
 
 async def relay(
@@ -49,15 +52,39 @@ async def relay(
     codec: Codec | None = None,
     target: UpstreamTarget | None = None,
 ) -> None:
-    """Send `payload` upstream (the route's chat-completions target unless `target`) and
-    answer the agent through `codec` (chat completions as they are unless given); failures
-    land on `exchange`."""
-    codec = codec or ChatCodec(exchange.assembler)
+    """Send `payload` upstream (the route's chat-completions target unless `target`) once
+    the route's gate lets it, and answer the agent through `codec` (chat completions as they
+    are unless given); failures land on `exchange`."""
+    chosen = codec or ChatCodec(exchange.assembler)
+    gate = exchange.route.gate
+    try:
+        sent = await gate.run(
+            lambda: _relay_once(responder, exchange, payload, pool, timeout_s, chosen, target),
+            lambda: responder.started,
+            exchange.start_attempt,
+        )
+    finally:
+        exchange.end_attempt(gate.version)
+    if not sent:
+        exchange.fail(_STALE, upstream=False)
+        _send_failure(responder, exchange, chosen, 503)
+
+
+async def _relay_once(
+    responder: Responder,
+    exchange: Exchange,
+    payload: bytes,
+    pool: UpstreamPool,
+    timeout_s: float,
+    codec: Codec,
+    target: UpstreamTarget | None,
+) -> None:
     try:
         async with asyncio.timeout(timeout_s):
             request = pool.request(target or exchange.route.target, payload)
             async with request as response:
                 exchange.upstream_status = response.status
+                exchange.upstream_weight_version = response.weight_version
                 if (
                     response.status < 300
                     and exchange.stream

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from service.models import CaptureSpec, Dialect, Turn, Usage
 from service.proxy.capture.assembly import CompletionAssembler
+from service.proxy.capture.gate import Attempt, CallGate
 from service.proxy.capture.history import LaneHistory, RequestDelta
 from service.proxy.capture.prompt_ids import PromptIdCache
 from service.proxy.capture.record import RecordBounds, Recorder, scrub_text
@@ -74,6 +75,9 @@ class Route:
         self._next_index = 0
         self.calls = CallTally()
         """Trainable calls and their upstream failures (the rollout's classification)."""
+        self.gate = CallGate()
+        """Pauses this route's calls and holds its policy version (`gate`; the engine
+        registers it with `engine.model_calls`)."""
 
     def __repr__(self) -> str:
         return f"Route(rollout_id={self.rollout_id!r}, turns={len(self.turns)})"
@@ -201,6 +205,27 @@ class Exchange:
         self.translated = False
         self.side_call = False
         """A call no trainer learns from whatever its model (token counting)."""
+        self.attempts = 0
+        """Times the call went upstream (more than 1 when a pause aborted it: `gate`)."""
+        self.paused_s = 0.0
+        self.policy_version_start: int | None = None
+        self.policy_version_end: int | None = None
+        self.upstream_weight_version = ""
+
+    def start_attempt(self, attempt: Attempt) -> None:
+        """The call passed the gate: the turn is this attempt's (a retry's, after an abort);
+        its latency starts now when it waited or is a retry."""
+        if attempt.waited_s or self.attempts:
+            self.started = time.perf_counter()
+        self.attempts += 1
+        self.paused_s += attempt.waited_s
+        self.policy_version_start = attempt.version
+        self.upstream_status = 0
+
+    def end_attempt(self, version: int | None) -> None:
+        """The call ended under `version` (when it went upstream at all)."""
+        if self.attempts:
+            self.policy_version_end = version
 
     def mark_unparsed(self, raw: bytes) -> None:
         """Record the request as its raw beginning: it is not a chat request the turn reads."""
@@ -297,6 +322,10 @@ class Exchange:
             "raw_request": self.raw_request,
             "dialect": self.dialect,
             "translated": self.translated,
+            "policy_version_start": self.policy_version_start,
+            "policy_version_end": self.policy_version_end,
+            "upstream_weight_version": self.scrub(self.upstream_weight_version),
+            "paused_s": self.paused_s,
         }
 
 

@@ -58,11 +58,17 @@ class UpstreamDisconnected(UpstreamConnectionError):
     """The connection closed, or sent invalid HTTP, before the response was complete."""
 
 
+_WEIGHT_VERSION_BYTES = 256
+"""The most of a weight version header a turn keeps."""
+
 class _Connection(asyncio.Protocol):
     """One upstream connection; carries one response at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, version_header: bytes = b"") -> None:
         self.transport: asyncio.Transport | None = None
+        self._version_header = version_header
+        self.weight_version = b""
+        """The value of the response's `version_header` (the upstream's weight version)."""
         self._parser = httptools.HttpResponseParser(self)
         self._head: asyncio.Future[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -81,7 +87,7 @@ class _Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         self._head, self._waiter = loop.create_future(), None
         self.status, self.content_type, self.received_any, self.complete = 0, b"", False, False
-        self._delimited = False
+        self._delimited, self.weight_version = False, b""
 
     async def head(self) -> None:
         assert self._head is not None
@@ -142,6 +148,8 @@ class _Connection(asyncio.Protocol):
             self.content_type = value.split(b";", 1)[0].strip().lower()
         elif name in (b"content-length", b"transfer-encoding"):
             self._delimited = True
+        elif name == self._version_header:
+            self.weight_version = value[:_WEIGHT_VERSION_BYTES]
 
     def on_headers_complete(self) -> None:
         self.status = self._parser.get_status_code()
@@ -169,6 +177,8 @@ class UpstreamResponse:
         self._connection = connection
         self.status = connection.status
         self.content_type = connection.content_type.decode("latin-1")
+        self.weight_version = connection.weight_version.decode("latin-1")
+        """The upstream's weight version header ("" when it sent none, or none is asked)."""
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
         while (chunk := await self._connection.next_chunk()) is not None:
@@ -203,7 +213,9 @@ class UpstreamTarget:
 class UpstreamPool:
     """Keep-alive connections per (scheme, host, port). Use `request` as a context manager."""
 
-    def __init__(self, *, max_idle_per_host: int = 256) -> None:
+    def __init__(self, *, max_idle_per_host: int = 256, version_header: str = "") -> None:
+        """`version_header`: a response header naming the upstream's weight version."""
+        self._version_header = version_header.lower().encode("latin-1")
         self._idle: dict[_Key, list[_Connection]] = {}
         self._max_idle = max_idle_per_host
         self._ssl: ssl.SSLContext | None = None
@@ -240,7 +252,11 @@ class UpstreamPool:
     async def _open(self, address: str, key: _Key, context: ssl.SSLContext | None) -> _Connection:
         _, host, port = key
         _, connection = await asyncio.get_running_loop().create_connection(
-            _Connection, address, port, ssl=context, server_hostname=host if context else None
+            lambda: _Connection(self._version_header),
+            address,
+            port,
+            ssl=context,
+            server_hostname=host if context else None,
         )
         return connection
 

@@ -1,0 +1,254 @@
+"""Through the real server: policy versions on turns, and pausing model calls for a weight sync.
+
+Each test has its own scripted upstream (its own port, so an endpoint selector reaches only
+its rollouts) or its own labels. A reply with `hold` keeps a call in flight at the upstream
+until the test releases it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+from rollout.v1 import rollout_pb2 as pb
+from rollout.v1 import rollout_pb2_grpc as pb_grpc
+
+from tests.e2e.bad_request import violated_fields
+from tests.e2e.specs import command_spec
+from tests.fakes.llm_upstream import FakeUpstream, Reply
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "policy-under-training"
+
+
+def agent_calls(count: int) -> str:
+    """A scripted agent: `count` chat calls in turn through the proxy, each announced first."""
+    return f"""python3 - <<'PY'
+import json, os, sys, urllib.request
+for i in range({count}):
+    print("calling", i, flush=True)
+    request = urllib.request.Request(
+        os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+        data=json.dumps({{"model": os.environ["OPENAI_MODEL"],
+                         "messages": [{{"role": "user", "content": "call %d" % i}}]}}).encode(),
+        headers={{"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+                 "Content-Type": "application/json"}})
+    body = json.loads(urllib.request.urlopen(request, timeout=120).read())
+    print("answer:", body["choices"][0]["message"]["content"], flush=True)
+open("done", "w").write("ok")
+PY"""
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[FakeUpstream]:
+    async with FakeUpstream(model=MODEL) as upstream:
+        yield upstream
+
+
+def by_endpoint(upstream: FakeUpstream) -> pb.ModelCallSelector:
+    return pb.ModelCallSelector(endpoint=pb.EndpointSelector(base_url=upstream.base_url))
+
+
+def by_labels(labels: dict[str, str]) -> pb.ModelCallSelector:
+    return pb.ModelCallSelector(labels=pb.LabelSelector(labels=labels))
+
+
+def spec(upstream: FakeUpstream, calls: int, **fields: Any) -> pb.RolloutSpec:
+    return command_spec(
+        agent_calls(calls),
+        verify=("test -f done",),
+        endpoint={"base_url": upstream.base_url, "model": MODEL},
+        **fields,
+    )
+
+
+async def start(stub: pb_grpc.RolloutServiceAsyncStub, message: pb.RolloutSpec) -> str:
+    response = await stub.StartRollout(pb.StartRolloutRequest(spec=message))
+    return response.rollout.id
+
+
+async def events_until(
+    stub: pb_grpc.RolloutServiceAsyncStub,
+    rollout_id: str,
+    found: list[pb.RolloutEvent],
+    wanted: str,
+) -> None:
+    """Collect the rollout's events into `found` until one whose text holds `wanted`."""
+    async for response in stub.WatchRollout(pb.WatchRolloutRequest(rollout_id=rollout_id)):
+        found.append(response.event)
+        event = response.event
+        if event.notice.topic == wanted or (
+            event.HasField("output") and wanted in event.output.text
+        ):
+            return
+    raise AssertionError(f"the rollout ended without {wanted!r}")
+
+
+async def finished(stub: pb_grpc.RolloutServiceAsyncStub, rollout_id: str) -> pb.Rollout:
+    async for response in stub.WatchRollout(pb.WatchRolloutRequest(rollout_id=rollout_id)):
+        if response.event.HasField("finished"):
+            break
+    reply = await stub.GetRollout(pb.GetRolloutRequest(rollout_id=rollout_id))
+    return reply.rollout
+
+
+async def test_pause_drains_holds_new_calls_and_versions_every_turn(
+    stub: pb_grpc.RolloutServiceAsyncStub, upstream: FakeUpstream
+) -> None:
+    selector = by_endpoint(upstream)
+    # A standing version: rollouts started later on this endpoint begin at it.
+    await stub.SetPolicyVersion(pb.SetPolicyVersionRequest(selector=selector, version=1))
+    upstream.script(Reply(text="first", hold=True), Reply(text="second"))
+    rollout_id = await start(stub, spec(upstream, 2))
+    await upstream.wait_for_requests(1)  # call 0 is in flight, held by the upstream
+
+    pause = asyncio.ensure_future(
+        stub.PauseModelCalls(pb.PauseModelCallsRequest(selector=selector))
+    )
+    seen: list[pb.RolloutEvent] = []
+    await events_until(stub, rollout_id, seen, "model_calls.paused")
+    assert not pause.done(), "the pause returned while a call was still in flight"
+    moved = await stub.SetPolicyVersion(pb.SetPolicyVersionRequest(selector=selector, version=2))
+    assert moved.rollouts == 1
+    upstream.release()
+    drained = await pause
+    assert (drained.rollouts, drained.calls_finished, drained.calls_aborted) == (1, 1, 0)
+
+    # The agent's next call waits at the proxy: it reaches the upstream only after the resume.
+    await events_until(stub, rollout_id, [], "calling 1")
+    await stub.SetPolicyVersion(pb.SetPolicyVersionRequest(selector=selector, version=3))
+    await asyncio.sleep(0.5)  # room for a call the gate failed to hold to reach the upstream
+    assert len(upstream.requests) == 1
+    resumed = await stub.ResumeModelCalls(pb.ResumeModelCallsRequest(selector=selector))
+    assert resumed.rollouts == 1
+
+    rollout = await finished(stub, rollout_id)
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error
+    turns = rollout.result.turns
+    assert [t.completion_text for t in turns] == ["first", "second"]
+    assert [(t.policy_version_start, t.policy_version_end) for t in turns] == [(1, 2), (3, 3)]
+    assert (rollout.result.policy_version_min, rollout.result.policy_version_max) == (1, 3)
+    assert turns[1].paused.ToTimedelta().total_seconds() > 0
+    assert rollout.result.timings.paused.ToTimedelta().total_seconds() > 0
+
+
+async def test_abort_retries_the_call_after_resume_and_only_the_retry_is_a_turn(
+    stub: pb_grpc.RolloutServiceAsyncStub, upstream: FakeUpstream
+) -> None:
+    selector = by_endpoint(upstream)
+    upstream.script(Reply(text="from the old weights", hold=True), Reply(text="from the new"))
+    rollout_id = await start(stub, spec(upstream, 1))
+    await upstream.wait_for_requests(1)
+
+    request = pb.PauseModelCallsRequest(selector=selector, abort_in_flight=True)
+    drained = await stub.PauseModelCalls(request)
+    assert (drained.rollouts, drained.calls_finished, drained.calls_aborted) == (1, 0, 1)
+    await stub.SetPolicyVersion(pb.SetPolicyVersionRequest(selector=selector, version=7))
+    resumed = await stub.ResumeModelCalls(pb.ResumeModelCallsRequest(selector=selector))
+    assert (resumed.rollouts, resumed.calls_released) == (1, 1)
+
+    rollout = await finished(stub, rollout_id)
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error
+    assert len(upstream.requests) == 2  # the aborted call, and its retry
+    [turn] = rollout.result.turns
+    assert turn.completion_text == "from the new"
+    assert (turn.policy_version_start, turn.policy_version_end) == (7, 7)
+    assert turn.upstream_error == ""
+    assert "from the new" in rollout.result.agent_log_tail
+    assert "from the old" not in rollout.result.agent_log_tail
+
+
+async def test_a_pause_longer_than_the_agent_timeout_does_not_time_it_out(
+    stub: pb_grpc.RolloutServiceAsyncStub, upstream: FakeUpstream
+) -> None:
+    labels = {"sync": uuid.uuid4().hex}
+    selector = by_labels(labels)
+    # Paused before the rollout starts: its route opens held, so its one call waits.
+    drained = await stub.PauseModelCalls(pb.PauseModelCallsRequest(selector=selector))
+    assert drained.rollouts == 0
+    message = spec(upstream, 1, labels=labels, agentTimeout="2s")
+    rollout_id = await start(stub, message)
+    seen: list[pb.RolloutEvent] = []
+    await events_until(stub, rollout_id, seen, "calling 0")
+    await asyncio.sleep(3.5)  # paused past the agent's 2 s budget
+    resumed = await stub.ResumeModelCalls(pb.ResumeModelCallsRequest(selector=selector))
+    assert resumed.rollouts == 1
+
+    rollout = await finished(stub, rollout_id)
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error
+    assert rollout.result.reward == 1.0
+    assert rollout.result.timings.paused.ToTimedelta().total_seconds() >= 3.5
+    events = [
+        r.event async for r in stub.WatchRollout(pb.WatchRolloutRequest(rollout_id=rollout_id))
+    ]
+    topics = [e.notice.topic for e in events if e.HasField("notice")]
+    assert topics.count("model_calls.paused") == 1
+    assert topics.count("model_calls.resumed") == 1
+    assert topics.index("model_calls.paused") < topics.index("model_calls.resumed")
+
+
+async def test_a_call_beyond_max_policy_lag_ends_the_rollout_policy_stale_unscored(
+    stub: pb_grpc.RolloutServiceAsyncStub, upstream: FakeUpstream
+) -> None:
+    selector = by_endpoint(upstream)
+    await stub.SetPolicyVersion(pb.SetPolicyVersionRequest(selector=selector, version=1))
+    upstream.script(Reply(text="one", hold=True), Reply(text="never sent"))
+    rollout_id = await start(stub, spec(upstream, 2, maxPolicyLag="1"))
+    await upstream.wait_for_requests(1)
+    await stub.SetPolicyVersion(pb.SetPolicyVersionRequest(selector=selector, version=3))
+    with pytest.raises(grpc.aio.AioRpcError) as going_back:
+        await stub.SetPolicyVersion(pb.SetPolicyVersionRequest(selector=selector, version=2))
+    assert going_back.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert violated_fields(going_back.value) == ["version"]
+    upstream.release()
+
+    rollout = await finished(stub, rollout_id)
+    assert rollout.status == pb.ROLLOUT_STATUS_FAILED
+    assert rollout.result.error.kind == pb.ERROR_KIND_POLICY_STALE
+    assert not rollout.result.HasField("reward")
+    assert not rollout.result.verify_results  # never verified, never scored
+    assert len(upstream.requests) == 1  # the stale call was not sent
+    assert (rollout.result.policy_version_min, rollout.result.policy_version_max) == (1, 3)
+
+
+@pytest.mark.parametrize(
+    ("request_message", "field"),
+    [
+        (pb.SetPolicyVersionRequest(version=1), "selector"),
+        (pb.SetPolicyVersionRequest(selector=by_labels({"a": "b"})), "version"),
+        (
+            pb.SetPolicyVersionRequest(
+                selector=pb.ModelCallSelector(endpoint=pb.EndpointSelector(base_url="ftp://x")),
+                version=1,
+            ),
+            "selector.endpoint.base_url",
+        ),
+        (
+            pb.PauseModelCallsRequest(
+                selector=pb.ModelCallSelector(endpoint=pb.EndpointSelector(model="m"))
+            ),
+            "selector.endpoint.base_url",
+        ),
+        (
+            pb.ResumeModelCallsRequest(selector=pb.ModelCallSelector(labels=pb.LabelSelector())),
+            "selector.labels.labels",
+        ),
+    ],
+)
+async def test_a_bad_selector_or_version_is_invalid_argument_naming_the_field(
+    stub: pb_grpc.RolloutServiceAsyncStub, request_message: object, field: str
+) -> None:
+    call = {
+        pb.SetPolicyVersionRequest: stub.SetPolicyVersion,
+        pb.PauseModelCallsRequest: stub.PauseModelCalls,
+        pb.ResumeModelCallsRequest: stub.ResumeModelCalls,
+    }[type(request_message)]
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await call(request_message)  # type: ignore[operator]
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert violated_fields(refused.value) == [field]
