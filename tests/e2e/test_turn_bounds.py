@@ -29,6 +29,8 @@ TURN_CAP = 1 * MIB
 ROLLOUT_BUDGET = 2 * MIB
 BODY_BYTES = 8 * MIB
 PATHS = ("responses", "messages", "chat/completions")
+RETURNED_BODY_BYTES = 24 * MIB
+"""Each body of the rollouts whose memory must come back once they ended."""
 
 # The agent: one 8 MiB call to each route (each a new message), printing each status.
 POST = """python3 - <<'PY'
@@ -140,6 +142,24 @@ async def test_big_bodies_in_every_dialect_leave_a_readable_result(
     ]
     # What the rollout weighed is not kept once it ended (the bodies were 24 MiB).
     assert resident_bytes(bounded_server.pid) - before < 3 * BODY_BYTES
+
+
+async def test_an_ended_rollout_gives_its_bodies_back(
+    stub: pb_grpc.RolloutServiceAsyncStub, bounded_server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    """Before the fix a closed proxy connection kept its route, and so the parsed bodies,
+    until a full garbage-collector pass: two bodies of each ended rollout stayed resident."""
+    warm = pb.RunRolloutRequest(spec=spec(POST.format(size=1024, paths=PATHS), upstream))
+    await stub.RunRollout(warm)  # the proxy and dialect paths' own first-use memory
+    before = resident_bytes(bounded_server.pid)
+    command = POST.format(size=RETURNED_BODY_BYTES, paths=PATHS)
+    for _ in range(2):
+        run = pb.RunRolloutRequest(spec=spec(command, upstream), view=pb.RESULT_VIEW_SLIM)
+        rollout = (await stub.RunRollout(run)).rollout
+        assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error
+        upstream.requests.clear()  # the fake's copies, in this process
+    growth = resident_bytes(bounded_server.pid) - before
+    assert growth < RETURNED_BODY_BYTES, f"the server kept {growth / MIB:.0f} MiB"
 
 
 def stored_bytes(state_dir: Path) -> bytes:
