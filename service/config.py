@@ -165,15 +165,15 @@ class Settings(BaseSettings):
     """If set, remote sandboxes reach the service's proxy here instead of running one inside."""
     upstream_timeout_s: float = 600.0
     """Budget of one upstream model call."""
-    allow_private_endpoints: bool = False
-    """Accept a caller's `endpoint.base_url` in a private range (10/8, 172.16/12, 192.168/16,
-    100.64/10, fc00::/7). Loopback is always accepted; metadata and link-local never."""
     upstream_weight_version_header: str = Field(
         default="x-weight-version", pattern=r"^[A-Za-z0-9-]*$", max_length=64
     )
     """A response header in which the upstream reports its weight version, recorded on each
     turn (`upstream_weight_version`); no common server sends one yet, so name what yours
     sends. Empty: none is read."""
+    allow_private_endpoints: bool = False
+    """Accept a caller's `endpoint.base_url` in a private range (10/8, 172.16/12, 192.168/16,
+    100.64/10, fc00::/7). Loopback is always accepted; metadata and link-local never."""
 
     sandbox_image: str = "rollout/base"
     """Image of a local sandbox whose spec names none: a name of the image store, or "host"

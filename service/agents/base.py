@@ -48,9 +48,6 @@ class ModelAccess:
 @dataclass(frozen=True)
 class AgentContext:
     """Everything a harness needs for one run."""
-    paused_s: Callable[[], float] | None = None
-    """Seconds the rollout's model calls have been paused so far: the deadline moves by them
-    (`sandboxes.deadline`). None: never paused."""
 
     rollout_id: str
     instruction: str
@@ -67,6 +64,9 @@ class AgentContext:
     empty means the sandbox's WORKDIR."""
     solution_env: Mapping[str, str] = field(default_factory=dict)
     """The oracle's environment: the task's with `Task.solution_env` over it."""
+    paused_s: Callable[[], float] | None = None
+    """Seconds the rollout's model calls have been paused so far: the deadline moves by them
+    (`sandboxes.deadline`). None: never paused."""
 
 
 @dataclass(frozen=True)

@@ -39,13 +39,13 @@ from service.models import (
     PhaseChanged,
     Rollout,
     RolloutError,
-    RolloutSpec,
     RolloutResult,
+    RolloutSpec,
     RolloutStatus,
     Turn,
 )
-from service.proxy.capture.tally import CallTally
 from service.proxy.capture.gate import CallGate
+from service.proxy.capture.tally import CallTally
 from service.sandboxes.base import Sandbox, SandboxBackend, SandboxRequest, in_workdir
 from service.sandboxes.seal import SystemSeal
 from service.verifier.commands import run_commands
@@ -76,10 +76,10 @@ class ModelAttachment:
     calls: CallTally | None
     secrets: tuple[str, ...] = ()
     """What the agent was handed that must never be published (a route token, a key)."""
-
-
     gate: CallGate | None = None
     """The route's pause and policy-version gate (the service's proxy only)."""
+
+
 AttachModel = Callable[
     [Sandbox, Callable[[Turn], None]], contextlib.AbstractAsyncContextManager[ModelAttachment]
 ]
@@ -242,6 +242,7 @@ class RolloutRun:
 
     def _on_turn(self, turn: Turn) -> None:
         self.rollout.result.turns.append(turn)
+        _note_versions(self.rollout.result, turn)
         self._publish(turn)
 
     async def _setup(self, sandbox: Sandbox) -> bool:
@@ -251,7 +252,6 @@ class RolloutRun:
             for result in results:
                 self._publish(result)
             self.rollout.result.setup_results = results
-        _note_versions(self.rollout.result, turn)
         else:
             await make_workdir(sandbox, task)
             await stage(sandbox, task, task.files)
@@ -301,25 +301,25 @@ class RolloutRun:
             tail_bytes=self._settings.agent_log_tail_bytes,
         )
         scrubber = OutputScrubber(cap, () if self._attachment is None else self._attachment.secrets)
+        gate = None if self._attachment is None else self._attachment.gate
+        paused_before = 0.0 if gate is None else gate.paused_s()
+        if gate is not None:  # time paused is not the agent's: its deadline moves by it
+            context = dataclasses.replace(context, paused_s=lambda: gate.paused_s() - paused_before)
         try:
             outcome = await self._unless_refused(self._agent.run(sandbox, context, scrubber))
         finally:
             scrubber.flush()
+            if gate is not None:
+                self.rollout.result.timings.paused_s = gate.paused_s() - paused_before
         result = self.rollout.result
         result.agent_exit_code = outcome.exit_code
         result.agent_log_tail = scrub(outcome.log_tail or cap.tail(), scrubber.secrets)[
             -self._settings.agent_log_tail_bytes :
         ]
-        gate = None if self._attachment is None else self._attachment.gate
-        paused_before = 0.0 if gate is None else gate.paused_s()
-        if gate is not None:  # time paused is not the agent's: its deadline moves by it
-            context = dataclasses.replace(context, paused_s=lambda: gate.paused_s() - paused_before)
         calls = None if self._attachment is None else self._attachment.calls
         if calls is not None:
             result.trainable_calls, result.trainable_calls_failed = (
                 calls.trainable,
-            if gate is not None:
-                self.rollout.result.timings.paused_s = gate.paused_s() - paused_before
                 calls.trainable_failed,
             )
             if calls.all_failed:
@@ -337,28 +337,19 @@ class RolloutRun:
         calls = None if self._attachment is None else self._attachment.calls
         if calls is None:
             return await run
+        gate = self._attachment.gate if self._attachment is not None else None
         agent = asyncio.ensure_future(run)
         refused = asyncio.ensure_future(calls.refused.wait())
+        stale = asyncio.ensure_future(gate.stale.wait() if gate is not None else asyncio.Future())
         try:
             await asyncio.wait({agent, refused, stale}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             refused.cancel()
+            stale.cancel()
             if not agent.done():
                 agent.cancel()  # kills the agent's processes (`wait_or_kill`)
                 with contextlib.suppress(asyncio.CancelledError):
-        gate = self._attachment.gate if self._attachment is not None else None
                     await agent
-        if agent.cancelled():
-        stale = asyncio.ensure_future(gate.stale.wait() if gate is not None else asyncio.Future())
-            raise UpstreamError(
-                f"the model endpoint refused the agent's first call, so the agent was stopped: "
-                f"{calls.refusal}"
-            )
-            stale.cancel()
-        return agent.result()
-
-    async def _verify(self, sandbox: Sandbox) -> None:
-        """Verify in a sandbox taken back from the agent (`verifier.takeover`); read the
         if agent.cancelled() and gate is not None and gate.stale.is_set():
             lag = f"{gate.version} against {gate.oldest}, max_policy_lag {gate.max_lag}"
             raise RolloutFailure(
@@ -366,6 +357,15 @@ class RolloutRun:
                 "agent was stopped and the rollout not verified",
                 kind=ErrorKind.POLICY_STALE,
             )
+        if agent.cancelled():
+            raise UpstreamError(
+                f"the model endpoint refused the agent's first call, so the agent was stopped: "
+                f"{calls.refusal}"
+            )
+        return agent.result()
+
+    async def _verify(self, sandbox: Sandbox) -> None:
+        """Verify in a sandbox taken back from the agent (`verifier.takeover`); read the
         reward once what verification started is dead too."""
         task = self._spec.task
         paths = {staged_path(task, key): key for key in task.verifier_files}

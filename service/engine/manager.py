@@ -380,6 +380,11 @@ class RolloutManager:
     def settings(self) -> Settings:
         return self._settings
 
+    @property
+    def model_calls(self) -> ModelCalls:
+        """Policy versions and pauses of the live rollouts' model calls (`model_calls`)."""
+        return self._models.calls
+
     async def get(self, rollout_id: str, *, tenant: str | None = None) -> Rollout:
         live = self._live.get(rollout_id)
         rollout = live.rollout if live is not None else await self._store.get(rollout_id)
@@ -425,11 +430,6 @@ class RolloutManager:
         await self._settled(timeout_s=None)
         for backend in self._backends.values():
             with contextlib.suppress(Exception):
-    @property
-    def model_calls(self) -> ModelCalls:
-        """Policy versions and pauses of the live rollouts' model calls (`model_calls`)."""
-        return self._models.calls
-
                 await backend.close()
 
 

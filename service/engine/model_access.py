@@ -29,8 +29,8 @@ from urllib.parse import urlsplit
 
 from service.agents.base import ModelAccess
 from service.config import Settings
-from service.engine.model_calls import ModelCalls, Publish, RouteEntry
 from service.engine.lifecycle import AttachModel, ModelAttachment
+from service.engine.model_calls import ModelCalls, Publish, RouteEntry
 from service.errors import FieldViolation, SandboxError, SpecError
 from service.models import CaptureMode, NetworkPolicy, RolloutSpec, Turn
 from service.proxy.access import direct_access, host_socket_access, start_forwarder

@@ -203,12 +203,12 @@ class RolloutSpec(_Model):
     """Free-form labels for List and Watch filters."""
     request_id: str = ""
     """Idempotency key."""
+    max_policy_lag: int | None = None
+    """How many policy versions a model call may start behind the rollout's oldest; beyond
+    it the rollout ends POLICY_STALE (`proxy.capture.gate`). None: no bound."""
 
     def redacted(self) -> RolloutSpec:
         """This spec with every secret cleared: the only form that is stored or returned."""
         return self.model_copy(
             update={"endpoint": self.endpoint.model_copy(update={"api_key": ""})}
         )
-    max_policy_lag: int | None = None
-    """How many policy versions a model call may start behind the rollout's oldest; beyond
-    it the rollout ends POLICY_STALE (`proxy.capture.gate`). None: no bound."""
