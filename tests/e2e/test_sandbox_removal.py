@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -160,6 +161,10 @@ async def test_a_killed_servers_mounted_disks_are_swept_at_restart(
     fresh_server.start()
     assert (await _run_one(fresh_server)).status == pb.ROLLOUT_STATUS_SUCCEEDED
     assert not sandbox_dir(fresh_server, started.rollout.id).exists()
-    live = {entry.name for entry in sandboxes.iterdir()}
+    for _ in range(400):  # the new rollout's directory is removed after its result (`reaper`)
+        live = {entry.name for entry in sandboxes.iterdir()}
+        if not any(name.startswith(".gone-") for name in live):
+            break
+        await asyncio.sleep(0.05)
     assert all(name.startswith("warm-") for name in live), live  # the new server's own
     assert all(any(name in point for name in live) for point in _mounts_under(sandboxes))

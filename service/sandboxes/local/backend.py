@@ -56,6 +56,7 @@ from service.sandboxes.local.image_view import (
 )
 from service.sandboxes.local.limits import Limits
 from service.sandboxes.local.network import FullNetwork, full_network, resolv_conf
+from service.sandboxes.local.reaper import Reaper
 from service.sandboxes.local.removal import remove_tree
 from service.sandboxes.local.sandbox import LocalSandbox, SandboxCgroup
 from service.sandboxes.local.snapshot import (
@@ -100,6 +101,7 @@ class LocalBackend:
         self._cgroups = MemoryCgroups(key)
         self._sandboxes: dict[str, LocalSandbox] = {}
         self._forks = ForkServer()
+        self._reaper = Reaper()
         self._warm = WarmPool(settings.local_warm_sandboxes, self._build)
         store = ImageStore(
             Path(settings.cache_dir),
@@ -248,6 +250,7 @@ class LocalBackend:
             limits.rlimits,
             output_bytes,
             on_gone=lambda: self._forget(sandbox),
+            reaper=self._reaper,
             image=None if image is None else image.config,
             image_id=key.image,
             forked=snapshot is not None,
@@ -439,12 +442,18 @@ class LocalBackend:
     def _directory_names(self) -> set[str]:
         return {entry.name for entry in self._root.iterdir()} if self._root.is_dir() else set()
 
+    async def reaped(self) -> None:
+        """Wait until the directories of the sandboxes torn down so far are removed
+        (teardown leaves that to the background: `reaper`)."""
+        await self._reaper.drain()
+
     async def close(self) -> None:
         """Kill every sandbox this backend created that is still alive, warm ones too."""
         await self._warm.close()
         sandboxes = list(self._sandboxes.values())
         self._sandboxes.clear()
         await asyncio.gather(*(sandbox.kill() for sandbox in sandboxes))
+        await self._reaper.drain()
         await asyncio.to_thread(self._forks.close)
         self._snapshots.clear()
         await asyncio.to_thread(self._remove_unheld_snapshots)

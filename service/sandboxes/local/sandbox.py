@@ -40,8 +40,8 @@ from service.sandboxes.local.hostfs import (
 from service.sandboxes.local.hostfs_clear import clear_beneath, make_dirs_beneath
 from service.sandboxes.local.image_view import image_env
 from service.sandboxes.local.process import SandboxedProcess
+from service.sandboxes.local.reaper import Reaper
 from service.sandboxes.local.reclaim import SandboxProcesses, kill_all
-from service.sandboxes.local.removal import remove_tree
 from service.sandboxes.local.spawner import Spawner
 from service.sandboxes.local.system_seal import SealedSystem
 from service.sandboxes.seal import SystemDiff
@@ -85,6 +85,7 @@ class LocalSandbox:
         rlimits: Mapping[str, int],
         output_bytes: tuple[int, int],
         on_gone: Callable[[], None],
+        reaper: Reaper,
         image: ImageConfig | None = None,
         image_id: str = "",
         forked: bool = False,
@@ -93,6 +94,7 @@ class LocalSandbox:
         self.name = name
         """Of its directory and cgroup: its rollout's id, or a warm sandbox's own."""
         self._on_gone = on_gone
+        self._reaper = reaper
         self._layout = layout
         self._rlimits = rlimits
         self._spawner = spawner
@@ -392,7 +394,7 @@ class LocalSandbox:
         if self._root_fd >= 0:
             os.close(self._root_fd)
             self._root_fd = -1
-        await asyncio.to_thread(remove_tree, self._layout.root)
+        await self._reaper.remove(self._layout.root)  # the rest after the result (`reaper`)
         self._on_gone()
 
 

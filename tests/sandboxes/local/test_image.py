@@ -162,6 +162,7 @@ async def test_kill_leaves_no_mount_or_directory(backend: LocalBackend, tmp_path
     await _run(sandbox, "echo data > /var/data")
     assert _mounts_naming(tmp_path / "state" / "sandboxes" / "gone")  # the overlay, somewhere
     await sandbox.kill()
+    await backend.reaped()
     assert not (tmp_path / "state" / "sandboxes" / "gone").exists()
     assert mount_points_below(str(tmp_path / "state")) == []
     assert _mounts_naming(tmp_path / "state" / "sandboxes" / "gone") == []

@@ -107,6 +107,7 @@ async def test_nothing_is_left_and_a_released_snapshot_starts_nothing(
     member = await _create(backend, "member", image, snapshot)
     await _run(member, "sleep 30 & echo started")
     await member.kill()
+    await backend.reaped()
     state = tmp_path / "state"
     assert mount_points_below(str(state)) == []
     assert not (state / "sandboxes" / "member").exists()

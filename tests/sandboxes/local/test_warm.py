@@ -148,5 +148,6 @@ async def test_a_failed_claim_falls_back_to_a_new_sandbox(
     assert (await sandbox.exec("echo made", timeout_s=30)).stdout == "made\n"
     assert warm not in _names(local_settings)
     await sandbox.kill()
+    await warm_backend.reaped()
     await warm_backend.warm_up()
     assert [name for name in _names(local_settings) if not name.startswith("warm-")] == []
