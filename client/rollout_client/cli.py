@@ -1,4 +1,4 @@
-"""The `rollout` command line: serve, run, batch, watch, get, list and cancel rollouts.
+"""The `rollout` command line: serve, run, batch, watch, get, list, cancel and export rollouts.
 
 Exit codes are listed in `rollout_client.exits` (and in `rollout --help`).
 """

@@ -90,6 +90,26 @@ for stream in (True, False):
     print(urllib.request.urlopen(request, timeout=60).read()[:80], flush=True)
 PY"""
 
+# The agent: a question answered by a call with arguments that are not JSON, then that call's
+# result and one for a call the model never made.
+ODD_CALLS = """python3 - <<'PY'
+import json, os, urllib.request
+def post(messages):
+    body = {"model": os.environ["OPENAI_MODEL"], "messages": messages}
+    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+                 "Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(request, timeout=60).read())["choices"][0]["message"]
+messages = [{"role": "user", "content": [{"type": "text", "text": "odd "},
+                                         {"type": "text", "text": "calls"}]}]
+message = post(messages)
+messages += [message,
+             {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": "real"},
+             {"role": "tool", "tool_call_id": "call_ghost", "content": "ghost"}]
+print(post(messages)["content"])
+PY"""
+
 DIALECTS = {
     "chat/completions": pb.DIALECT_CHAT_COMPLETIONS,
     "responses": pb.DIALECT_RESPONSES,
@@ -192,6 +212,56 @@ async def test_each_dialect_exports_a_valid_trajectory_with_exact_tokens(
     assert document["extra"]["reward"] == 1.0
     assert "policy_version_min" not in document["extra"]
     _assert_train_records(rollout, upstream.sent)
+
+
+async def test_odd_calls_and_missing_logprobs_still_export_valid_files(
+    stub: pb_grpc.RolloutServiceAsyncStub, upstream: FakeUpstream
+) -> None:
+    odd = ToolCallReply("lookup", "not json")
+    upstream.script(Reply(text="Trying.", tool_calls=[odd], tool_call_logprobs=False))
+    upstream.script(Reply(text=ANSWER))
+    rollout = await _run(stub, command_spec(ODD_CALLS, endpoint=_endpoint(upstream)))
+    first = rollout.result.turns[0]
+    assert not first.logprobs_present
+
+    document = _valid_atif(rollout)
+
+    asked, _ = _agent_steps(document)
+    [call] = asked["tool_calls"]
+    assert call["arguments"] == {}
+    assert asked["extra"]["unparsed_tool_arguments"] == {call["tool_call_id"]: "not json"}
+    assert asked["observation"]["results"] == [
+        {"source_call_id": call["tool_call_id"], "content": "real"}
+    ]
+    # Logprobs left out rather than misaligned; the ids stay exact.
+    assert "logprobs" not in asked["metrics"]
+    assert asked["metrics"]["extra"]["logprobs_present"] is False
+    assert asked["metrics"]["completion_token_ids"] == upstream.sent[0].completion_token_ids
+    ghost = next(s for s in document["steps"] if s["extra"].get("tool_call_id") == "call_ghost")
+    assert (ghost["source"], ghost["message"]) == ("user", "ghost")
+    assert document["steps"][0]["message"] == "odd calls"  # text parts joined
+
+    record = to_train_records(rollout)[0]
+    # Never invented: fewer logprobs than tokens (the capture may keep none), each one sent.
+    assert len(record["logprobs"]) < len(record["completion_token_ids"])
+    assert set(record["logprobs"]) <= set(upstream.sent[0].logprobs)
+    assert record["logprobs_present"] is False
+    assert len(record["loss_mask"]) == len(record["prompt_token_ids"]) + len(
+        record["completion_token_ids"]
+    )
+
+
+async def test_a_rollout_without_model_calls_exports_its_task_alone(
+    stub: pb_grpc.RolloutServiceAsyncStub,
+) -> None:
+    rollout = await _run(stub, command_spec("true"))
+
+    document = _valid_atif(rollout)
+
+    assert [(s["source"], s["message"]) for s in document["steps"]] == [("user", "do the task")]
+    assert "no model calls" in document["notes"]
+    assert to_train_records(rollout) == []
+    assert render(rollout, ExportFormat.TRAIN) == ""
 
 
 async def test_policy_versions_reach_both_exports(
