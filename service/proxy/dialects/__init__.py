@@ -15,7 +15,8 @@ their dialect returns (see `native_*`). `handler` serves a call; the `Codec` pro
 (`service.proxy.capture.codec`) is how the relay reads and writes each dialect.
 """
 
-from service.proxy.dialects.handler import COUNT_TOKENS, DialectCall, serve_dialect
+from service.proxy.dialects.call import DialectCall
+from service.proxy.dialects.handler import COUNT_TOKENS, serve_dialect
 
 DIALECT_ENDPOINTS = frozenset({"responses", "messages", COUNT_TOKENS})
 """Route endpoints (the path after /v1/) served by `serve_dialect`."""

@@ -11,7 +11,7 @@ learns from a count, and its failure never makes a rollout an infrastructure fai
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -19,19 +19,15 @@ from service.errors import DialectRequestError
 from service.models import Dialect, DialectMode
 from service.proxy.capture.failures import transport_failure, upstream_error_message
 from service.proxy.capture.route import Exchange
+from service.proxy.dialects.call import DialectCall, RouteState
 from service.proxy.dialects.messages_in import messages_to_chat
 from service.proxy.dialects.messages_out import anthropic_error
 from service.proxy.transport.upstream import UpstreamConnectionError
 
-if TYPE_CHECKING:
-    from service.proxy.dialects.handler import DialectCall, _RouteState
-
 __all__ = ["count_tokens"]
 
 
-def _tokenize_request(
-    body: dict[str, Any], call: DialectCall, state: _RouteState
-) -> dict[str, Any]:
+def _tokenize_request(body: dict[str, Any], call: DialectCall, state: RouteState) -> dict[str, Any]:
     upstream = call.route.upstream
     chat = messages_to_chat(body, state.memory, self_hosted=upstream.asks_token_ids)
     request = {"model": upstream.model, "messages": chat["messages"], "add_generation_prompt": True}
@@ -44,7 +40,7 @@ def _root(base_url: str) -> str:
     return base_url.removesuffix("/v1")
 
 
-async def count_tokens(call: DialectCall, body: dict[str, Any], state: _RouteState) -> None:
+async def count_tokens(call: DialectCall, body: dict[str, Any], state: RouteState) -> None:
     """Count a Messages request's input tokens upstream; record it as an untrainable turn."""
     route = call.route
     native = route.upstream.dialect_mode is DialectMode.NATIVE

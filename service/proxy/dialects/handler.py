@@ -12,8 +12,6 @@ upstream gets the route's key (`Authorization`, plus `x-api-key` for Messages).
 
 from __future__ import annotations
 
-import weakref
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -23,72 +21,21 @@ from service.models import Dialect, DialectMode
 from service.proxy.capture.codec import Codec
 from service.proxy.capture.failures import error_body
 from service.proxy.capture.relay import relay
-from service.proxy.capture.request_parse import RequestParser
-from service.proxy.capture.rewrite import rewrite_request, upstream_headers
+from service.proxy.capture.rewrite import rewrite_request
 from service.proxy.capture.route import Exchange, Route
+from service.proxy.dialects.call import DialectCall, route_state
 from service.proxy.dialects.count_tokens import count_tokens
-from service.proxy.dialects.messages_in import ArgumentsMemory, ConversionMemo, messages_to_chat
+from service.proxy.dialects.messages_in import messages_to_chat
 from service.proxy.dialects.messages_out import MessagesCodec, anthropic_error
 from service.proxy.dialects.native_messages import NativeMessagesCodec, rewrite_messages
 from service.proxy.dialects.native_responses import NativeResponsesCodec, rewrite_responses
 from service.proxy.dialects.responses_in import responses_to_chat
 from service.proxy.dialects.responses_out import ResponsesCodec
-from service.proxy.transport.httpserver import HttpRequest, Responder
-from service.proxy.transport.upstream import UpstreamPool, UpstreamTarget
+from service.proxy.transport.upstream import UpstreamTarget
 
-__all__ = ["COUNT_TOKENS", "DialectCall", "serve_dialect"]
+__all__ = ["COUNT_TOKENS", "serve_dialect"]
 
 COUNT_TOKENS = "messages/count_tokens"
-_ANTHROPIC_VERSION = "2023-06-01"
-
-
-@dataclass(frozen=True)
-class DialectCall:
-    """One request on a route, and how to reach the upstream."""
-
-    route: Route
-    request: HttpRequest
-    responder: Responder
-    pool: UpstreamPool
-    timeout_s: float
-
-
-class _RouteState:
-    """What a route keeps for its dialect calls: upstream targets, tool-call arguments."""
-
-    def __init__(self, route: Route) -> None:
-        self.memory = ArgumentsMemory()
-        self.memo = ConversionMemo()
-        self.parsers = {
-            Dialect.MESSAGES: RequestParser("messages"),
-            Dialect.RESPONSES: RequestParser("input"),
-        }
-        """Parse each dialect's requests reusing what the previous one had (`request_parse`)."""
-        self._targets: dict[str, UpstreamTarget] = {}
-        self._route = weakref.ref(route)
-
-    def target(self, url: str, *, anthropic: bool = False) -> UpstreamTarget:
-        target = self._targets.get(url)
-        route = self._route()
-        if target is None and route is not None:
-            headers = upstream_headers(route.upstream)
-            if anthropic:
-                headers["anthropic-version"] = _ANTHROPIC_VERSION
-                if route.upstream.api_key:
-                    headers["x-api-key"] = route.upstream.api_key
-            target = self._targets[url] = UpstreamTarget(url, headers)
-        assert target is not None
-        return target
-
-
-_STATES: weakref.WeakKeyDictionary[Route, _RouteState] = weakref.WeakKeyDictionary()
-
-
-def route_state(route: Route) -> _RouteState:
-    state = _STATES.get(route)
-    if state is None:
-        state = _STATES[route] = _RouteState(route)
-    return state
 
 
 def dialect_error(dialect: Dialect, message: str, status: int) -> bytes:
