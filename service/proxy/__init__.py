@@ -4,8 +4,8 @@
   sandbox's route (no token), and a TCP listener routed by per-rollout token for remote
   sandboxes; `core.ProxyCore` is the part it shares with `remote.standalone`, the same proxy
   as its own process (inside a remote sandbox: `remote/`).
-- `access`: how an agent inside a local sandbox reaches its route (`forward` bridges the
-  sandbox's loopback to its route socket).
+- `access`: how an agent inside a local sandbox reaches its route (the forwarder,
+  `sandboxes.local.forward`, bridges the sandbox's loopback to its route socket).
 - `endpoints.resolve_endpoint`: endpoint shorthands -> base URL, key, model.
 - `capture/`: one call, from the agent's request to the turn it becomes (`rewrite` ->
   `relay` -> `assembly`, `prompt_ids`, `history` -> `route`), and `tally`, the trainable

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from service.models import CaptureSpec, Turn
-from service.proxy import CaptureProxy, ResolvedEndpoint, forward
+from service.proxy import CaptureProxy, ResolvedEndpoint
 from service.proxy.access import forwarder_command, host_socket_access
 from service.sandboxes.base import PROXY_DIR
+from service.sandboxes.local import forward
 from tests.fakes.llm_upstream import FakeUpstream, Reply
 from tests.proxy.conftest import UPSTREAM_KEY, UPSTREAM_MODEL
 
@@ -44,7 +45,7 @@ print(json.dumps({
 
 PYTHON = [sys.executable, "-I", "-S", str(Path(forward.__file__).resolve())]
 """The forwarder as a sandbox on the host's root runs it (`host_kit.forwarder_argv`)."""
-CODE_ROOT = str(Path(forward.__file__).resolve().parents[2])
+CODE_ROOT = str(Path(forward.__file__).resolve().parents[3])
 """The checkout the forwarder runs from (a CI clone may sit under /tmp)."""
 
 

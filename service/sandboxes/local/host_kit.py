@@ -11,7 +11,7 @@ library directories (`--inhibit-cache`: never the image's ld.so.cache, nor its l
     KIT_DIR/bin/sh, KIT_DIR/bin/sleep   the host's: the holder's readiness line and idle
     KIT_DIR/python/bin/python3.X     the server's interpreter, its standard library at
     KIT_DIR/python/lib/python3.X     the path Python looks for beside it (no PYTHONHOME)
-    KIT_DIR/forward.py               the proxy's forwarder (`service.proxy.forward`)
+    KIT_DIR/forward.py               the proxy's forwarder (`local.forward`)
 
 Nothing here shadows a path of the image; the image's own tools stay the agent's.
 """
@@ -25,7 +25,7 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 
-from service.proxy import forward
+from service.sandboxes.local import forward
 
 __all__ = ["KIT_DIR", "HostKit", "forwarder_argv", "host_kit"]
 

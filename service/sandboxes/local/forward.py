@@ -9,7 +9,9 @@ only once the port is listening, so `forward ... && agent` never races the agent
 the listener. On failure it prints why and exits 1. The daemon lives until the sandbox's
 processes are killed.
 
-The service starts it before the agent (`access.start_forwarder`) on the server's own
+It lives with the local sandboxes, whose plumbing it is (the proxy's side is the socket),
+so the sandbox that binds it into its host kit needs nothing from the proxy's layer above.
+The service starts it before the agent (`proxy.access.start_forwarder`) on the server's own
 interpreter: from the read-only host root, or on an image from the host kit, whose
 standard library is the host's (`sandboxes.local.host_kit`). So it must import nothing
 outside the standard library.
