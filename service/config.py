@@ -208,6 +208,8 @@ class Settings(BaseSettings):
 
     log_level: str = "INFO"
     """Python logging level of the server (DEBUG, INFO, WARNING, ERROR)."""
+    metrics_listen: str = ""
+    """Prometheus scrape endpoint: PORT (on 127.0.0.1) or HOST:PORT; empty: off."""
 
     instance_id: str = "default"
     """Names this service instance in remote sandbox metadata (orphan sweep)."""

@@ -30,7 +30,12 @@ from service.agents.opencode_install import OpencodeInstaller, npm_missing
 from service.api.auth import BearerAuthInterceptor, TokenTable, load_tokens
 from service.api.handlers import add_servicer
 from service.api.servicer import RolloutServicer
-from service.api.transport import check_exposure, check_proxy_exposure, server_credentials
+from service.api.transport import (
+    check_exposure,
+    check_metrics_exposure,
+    check_proxy_exposure,
+    server_credentials,
+)
 from service.config import Settings, load_settings
 from service.engine.events import EventHub
 from service.engine.groups.manager import GroupManager
@@ -42,6 +47,7 @@ from service.memory import return_large_frees_to_the_os
 from service.proxy.server import CaptureProxy
 from service.registry import MissingDependencyError
 from service.store.sqlite import SqliteStore
+from service.telemetry.metrics import Metrics, start_metrics_export
 from service.telemetry.setup import setup_tracing
 
 __all__ = ["main", "serve"]
@@ -60,8 +66,13 @@ async def serve(settings: Settings) -> None:
     # Before anything opens: each of these may refuse.
     security = _ApiSecurity.from_settings(settings)
     check_proxy_exposure(settings)
+    check_metrics_exposure(settings)
     if not settings.listen_reuse_port:
         ensure_free(settings.listen, "ROLLOUT_LISTEN", _SHARE_HINT)
+    exported = start_metrics_export(settings)  # refuses a metrics port in use
+    if exported.url:
+        print(f"rollout-service metrics at {exported.url}", flush=True)
+    metrics = Metrics(exported.provider)
     proxy = CaptureProxy(settings)
     await proxy.start()
     tracing = setup_tracing()
@@ -70,7 +81,9 @@ async def serve(settings: Settings) -> None:
     await store.open()
     hub = EventHub(store)
     await hub.start()
-    manager = RolloutManager(settings, store, hub, ModelRouter(proxy, os.environ, settings))
+    manager = RolloutManager(
+        settings, store, hub, ModelRouter(proxy, os.environ, settings), metrics=metrics
+    )
     manager.load_default_backend()
     _warn_if_opencode_unavailable(settings)
     if os.environ.get("E2B_API_KEY"):
@@ -84,7 +97,7 @@ async def serve(settings: Settings) -> None:
         log.warning("resumed %d groups interrupted by restart", resumed)
 
     stop = _stop_on_signal()
-    server, port, health_servicer = _grpc_server(settings, security, manager, groups, hub)
+    server, port, health_servicer = _grpc_server(settings, security, manager, groups, hub, metrics)
     await server.start()
     await _mark_serving(health_servicer)
     host = settings.listen.rsplit(":", 1)[0]
@@ -100,6 +113,7 @@ async def serve(settings: Settings) -> None:
     await hub.stop()
     await store.close()
     tracing.shutdown()
+    exported.shutdown()
 
 
 def _warn_if_opencode_unavailable(settings: Settings) -> None:
@@ -153,6 +167,7 @@ def _grpc_server(
     manager: RolloutManager,
     groups: GroupManager,
     hub: EventHub,
+    metrics: Metrics,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     options = [
         ("grpc.max_send_message_length", settings.max_message_bytes),
@@ -165,7 +180,7 @@ def _grpc_server(
         # Tracing first, so that refused calls are traced too.
         interceptors=[aio_server_interceptor(), *security.interceptors(settings)],  # type: ignore[no-untyped-call]
     )
-    add_servicer(RolloutServicer(manager, hub, groups), server)
+    add_servicer(RolloutServicer(manager, hub, groups), server, metrics)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

@@ -20,6 +20,7 @@ from google.protobuf.message import DecodeError, Message
 from rollout.v1 import rollout_pb2 as pb
 
 from service.api.errors import abort, invalid_argument
+from service.telemetry.metrics import Metrics
 
 __all__ = ["Undecodable", "add_servicer"]
 
@@ -61,32 +62,40 @@ def _unary(method: Callable[[Any, Context], Awaitable[Any]]) -> Callable[..., Aw
     return handle
 
 
-def _streaming(method: Callable[[Any, Context], AsyncIterator[Any]]) -> Callable[..., Any]:
+def _streaming(
+    method: Callable[[Any, Context], AsyncIterator[Any]], metrics: Metrics, name: str
+) -> Callable[..., Any]:
     async def handle(request: Message | Undecodable, context: Context) -> AsyncIterator[Any]:
         if isinstance(request, Undecodable):
             await _refuse(context, request)
-        async for item in method(request, context):
-            yield item
+        with metrics.watching(name):  # every server stream is a watch
+            async for item in method(request, context):
+                yield item
 
     return handle
 
 
-def _handler(servicer: object, method: MethodDescriptor) -> grpc.RpcMethodHandler[Any, Any]:
+def _handler(
+    servicer: object, method: MethodDescriptor, metrics: Metrics
+) -> grpc.RpcMethodHandler[Any, Any]:
     behaviour = getattr(servicer, method.name)
     decode = _decoder(message_factory.GetMessageClass(method.input_type))
     encode = message_factory.GetMessageClass(method.output_type).SerializeToString
     if method.server_streaming:
         return grpc.unary_stream_rpc_method_handler(
-            _streaming(behaviour), request_deserializer=decode, response_serializer=encode
+            _streaming(behaviour, metrics, method.name),
+            request_deserializer=decode,
+            response_serializer=encode,
         )
     return grpc.unary_unary_rpc_method_handler(
         _unary(behaviour), request_deserializer=decode, response_serializer=encode
     )
 
 
-def add_servicer(servicer: object, server: grpc.aio.Server) -> None:
-    """Serve `servicer`'s methods of rollout.v1.RolloutService on `server`."""
-    handlers = {method.name: _handler(servicer, method) for method in _SERVICE.methods}
+def add_servicer(servicer: object, server: grpc.aio.Server, metrics: Metrics) -> None:
+    """Serve `servicer`'s methods of rollout.v1.RolloutService on `server`, counting open
+    watch streams on `metrics`."""
+    handlers = {method.name: _handler(servicer, method, metrics) for method in _SERVICE.methods}
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers),)
     )

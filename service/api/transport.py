@@ -13,6 +13,9 @@ The capture proxy's TCP listener (`proxy_listen`) follows the same rule. It spea
 (its routes are unguessable tokens, but a token, the model calls and their replies cross the
 network in clear), so any address but loopback needs allow_insecure_listen; to serve remote
 sandboxes safely, keep it on loopback behind a TLS front (`proxy_public_url`).
+
+So does the Prometheus endpoint (`metrics_listen`): plain HTTP, open to whoever reaches it.
+Its series name no tenant, rollout or label, but their counts show the server's workload.
 """
 
 from __future__ import annotations
@@ -26,8 +29,15 @@ import grpc
 from service.config import Settings
 from service.errors import ConfigError
 from service.proxy.core import split_listen
+from service.telemetry.metrics import metrics_address
 
-__all__ = ["check_exposure", "check_proxy_exposure", "is_loopback", "server_credentials"]
+__all__ = [
+    "check_exposure",
+    "check_metrics_exposure",
+    "check_proxy_exposure",
+    "is_loopback",
+    "server_credentials",
+]
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +112,20 @@ def check_proxy_exposure(settings: Settings) -> None:
             f"{settings.proxy_listen} (ROLLOUT_PROXY_LISTEN, the capture proxy)",
             "TLS (the proxy speaks plain HTTP: keep it on loopback behind a TLS front named "
             "by ROLLOUT_PROXY_PUBLIC_URL)",
+        )
+
+
+def check_metrics_exposure(settings: Settings) -> None:
+    """Refuse a metrics endpoint other than loopback: it is plain HTTP, unauthenticated."""
+    if not settings.metrics_listen:
+        return
+    host, _ = metrics_address(settings.metrics_listen)
+    if not _is_loopback_host(host):
+        _refuse_unless_allowed(
+            settings,
+            f"{settings.metrics_listen} (ROLLOUT_METRICS_LISTEN, the Prometheus endpoint)",
+            "authentication (anyone who reaches it reads the server's workload: keep it on "
+            "loopback behind an authenticating front, or on a network only Prometheus reaches)",
         )
 
 

@@ -48,6 +48,7 @@ from service.proxy.capture.gate import CallGate
 from service.proxy.capture.tally import CallTally
 from service.sandboxes.base import Sandbox, SandboxBackend, SandboxRequest, in_workdir
 from service.sandboxes.seal import SystemSeal
+from service.telemetry.metrics import Metrics
 from service.verifier.commands import run_commands
 from service.verifier.integrity import BYTECODE_DIR, tampering
 from service.verifier.reward import compute_reward
@@ -104,6 +105,7 @@ class RolloutRun:
         publish: Callable[[EventPayload], None],
         prepared: PreparedFilesystem | None = None,
         build_image: BuildImage | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.rollout = rollout
         self._spec = spec
@@ -115,6 +117,7 @@ class RolloutRun:
         self._prepared = prepared
         """A group member's filesystem, set up once for the group (`engine.groups.template`)."""
         self._build_image = build_image
+        self._metrics = metrics or Metrics()
         self._sandbox: Sandbox | None = None
         self._attachment: ModelAttachment | None = None
         self._agent_timeout_s, self._command_timeout_s, self._verify_timeout_s = resolved_timeouts(
@@ -165,7 +168,11 @@ class RolloutRun:
             with tracer.start_as_current_span(f"phase.{phase.value}"):
                 return await work
         finally:
-            setattr(self.rollout.result.timings, f"{phase.value}_s", time.monotonic() - began)
+            self._timed(phase, time.monotonic() - began)
+
+    def _timed(self, phase: Phase, seconds: float) -> None:
+        setattr(self.rollout.result.timings, f"{phase.value}_s", seconds)
+        self._metrics.phase_ended(phase.value, agent=self._agent.name, seconds=seconds)
 
     def _enter(self, phase: Phase, message: str = "") -> None:
         self.rollout.phase = phase
@@ -241,6 +248,7 @@ class RolloutRun:
         return context
 
     def _on_turn(self, turn: Turn) -> None:
+        self._metrics.turn(turn)
         self.rollout.result.turns.append(turn)
         _note_versions(self.rollout.result, turn)
         self._publish(turn)
@@ -432,7 +440,7 @@ class RolloutRun:
         if self._sandbox is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(asyncio.wait_for(self._sandbox.kill(), _TEARDOWN_TIMEOUT_S))
-        self.rollout.result.timings.teardown_s = time.monotonic() - began
+        self._timed(Phase.TEARDOWN, time.monotonic() - began)
 
     def _record(self, kind: ErrorKind, message: str) -> None:
         if self.rollout.result.error is None:

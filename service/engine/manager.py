@@ -51,6 +51,7 @@ from service.proxy.endpoints import ResolvedEndpoint
 from service.registry import BACKENDS, MissingDependencyError, load_agent, load_backend
 from service.sandboxes.base import SandboxBackend
 from service.store.base import RolloutPage, RolloutStore, TakeRollout
+from service.telemetry.metrics import Metrics
 
 __all__ = ["Checked", "RolloutManager"]
 
@@ -97,6 +98,7 @@ class RolloutManager:
         store: RolloutStore,
         hub: EventHub,
         models: ModelRouter,
+        metrics: Metrics | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -111,6 +113,9 @@ class RolloutManager:
         self._reserved = 0
         """Places admitted groups hold for members they have not started yet."""
         self._harbor = HarborTasks(settings)
+        self._metrics = metrics or Metrics()
+        self._metrics.set_capacity(self.capacity)
+        self._metrics.observe_sandboxes(self._live_sandboxes)
 
     def backend(self, name: str) -> SandboxBackend:
         """The backend called `name`, built once."""
@@ -204,10 +209,22 @@ class RolloutManager:
     def reserve(self, places: int) -> None:
         """Hold places for a group's members until they start (call while `admitting`)."""
         self._reserved += places
+        self._metrics.hold_places(places)
 
     def release(self, places: int) -> None:
         """Give back reserved places (the members now hold their own, or never will)."""
         self._reserved -= places
+        self._metrics.hold_places(-places)
+
+    @property
+    def metrics(self) -> Metrics:
+        """The server's instruments (the group manager counts refills on them)."""
+        return self._metrics
+
+    def _live_sandboxes(self) -> dict[str, int]:
+        """Live sandboxes by backend; called from the metrics collector's thread, so it
+        reads a copy of the backends (a dict copy is atomic; iterating one is not)."""
+        return {name: backend.live_sandboxes for name, backend in self._backends.copy().items()}
 
     async def submit_member(
         self,
@@ -259,6 +276,7 @@ class RolloutManager:
             publish=functools.partial(self._publish, rollout.id),
             prepared=prepared,
             build_image=self._harbor.build_image,
+            metrics=self._metrics,
         )
         self._start(run)
 
@@ -272,6 +290,10 @@ class RolloutManager:
         rollout = run.rollout
         live = _Live(rollout)
         self._live[rollout.id] = live
+        self._metrics.hold_places(1)
+        self._metrics.rollout_started(
+            agent=rollout.spec.agent.name, backend=self._backend_of(rollout)
+        )
         self._hub.open(rollout.id, rollout.spec.labels, tenant=rollout.tenant)
         self._hub.publish(rollout.id, PhaseChanged(phase=Phase.QUEUED, status=rollout.status))
         live.work = asyncio.create_task(self._work(live, run), name=f"rollout-{rollout.id}")
@@ -312,11 +334,22 @@ class RolloutManager:
         existing = await self._store.find_by_request_id(spec.request_id, tenant=tenant)
         return None if existing is None else check_same_request(existing, spec)
 
+    def _backend_of(self, rollout: Rollout) -> str:
+        return rollout.spec.sandbox.backend or self._settings.default_backend
+
     async def _work(self, live: _Live, run: RolloutRun) -> None:
         queued_at = time.monotonic()
-        async with self._slots:
-            live.rollout.result.timings.queued_s = time.monotonic() - queued_at
-            await run.execute()
+        with self._metrics.in_queue():
+            await self._slots.acquire()
+        try:
+            queued_s = time.monotonic() - queued_at
+            live.rollout.result.timings.queued_s = queued_s
+            agent = live.rollout.spec.agent.name
+            self._metrics.phase_ended(Phase.QUEUED.value, agent=agent, seconds=queued_s)
+            with self._metrics.in_slot():
+                await run.execute()
+        finally:
+            self._slots.release()
 
     async def _settle(self, live: _Live) -> None:
         """Wait for the work however it ends; nothing cancels this task, so the place is freed.
@@ -330,13 +363,24 @@ class RolloutManager:
         rollout = live.rollout
         try:
             _record_ending(rollout, live.work, live.cancel_reason)
+            self._count_ending(rollout)
             self._hub.publish(rollout.id, rollout)  # terminal: nothing changes it any more
             await self._store.save(rollout)
         except Exception:
             log.exception("settling rollout %s failed", rollout.id)
         finally:
             self._live.pop(rollout.id, None)
+            self._metrics.hold_places(-1)
             live.done.set()
+
+    def _count_ending(self, rollout: Rollout) -> None:
+        error = rollout.result.error
+        self._metrics.rollout_finished(
+            status=rollout.status.value,
+            error_kind=None if error is None else error.kind.value,
+            agent=rollout.spec.agent.name,
+            backend=self._backend_of(rollout),
+        )
 
     async def _settled(self, *, timeout_s: float | None) -> None:
         """Wait until every live rollout is settled, or `timeout_s` has passed."""

@@ -238,6 +238,12 @@ class SandboxBackend(Protocol):
         """Kill sandboxes left by an earlier run of this service; returns how many."""
         ...
 
+    @property
+    def live_sandboxes(self) -> int:
+        """Sandboxes this backend holds now, warm ones included (the metrics' count: a
+        sandbox a rollout failed to kill stays in it)."""
+        ...
+
     async def close(self) -> None:
         """Kill every sandbox this backend still holds (shutdown)."""
         ...

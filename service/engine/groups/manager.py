@@ -233,6 +233,7 @@ class GroupManager:
             save=self._store.save_group,
             prepare=prepare,
             release=self._rollouts.release,
+            refilled=self._rollouts.metrics.group_refilled,
         )
         return GroupRun(group, spec, ops, reserved=reserved)
 

@@ -45,6 +45,8 @@ class MemberOps:
     """Set the task up once for every member (`template`); None: nothing to."""
     release: Callable[[int], None]
     """Give back admission's reserved places."""
+    refilled: Callable[[str], None]
+    """Count a member refilled, by the error kind that failed it (metrics)."""
 
 
 class GroupRun:
@@ -177,6 +179,7 @@ class GroupRun:
         if refillable(member) and self._refills_left > 0 and not self._enough():
             self._refills_left -= 1
             member.replaced_by = (await self._start(member.index)).rollout_id
+            self._ops.refilled(member.error_kind.value if member.error_kind else "")
         self.group.stats = group_stats(self.group.members)
 
     def _enough(self) -> bool:

@@ -153,6 +153,10 @@ class E2BBackend:
             raise
         return sandbox
 
+    @property
+    def live_sandboxes(self) -> int:
+        return len(self._live)
+
     async def sweep_orphans(self, live_rollout_ids: set[str]) -> int:
         """Kill this instance's sandboxes that no live rollout owns, and delete its group
         snapshots this backend does not hold; returns how many sandboxes were killed."""

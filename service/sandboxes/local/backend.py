@@ -409,6 +409,10 @@ class LocalBackend:
             await self._cgroups.remove(group)
         await asyncio.to_thread(remove_tree, self._root / name)
 
+    @property
+    def live_sandboxes(self) -> int:
+        return len(self._sandboxes)
+
     async def sweep_orphans(self, live_rollout_ids: set[str]) -> int:
         """Remove the directories and cgroups of sandboxes no live rollout owns.
 
