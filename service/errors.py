@@ -16,6 +16,9 @@
         ├── UpstreamError    every model call failed upstream (UPSTREAM_LLM)
         └── VerifierError    no reward could be computed (VERIFIER)
 
+    MissingDependencyError   (a RuntimeError) a backend's or harness's optional dependency is
+                             not installed: says what to install (`service.registry`)
+
 Lower-layer errors (bwrap, e2b, httpx, sqlite) are translated into these once, at the
 module that calls the lower layer, with `raise ... from exc`. The gRPC status mapping
 lives in one place: `service.api.errors`.
@@ -35,6 +38,7 @@ __all__ = [
     "DialectRequestError",
     "FieldViolation",
     "ImageError",
+    "MissingDependencyError",
     "NotFoundError",
     "RequestConflictError",
     "RolloutFailure",
@@ -56,6 +60,11 @@ def excerpt(value: str, limit: int = _EXCERPT_CHARS) -> str:
     if len(value) <= limit:
         return repr(value)
     return f"{value[:limit]!r}... ({len(value)} chars)"
+
+
+class MissingDependencyError(RuntimeError):
+    """An implementation's optional dependency is not installed. Raised where the dependency
+    is looked for (the registry, a backend, a harness): it lives here, below all of them."""
 
 
 class RolloutServiceError(Exception):

@@ -12,9 +12,10 @@ from typing import Any
 
 from service.agents.base import Agent
 from service.config import Settings
+from service.errors import MissingDependencyError
 from service.sandboxes.base import SandboxBackend
 
-__all__ = ["AGENTS", "BACKENDS", "MissingDependencyError", "load_agent", "load_backend"]
+__all__ = ["AGENTS", "BACKENDS", "load_agent", "load_backend"]
 
 BACKENDS: dict[str, tuple[str, str]] = {
     "local": ("service.sandboxes.local.backend:LocalBackend", "the Debian package bubblewrap"),
@@ -31,10 +32,6 @@ AGENTS: dict[str, tuple[str, str]] = {
     "mini-swe-agent": ("service.agents.mini_swe_agent:MiniSweAgent", "pip for mini-swe-agent"),
 }
 """Agent name -> (import path, what to install when the import fails)."""
-
-
-class MissingDependencyError(RuntimeError):
-    """An implementation's optional dependency is not installed."""
 
 
 def _load(table: dict[str, tuple[str, str]], name: str, settings: Settings) -> Any:

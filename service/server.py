@@ -41,11 +41,10 @@ from service.engine.events import EventHub
 from service.engine.groups.manager import GroupManager
 from service.engine.manager import RolloutManager
 from service.engine.model_access import ModelRouter
-from service.errors import ConfigError
+from service.errors import ConfigError, MissingDependencyError
 from service.listen_address import ensure_free
 from service.memory import return_large_frees_to_the_os
 from service.proxy.server import CaptureProxy
-from service.registry import MissingDependencyError
 from service.store.sqlite import SqliteStore
 from service.telemetry.metrics import Metrics, start_metrics_export
 from service.telemetry.setup import setup_tracing

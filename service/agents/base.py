@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from service.errors import FieldViolation
 from service.models import AgentOutput
+from service.models.model_access import ModelAccess
 from service.sandboxes.base import Sandbox
 
 __all__ = [
@@ -16,7 +17,6 @@ __all__ = [
     "AgentContext",
     "AgentOutcome",
     "EmitOutput",
-    "ModelAccess",
     "Progress",
 ]
 
@@ -27,22 +27,6 @@ EmitOutput = Callable[[AgentOutput], None]
 """Publishes one piece of live agent output; must not block."""
 Progress = Callable[[str], None]
 """Publishes a line saying how long host-side work is going; must not block."""
-
-
-@dataclass(frozen=True)
-class ModelAccess:
-    """How the agent reaches a model from inside the sandbox."""
-
-    base_url: str
-    """OpenAI-compatible base URL as seen from inside the sandbox (ends in /v1)."""
-    api_key: str
-    """What the agent sends as its key: a per-rollout token when proxied, never the real key."""
-    model: str
-    """Model name the agent asks for (the proxy overrides it upstream)."""
-    small_model: str
-    """Alias for auxiliary calls (titles); the proxy marks those turns not trainable."""
-    command_prefix: str = ""
-    """Shell to run before the agent command in the same sandbox process (e.g. a forwarder)."""
 
 
 @dataclass(frozen=True)

@@ -33,13 +33,14 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from service.agents.base import AgentContext, EmitOutput, ModelAccess
+from service.agents.base import AgentContext, EmitOutput
 from service.agents.harness import EventStream, HarnessAgent
 from service.agents.json_lines import JsonLineStream, LineLimits, as_text, clip
 from service.agents.packages import NpmPackage
 from service.config import Settings
 from service.errors import AgentError, FieldViolation
 from service.models import AgentOutput, AgentOutputKind
+from service.models.model_access import ModelAccess
 from service.sandboxes.base import HOME
 
 __all__ = ["CodexAgent", "CodexHarness", "config_toml", "translate_event"]

@@ -38,13 +38,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from service.agents.base import AgentContext, AgentOutcome, EmitOutput, ModelAccess, Progress
+from service.agents.base import AgentContext, AgentOutcome, EmitOutput, Progress
 from service.agents.cached_install import CachedInstall, installer_missing
 from service.agents.packages import Package
 from service.agents.process import run_in_task
 from service.config import Settings
-from service.errors import AgentError, AgentInstallError, FieldViolation
-from service.registry import MissingDependencyError
+from service.errors import AgentError, AgentInstallError, FieldViolation, MissingDependencyError
+from service.models.model_access import ModelAccess
 from service.sandboxes.base import OutputStream, Sandbox
 from service.sandboxes.output import HeadTailBuffer
 

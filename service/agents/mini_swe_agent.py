@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from service.agents import mini_swe_agent_runner
-from service.agents.base import AgentContext, EmitOutput, ModelAccess
+from service.agents.base import AgentContext, EmitOutput
 from service.agents.harness import EventStream, HarnessAgent
 from service.agents.json_lines import JsonLineStream, LineLimits, clip
 from service.agents.mini_swe_agent_lock import REQUIREMENTS
@@ -39,6 +39,7 @@ from service.agents.packages import PypiPackage
 from service.config import Settings
 from service.errors import FieldViolation
 from service.models import AgentOutput, AgentOutputKind
+from service.models.model_access import ModelAccess
 from service.sandboxes.base import HOME
 
 __all__ = ["MiniSweAgent", "MiniSweHarness", "config_document", "translate_message"]

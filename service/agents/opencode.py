@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from service.agents.base import AgentContext, EmitOutput, ModelAccess
+from service.agents.base import AgentContext, EmitOutput
 from service.agents.harness import EventStream, HarnessAgent, closed_to_sandbox_users
 from service.agents.opencode_config import (
     LAUNCHER,
@@ -28,6 +28,7 @@ from service.agents.opencode_events import OpencodeEventStream
 from service.agents.opencode_install import opencode_package
 from service.config import Settings
 from service.errors import FieldViolation
+from service.models.model_access import ModelAccess
 
 __all__ = ["OpencodeAgent", "OpencodeHarness", "closed_to_sandbox_users"]
 

@@ -26,8 +26,8 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from service.agents.base import ModelAccess
 from service.errors import FieldViolation
+from service.models.model_access import ModelAccess
 from service.sandboxes.base import HOME
 
 __all__ = [

@@ -8,7 +8,8 @@ Every harness, those here and any added later, starts its process through
 | working dir      | the task's (`AgentContext.workdir`, e.g. a Dockerfile's `/app`), |
 |                  | entered before anything else runs; "" is the sandbox's WORKDIR  |
 | environment      | the task's (`AgentContext.env`), the harness's own over it      |
-| model access     | its command prefix (the proxy forwarder) before the command     |
+| model access     | its own config and env (`ModelAccess`); the proxy's forwarder   |
+|                  | is already listening: the service started it                    |
 | deadline, cancel | killed with its children (`wait_or_kill`)                       |
 
 A harness keeps its own state (config, install, launcher, transcripts) at absolute paths
@@ -28,13 +29,6 @@ from service.sandboxes.deadline import wait_or_kill
 __all__ = ["run_in_task"]
 
 
-def _task_command(context: AgentContext, command: str) -> str:
-    """`command` as the agent runs it: in the task's workdir, after the access's prefix."""
-    if context.model is not None and context.model.command_prefix:
-        command = f"{context.model.command_prefix}\n{command}"
-    return in_workdir(context.workdir, command)
-
-
 async def run_in_task(
     sandbox: Sandbox,
     context: AgentContext,
@@ -46,7 +40,7 @@ async def run_in_task(
     """Run a harness's `command` to `context.timeout_s` as Harbor runs agents: in the
     task's workdir, with the task's environment and `env` (the harness's own) over it."""
     process = await sandbox.spawn(
-        _task_command(context, command), env=dict(context.env) | dict(env), on_output=on_output
+        in_workdir(context.workdir, command), env=dict(context.env) | dict(env), on_output=on_output
     )
     # Kills it, children too; time the model calls were paused is not counted.
     result = await wait_or_kill(process, context.timeout_s, paused_s=context.paused_s)

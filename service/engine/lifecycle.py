@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from opentelemetry import trace
 
-from service.agents.base import ORACLE, Agent, AgentContext, AgentOutcome, ModelAccess
+from service.agents.base import ORACLE, Agent, AgentContext, AgentOutcome
 from service.config import Settings
 from service.engine.collect import collect_workdir
 from service.engine.groups.template import PreparedFilesystem
@@ -34,6 +34,7 @@ from service.models import (
     CommandStage,
     ErrorKind,
     EventPayload,
+    ModelAccess,
     Notice,
     Phase,
     PhaseChanged,

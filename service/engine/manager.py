@@ -30,6 +30,7 @@ from service.engine.validation import validate_spec
 from service.errors import (
     CapacityError,
     FieldViolation,
+    MissingDependencyError,
     NotFoundError,
     SandboxError,
     ShuttingDownError,
@@ -48,7 +49,7 @@ from service.models import (
     SandboxSpec,
 )
 from service.proxy.endpoints import ResolvedEndpoint
-from service.registry import BACKENDS, MissingDependencyError, load_agent, load_backend
+from service.registry import BACKENDS, load_agent, load_backend
 from service.sandboxes.base import SandboxBackend
 from service.store.base import RolloutPage, RolloutStore, TakeRollout
 from service.telemetry.metrics import Metrics

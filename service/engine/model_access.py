@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
-from service.agents.base import ModelAccess
 from service.config import Settings
 from service.engine.lifecycle import AttachModel, ModelAttachment
 from service.engine.model_calls import ModelCalls, Publish, RouteEntry
 from service.errors import FieldViolation, SandboxError, SpecError
 from service.models import CaptureMode, NetworkPolicy, RolloutSpec, Turn
+from service.models.model_access import ModelAccess
 from service.proxy.access import direct_access, host_socket_access, start_forwarder
 from service.proxy.capture.route import Route
 from service.proxy.endpoints import ResolvedEndpoint, resolve_endpoint

@@ -13,6 +13,7 @@ from service.models.events import (
     PhaseChanged,
     RolloutEvent,
 )
+from service.models.model_access import ModelAccess
 from service.models.rollout import (
     TERMINAL_STATUSES,
     CommandResult,
@@ -56,6 +57,7 @@ __all__ = [
     "ErrorKind",
     "EventPayload",
     "HarborTaskSpec",
+    "ModelAccess",
     "NetworkPolicy",
     "Notice",
     "Phase",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from service.agents.base import ModelAccess
 from service.errors import SandboxError
+from service.models.model_access import ModelAccess
 from service.proxy.capture.rewrite import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS
 from service.proxy.capture.route import Route
 from service.sandboxes.base import PROXY_SOCKET, Sandbox

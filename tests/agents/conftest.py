@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from service.agents.base import AgentContext, ModelAccess
+from service.agents.base import AgentContext
 from service.config import Settings
-from service.models import AgentOutput, CaptureSpec, NetworkPolicy, SandboxSpec, Turn
+from service.models import AgentOutput, CaptureSpec, ModelAccess, NetworkPolicy, SandboxSpec, Turn
 from service.proxy.access import host_socket_access, start_forwarder
 from service.proxy.capture.route import Route
 from service.proxy.endpoints import ResolvedEndpoint

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from service.agents.base import ModelAccess
 from service.agents.opencode_config import (
     INSTRUCTION_FILE,
     config_content,
@@ -12,6 +11,7 @@ from service.agents.opencode_config import (
     opencode_env,
     option_violations,
 )
+from service.models.model_access import ModelAccess
 
 PROXIED = ModelAccess(
     base_url="http://127.0.0.1:48080/r/tok/v1",

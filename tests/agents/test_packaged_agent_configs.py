@@ -9,13 +9,14 @@ import tomllib
 from collections.abc import Callable, Sequence
 
 from service.agents import claude_code, codex, mini_swe_agent
-from service.agents.base import AgentContext, EmitOutput, ModelAccess
+from service.agents.base import AgentContext, EmitOutput
 from service.agents.claude_code import ClaudeCodeHarness, claude_env
 from service.agents.codex import CodexHarness, config_toml
 from service.agents.harness import EventStream
 from service.agents.mini_swe_agent import MiniSweHarness, config_document
 from service.agents.mini_swe_agent_lock import REQUIREMENTS
 from service.models import AgentOutput, AgentOutputKind
+from service.models.model_access import ModelAccess
 
 ACCESS = ModelAccess(
     base_url="http://127.0.0.1:48080/v1",
@@ -118,7 +119,12 @@ def test_codex_has_the_route_as_its_only_responses_provider_and_is_offline() -> 
 
 
 def test_a_hostile_model_name_cannot_add_codex_config() -> None:
-    access = ModelAccess(ACCESS.base_url, "k", 'm"\n[otel]\nexporter = "otlp', "aux")
+    access = ModelAccess(
+        base_url=ACCESS.base_url,
+        api_key="k",
+        model='m"\n[otel]\nexporter = "otlp',
+        small_model="aux",
+    )
 
     config = tomllib.loads(config_toml(access))
 

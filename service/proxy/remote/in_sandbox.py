@@ -25,9 +25,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.agents.base import ModelAccess
 from service.errors import SandboxError
 from service.models import CaptureSpec, Turn
+from service.models.model_access import ModelAccess
 from service.proxy.capture.rewrite import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS
 from service.proxy.capture.route import OnTurn
 from service.proxy.capture.tally import CallTally

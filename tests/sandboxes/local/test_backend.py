@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from service.config import Settings
-from service.errors import SandboxError
-from service.registry import MissingDependencyError
+from service.errors import MissingDependencyError, SandboxError
 from service.sandboxes.base import HOME, WORKDIR, OutputStream
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
 from service.sandboxes.local.bwrap import SandboxLayout
