@@ -54,7 +54,7 @@ def test_infrastructure_kinds_are_retried_and_tampering_is_scored() -> None:
             result=pb.RolloutResult(error=pb.Error(kind=f"ERROR_KIND_{kind}")),
         )
 
-    for kind in ("SANDBOX", "INTERNAL", "AGENT_INSTALL", "UPSTREAM_LLM"):
+    for kind in ("SANDBOX", "INTERNAL", "AGENT_INSTALL", "UPSTREAM_LLM", "POLICY_STALE"):
         assert is_retryable(failed(kind))
     for kind in ("TAMPERED", "AGENT", "SETUP", "VERIFIER", "AGENT_TIMEOUT"):
         assert not is_retryable(failed(kind))
