@@ -218,14 +218,16 @@ async def test_odd_calls_and_missing_logprobs_still_export_valid_files(
 ) -> None:
     odd = ToolCallReply("lookup", "not json")
     upstream.script(Reply(text="Trying.", tool_calls=[odd], tool_call_logprobs=False))
-    upstream.script(Reply(text=ANSWER))
+    upstream.script(Reply(text=ANSWER, reasoning="the result says 42"))
     rollout = await _run(stub, command_spec(ODD_CALLS, endpoint=_endpoint(upstream)))
     first = rollout.result.turns[0]
     assert not first.logprobs_present
 
     document = _valid_atif(rollout)
 
-    asked, _ = _agent_steps(document)
+    asked, answered = _agent_steps(document)
+    assert (answered["message"], answered["reasoning_content"]) == (ANSWER, "the result says 42")
+    _assert_exact_tokens(answered["metrics"], upstream.sent[1])  # reasoning tokens included
     [call] = asked["tool_calls"]
     assert call["arguments"] == {}
     assert asked["extra"]["unparsed_tool_arguments"] == {call["tool_call_id"]: "not json"}
@@ -360,6 +362,13 @@ async def test_the_export_command_writes_atif_and_train_records(
     assert [r["completion_token_ids"] for r in records] == [
         s.completion_token_ids for s in upstream.sent
     ]
+
+    unwritable = tmp_path / "missing" / "trajectory.json"
+    result = runner.invoke(
+        app, ["export", rollout.id, "--format", "atif", "--output", str(unwritable), *target]
+    )
+    assert result.exit_code == EXIT_ERROR
+    assert f"--output {unwritable}: No such file or directory" in result.stderr
 
     result = runner.invoke(app, ["export", "no-such-rollout", "--format", "atif", *target])
     assert result.exit_code == EXIT_ERROR
