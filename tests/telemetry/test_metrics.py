@@ -6,9 +6,13 @@ turn, a watch and the backends' counts become, exactly, and every bad setting na
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
@@ -16,12 +20,16 @@ from opentelemetry.sdk.metrics.export import (
     InMemoryMetricReader,
     NumberDataPoint,
 )
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from service.api.transport import check_metrics_exposure
 from service.config import Settings
 from service.errors import ConfigError
 from service.models import Dialect, Turn
 from service.telemetry.metrics import Metrics, metrics_address, start_metrics_export
+
+DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "rollout-service.json"
 
 Points = dict[tuple[str, frozenset[tuple[str, Any]]], Any]
 
@@ -81,6 +89,41 @@ def test_turns_become_calls_latency_tokens_and_missing_token_data(
     }
     # The failed call is not counted as missing anything: it had nothing to send.
     assert missing == {"token_ids": 1, "logprobs": 1}
+
+
+def record_each(metrics: Metrics) -> None:
+    """One value on every instrument."""
+    metrics.observe_sandboxes(lambda: {"local": 1})
+    metrics.set_capacity(10)
+    metrics.rollout_started(agent="command", backend="local")
+    metrics.rollout_finished(status="failed", error_kind="setup", agent="command", backend="local")
+    metrics.phase_ended("setup", agent="command", seconds=1.0)
+    metrics.hold_places(1)
+    metrics.group_refilled("sandbox")
+    metrics.turn(turn(latency_s=0.1))
+    with metrics.watching("WatchRollout"), metrics.in_queue(), metrics.in_slot():
+        pass
+
+
+def test_the_dashboard_queries_every_family_as_the_exporter_spells_it() -> None:
+    # On prometheus_client's default registry, until the provider shuts its reader down.
+    provider = MeterProvider([PrometheusMetricReader()])
+    try:
+        record_each(Metrics(provider))
+        families = [
+            family
+            for family in text_string_to_metric_families(generate_latest(REGISTRY).decode())
+            if family.name.startswith("rollout_")
+        ]
+    finally:
+        provider.shutdown()
+    exported = {sample.name for family in families for sample in family.samples}
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    exprs = [target["expr"] for panel in panels for target in panel.get("targets", [])]
+    queried = {name for expr in exprs for name in re.findall(r"rollout_[a-z_]+", expr)}
+    assert queried <= exported, queried - exported
+    assert len(families) == 14  # one per instrument
+    assert all(any(name.startswith(f.name) for name in queried) for f in families), queried
 
 
 def test_rollouts_phases_places_watchers_and_live_sandboxes(
