@@ -24,6 +24,7 @@ With neither, the instruments come from a no-op provider: recording costs a meth
     rollout.proxy.calls (_total)                       counter         dialect, failed
     rollout.proxy.call.duration (_seconds)             histogram, s    dialect
     rollout.proxy.tokens (_total)                      counter         dialect, token_type
+    rollout.proxy.pause.duration (_seconds)            histogram, s    dialect
     rollout.proxy.turns.missing_tokens (_total)        counter         dialect, missing
     rollout.watchers                                   up-down counter method
 
@@ -132,6 +133,12 @@ class Metrics:
         self._tokens = meter.create_counter(
             "rollout.proxy.tokens", "{token}", "Tokens of the calls (usage), by type."
         )
+        self._paused = meter.create_histogram(
+            "rollout.proxy.pause.duration",
+            "s",
+            "Time a call waited at a paused proxy (PauseModelCalls), for the calls that did.",
+            explicit_bucket_boundaries_advisory=_PHASE_BUCKETS_S,
+        )
         self._missing = meter.create_counter(
             "rollout.proxy.turns.missing_tokens",
             "{turn}",
@@ -185,6 +192,8 @@ class Metrics:
         self._call_duration.record(turn.latency_s, dialect)
         self._tokens.add(turn.usage.prompt_tokens, {**dialect, "token_type": "prompt"})
         self._tokens.add(turn.usage.completion_tokens, {**dialect, "token_type": "completion"})
+        if turn.paused_s > 0:
+            self._paused.record(turn.paused_s, dialect)
         if turn.failed:
             return  # a failed call has no tokens to miss
         if not turn.token_ids_present:

@@ -69,7 +69,7 @@ def test_turns_become_calls_latency_tokens_and_missing_token_data(
     usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
     metrics.turn(turn(latency_s=0.5, usage=usage, token_ids_present=True, logprobs_present=True))
     metrics.turn(turn(latency_s=1.5, usage=usage, dialect=Dialect.MESSAGES))  # no ids, logprobs
-    metrics.turn(turn(latency_s=2.0, upstream_status=503, upstream_error="busy"))
+    metrics.turn(turn(latency_s=2.0, upstream_status=503, upstream_error="busy", paused_s=4.0))
 
     got = points(reader)
     chat, messages = ("dialect", "chat_completions"), ("dialect", "messages")
@@ -89,6 +89,8 @@ def test_turns_become_calls_latency_tokens_and_missing_token_data(
     }
     # The failed call is not counted as missing anything: it had nothing to send.
     assert missing == {"token_ids": 1, "logprobs": 1}
+    paused = [p for (name, _), p in got.items() if name == "rollout.proxy.pause.duration"]
+    assert [(p.count, p.sum) for p in paused] == [(1, 4.0)]  # only the call that waited
 
 
 def record_each(metrics: Metrics) -> None:
@@ -100,7 +102,7 @@ def record_each(metrics: Metrics) -> None:
     metrics.phase_ended("setup", agent="command", seconds=1.0)
     metrics.hold_places(1)
     metrics.group_refilled("sandbox")
-    metrics.turn(turn(latency_s=0.1))
+    metrics.turn(turn(latency_s=0.1, paused_s=1.0))
     with metrics.watching("WatchRollout"), metrics.in_queue(), metrics.in_slot():
         pass
 
@@ -122,7 +124,7 @@ def test_the_dashboard_queries_every_family_as_the_exporter_spells_it() -> None:
     exprs = [target["expr"] for panel in panels for target in panel.get("targets", [])]
     queried = {name for expr in exprs for name in re.findall(r"rollout_[a-z_]+", expr)}
     assert queried <= exported, queried - exported
-    assert len(families) == 14  # one per instrument
+    assert len(families) == 15  # one per instrument
     assert all(any(name.startswith(f.name) for name in queried) for f in families), queried
 
 
