@@ -6,7 +6,8 @@ of `/v1/responses`, `/v1/messages` and `/v1/chat/completions` through its proxy 
 agent of `tests/e2e/test_turn_bounds.py`, at the issue's size). The rollout is run and read
 back in the FULL view. The server's resident memory (VmRSS from /proc) is read when it is
 fresh (after a warm-up rollout that made one small call of each kind), after each rollout,
-and after a settle; the table gives each against the fresh figure, and the ratio. Writes
+and after a settle; the table gives each against the fresh figure, and the ratio; the peak
+(VmHWM) shows how many copies of a body a call held at once. Writes
 bench/results/proxy_memory.json.
 
     python bench/bench_proxy_memory.py [--rollouts 4] [--body-mib 60] [--settle-s 5]
@@ -42,6 +43,14 @@ KEY = "bench-proxy-memory-key"
 MESSAGE_LIMIT = 64 * MIB
 
 
+def peak_resident_bytes(pid: int) -> int:
+    """The process's highest RSS so far (VmHWM): what a call's copies of a body cost at once."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise SystemExit(f"no VmHWM for pid {pid}")
+
+
 def big_body_spec(upstream: FakeUpstream, body_bytes: int) -> pb.RolloutSpec:
     endpoint = {"baseUrl": upstream.base_url, "apiKey": KEY, "model": "m"}
     return command_spec(POST.format(size=body_bytes, paths=PATHS), endpoint=endpoint)
@@ -74,11 +83,13 @@ async def measure(server: ServerProcess, rollouts: int, body_mib: int, settle_s:
         stub = pb_grpc.RolloutServiceStub(channel)
         await run_one(stub, upstream, 1024)  # warms up the sandbox, proxy and dialect paths
         rows.append(("fresh (after a 1 KiB warm-up)", resident_bytes(server.pid) / MIB))
+        fresh_peak = peak_resident_bytes(server.pid) / MIB
         started = time.perf_counter()
         for number in range(1, rollouts + 1):
             await run_one(stub, upstream, body_mib * MIB)
             rows.append((f"after rollout {number}", resident_bytes(server.pid) / MIB))
         wall_s = time.perf_counter() - started
+        peak = peak_resident_bytes(server.pid) / MIB
         await asyncio.sleep(settle_s)
         rows.append((f"after a {settle_s:g} s settle", resident_bytes(server.pid) / MIB))
     fresh = rows[0][1]
@@ -90,6 +101,8 @@ async def measure(server: ServerProcess, rollouts: int, body_mib: int, settle_s:
         "rss_mib": [
             {"moment": m, "rss": round(r, 1), "growth": round(r - fresh, 1)} for m, r in rows
         ],
+        "peak_rss_mib": round(peak, 1),
+        "peak_over_fresh_mib": round(peak - max(fresh, fresh_peak), 1),
         "settled_growth_mib": round(rows[-1][1] - fresh, 1),
         "settled_ratio": round(rows[-1][1] / fresh, 3),
     }
@@ -126,7 +139,11 @@ def main() -> None:
     for row in figures["rss_mib"]:
         print(f"| {row['moment']} | {row['rss']} | {row['growth']:+} | {row['rss'] / fresh:.2f}x |")
     print(
-        f"\nsettled: {figures['settled_growth_mib']:+} MiB over the fresh server "
+        f"\npeak (VmHWM) during the rollouts: {figures['peak_rss_mib']} MiB, "
+        f"{figures['peak_over_fresh_mib']:+} MiB over the fresh server's"
+    )
+    print(
+        f"settled: {figures['settled_growth_mib']:+} MiB over the fresh server "
         f"({figures['settled_ratio']:.2f}x; target: within ~32 MiB)"
     )
 
