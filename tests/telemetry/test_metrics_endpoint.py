@@ -5,7 +5,9 @@ succeed, one of them answered without token ids; one fails its verify command; o
 setup. A label watch stays open meanwhile. The scrape must hold exactly those counts: by
 status and error kind, a phase histogram per phase with one observation per rollout that
 entered it, the model calls and their tokens as the fake upstream sent them, and nothing
-left live (sandboxes, queue, running slots, capacity) once the batch is over.
+left live (sandboxes, queue, running slots, capacity) once the batch is over. A group whose
+member's only model call fails is refilled, and the refill counted by that member's error kind.
+Each test has a server of its own, so every count is exact.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from tests.e2e.group_support import call_model_then, group_spec
 from tests.e2e.processes import eventually
 from tests.e2e.specs import command_spec
 from tests.fakes.llm_replies import Reply, TokenShape, prompt_ids_of
@@ -50,11 +53,12 @@ WATCHERS = "rollout_watchers"
 Samples = list[tuple[str, dict[str, str], float]]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    """A server of the test's own, so that its counts are the test's alone."""
     server = ServerProcess(
-        tmp_path_factory.mktemp("metrics-state"),
-        # No warm sandbox, so that "live sandboxes" is the batch's alone and ends at 0.
+        tmp_path / "state",
+        # No warm sandbox, so that "live sandboxes" is the test's alone and ends at 0.
         env={"ROLLOUT_METRICS_LISTEN": "0", "ROLLOUT_LOCAL_WARM_SANDBOXES": "0"},
     )
     server.start()
@@ -193,6 +197,26 @@ async def test_a_batch_of_rollouts_is_counted_exactly(
     assert value(during, "rollout_capacity_limit") == 8 + 256
     assert value(during, WATCHERS, method="WatchRollout") == 1
     await until(url, lambda samples: value(samples, WATCHERS, method="WatchRollout") == 0)
+
+
+async def test_a_group_refill_is_counted_by_the_kind_that_failed_the_member(
+    server: ServerProcess, stub: pb_grpc.RolloutServiceAsyncStub
+) -> None:
+    async with FakeUpstream(model=UPSTREAM_MODEL) as upstream:
+        upstream.script(Reply(status=503))  # one member's only call: UPSTREAM_LLM, refilled
+        endpoint = {"baseUrl": upstream.base_url, "model": UPSTREAM_MODEL}
+        spec = command_spec(call_model_then("true"), verify=("true",), endpoint=endpoint)
+        group = (await stub.RunGroup(pb.RunGroupRequest(spec=group_spec(spec, 2)))).group
+    assert (group.status, group.stats.refills) == (pb.GROUP_STATUS_COMPLETED, 1), group
+
+    samples = await scrape(metrics_url(server))
+    assert series(samples, "rollout_group_refills_total", "error_kind") == {"upstream_llm": 1}
+    assert value(samples, "rollout_rollouts_started_total") == 3
+    finished = "rollout_rollouts_finished_total"
+    assert series(samples, finished, "error_kind") == {"": 2, "upstream_llm": 1}
+    calls = "rollout_proxy_calls_total"
+    assert (value(samples, calls, failed="true"), value(samples, calls, failed="false")) == (1, 2)
+    assert value(samples, "rollout_capacity_used") == 0  # the group's reservation given back
 
 
 def test_the_endpoint_is_refused_off_loopback_and_in_use(tmp_path: Path) -> None:
