@@ -336,12 +336,19 @@ class _Exchange:
         self._connection: _Connection | None = None
 
     async def __aenter__(self) -> UpstreamResponse:
-        reused = self._pool._acquire_idle(self._key)
-        if reused is not None and await self._send(reused):
-            return UpstreamResponse(reused)
-        fresh = await self._pool._connect(self._key)
-        await self._send(fresh, retry_ok=False)
-        return UpstreamResponse(fresh)
+        try:
+            reused = self._pool._acquire_idle(self._key)
+            if reused is not None and await self._send(reused):
+                return UpstreamResponse(reused)
+            fresh = await self._pool._connect(self._key)
+            await self._send(fresh, retry_ok=False)
+            return UpstreamResponse(fresh)
+        except BaseException:
+            # Cancelled (a paused call aborted, a route closed) or failed before the head: the
+            # connection is dropped, so the upstream sees the request abandoned.
+            if self._connection is not None and self._connection.transport is not None:
+                self._connection.transport.close()
+            raise
 
     async def _send(self, connection: _Connection, *, retry_ok: bool = True) -> bool:
         """Send and wait for the head; False when a reused connection died before answering."""
