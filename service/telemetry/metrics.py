@@ -9,7 +9,7 @@
                                   (or HOST:PORT)                other hosts follow the API's
                                                                 loopback rule (`api.transport`)
 
-With neither, the instruments come from a no-op provider: recording costs a method call.
+With none of them on, the instruments come from a no-op provider: recording costs a call.
 
     instrument (Prometheus name)                       type            attributes
     rollout.rollouts.started (_total)                  counter         agent, backend
