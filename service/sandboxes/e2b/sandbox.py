@@ -164,6 +164,15 @@ class E2BSandbox:
         except SDK_ERRORS as exc:
             raise SandboxError(f"E2B sandbox {self.id}: could not open egress: {exc}") from exc
 
+    async def open_internet(self) -> None:
+        """Network FULL from now on (`InternetAccess`): every egress rule replaced by one
+        allowing all traffic, as a sandbox created with internet access has."""
+        network: SandboxNetworkUpdate = {"allow_out": [ALL_TRAFFIC]}
+        try:
+            await self._sdk.update_network(network, request_timeout=CONTROL_TIMEOUT_S)
+        except SDK_ERRORS as exc:
+            raise SandboxError(f"E2B sandbox {self.id}: could not open egress: {exc}") from exc
+
     async def reclaim(
         self, *, remove: Sequence[str] = (), empty_dirs: Sequence[str] = ()
     ) -> Reclaimed:

@@ -217,11 +217,9 @@ class LocalBackend:
             raise
         group = self._cgroups.create(name, limits.memory_bytes)
         cgroup = None if group is None else SandboxCgroup(self._cgroups, group)
-        mounts = None if image is None else image_mount_args(self._view, layout, key.network)
+        mounts = None if image is None else image_mount_args(self._view, layout)
         command = None if image is None else image_holder_command(image.config)
-        holder = holder_argv(
-            self._bwrap, self._view, layout, network=key.network, mounts=mounts, command=command
-        )
+        holder = holder_argv(self._bwrap, self._view, layout, mounts=mounts, command=command)
         setup = SpawnerSetup(
             holder=holder,
             user_namespace=layout.uid is None,
@@ -364,8 +362,8 @@ class LocalBackend:
         else:
             layout.disk.mkdir()
         layout.proxy_dir.mkdir(mode=0o755)  # the server's: the sandbox user cannot write it
+        layout.resolv_conf.write_text(resolv_conf())  # for a verifier under FULL too
         if key.network is NetworkPolicy.FULL:
-            layout.resolv_conf.write_text(resolv_conf())
             os.mkfifo(layout.network_ready, 0o600)
         if image is not None:
             prepare_upper(layout, image, [WORKDIR], image_mount_points(self._view))

@@ -20,8 +20,8 @@ earlier one):
     <cache dir>            the service's downloads (opencode), read-only, wherever it lives;
                            always bound (the backend makes it first): a later install shows
     /etc/passwd, /group    the host's plus a line naming the sandbox user
-    /etc/resolv.conf       under network FULL: the one resolver it can reach
-                           (`network`)
+    /etc/resolv.conf       the one resolver a FULL sandbox can reach (`network`); under
+                           NONE nothing, until its verifier runs under FULL
     PROXY_DIR              the sandbox's own proxy directory, read-only: the capture proxy
                            binds its route's socket there (PROXY_SOCKET) once the route
                            opens, so a warm sandbox made before any route gets it too; no
@@ -57,8 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from service.config import Settings
-from service.models import NetworkPolicy
-from service.registry import MissingDependencyError
+from service.errors import MissingDependencyError
 from service.sandboxes.base import HOME, PROXY_DIR, WORKDIR
 from service.sandboxes.local.mounts import SANDBOX_DISK
 
@@ -141,7 +140,7 @@ class SandboxLayout:
 
     @property
     def resolv_conf(self) -> Path:
-        """/etc/resolv.conf under network FULL (`network`)."""
+        """/etc/resolv.conf: FULL's resolver, whatever the network (`network`)."""
         return self.root / "resolv.conf"
 
     @property
@@ -245,7 +244,7 @@ def bind_args(option: str, source: str, dest: str) -> list[str]:
     return [*(arg for parent in ancestors for arg in ("--dir", str(parent))), option, source, dest]
 
 
-def _mounts(view: HostView, layout: SandboxLayout, network: NetworkPolicy) -> list[str]:
+def _mounts(view: HostView, layout: SandboxLayout) -> list[str]:
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for tree in HIDDEN_TREES:
         args += ["--tmpfs", tree]
@@ -266,8 +265,7 @@ def _mounts(view: HostView, layout: SandboxLayout, network: NetworkPolicy) -> li
     if layout.uid is not None:
         args += ["--ro-bind", str(layout.passwd), "/etc/passwd"]
         args += ["--ro-bind", str(layout.group), "/etc/group"]
-    if network is NetworkPolicy.FULL:
-        args += ["--ro-bind", str(layout.resolv_conf), "/etc/resolv.conf"]
+    args += ["--ro-bind", str(layout.resolv_conf), "/etc/resolv.conf"]
     args += bind_args("--ro-bind", str(layout.proxy_dir), PROXY_DIR)
     return args
 
@@ -286,7 +284,6 @@ def holder_argv(
     view: HostView,
     layout: SandboxLayout,
     *,
-    network: NetworkPolicy,
     mounts: list[str] | None = None,
     command: list[str] | None = None,
 ) -> list[str]:
@@ -305,6 +302,6 @@ def holder_argv(
     args += ["--hostname", "sandbox", "--unshare-net"]
     if layout.uid is None:
         args.append("--unshare-user")
-    args += _mounts(view, layout, network) if mounts is None else mounts
+    args += _mounts(view, layout) if mounts is None else mounts
     args += ["--chdir", WORKDIR, "--clearenv", "--"]
     return [*args, *(command or ["sh", "-c", "echo ready && exec sleep infinity"])]

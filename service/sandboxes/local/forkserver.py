@@ -47,6 +47,7 @@ from service.sandboxes.local.holder_start import (
     SetupError,
     attach,
     await_holder,
+    default_dispositions,
     join_cgroup,
     leave_other_disks,
     start_holder,
@@ -300,15 +301,6 @@ def _serve_forks(sock: socket.socket) -> None:
             os.close(fd)
 
 
-def _default_dispositions() -> None:
-    """Commands start with no signal ignored: an exec keeps what is ignored, and Python
-    ignores SIGPIPE and SIGXFSZ (so would whatever started the server). glibc's own two
-    (32 and 33) are out of Python's reach, and glibc handles them itself."""
-    for number in signal.valid_signals():
-        if signal.getsignal(number) == signal.SIG_IGN:
-            signal.signal(number, signal.SIG_DFL)
-
-
 if __name__ == "__main__":
-    _default_dispositions()
+    default_dispositions()
     _serve_forks(socket.socket(fileno=int(sys.argv[1])))

@@ -30,6 +30,12 @@ class Holder:
         self._pidfd = init_pidfd
 
     @property
+    def pidfd(self) -> int:
+        """The pidfd itself (-1 once killed), for a helper that ends with the sandbox
+        (`network_attach`, which gets a copy); the Holder still owns and closes it."""
+        return self._pidfd
+
+    @property
     def alive(self) -> bool:
         """Whether init still runs (its pidfd is not readable yet)."""
         if self._pidfd < 0:

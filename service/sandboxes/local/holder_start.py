@@ -9,6 +9,7 @@ import ctypes
 import json
 import os
 import select
+import signal
 
 from service.sandboxes.local.mounts import detach, sandbox_disks
 
@@ -17,6 +18,7 @@ __all__ = [
     "SetupError",
     "attach",
     "await_holder",
+    "default_dispositions",
     "join_cgroup",
     "leave_other_disks",
     "start_holder",
@@ -63,6 +65,17 @@ def start_holder(argv: list[str]) -> tuple[int, tuple[int, int, int]]:
         os.close(write)
     read_ends = tuple(read for read, _ in ends)
     return pid, (read_ends[0], read_ends[1], read_ends[2])
+
+
+def default_dispositions() -> None:
+    """Commands start with no signal ignored: an exec keeps what is ignored, and Python
+    ignores SIGPIPE and SIGXFSZ (so would whatever started the server). glibc's own two
+    (32 and 33) are out of Python's reach, and glibc handles them itself. pasta, for one,
+    will not start with them ignored. Called first by each program that starts others
+    (`forkserver`, `network_attach`)."""
+    for number in signal.valid_signals():
+        if signal.getsignal(number) == signal.SIG_IGN:
+            signal.signal(number, signal.SIG_DFL)
 
 
 def leave_other_disks(own: str) -> None:

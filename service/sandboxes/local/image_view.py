@@ -17,7 +17,7 @@ Mounts inside a local sandbox on an image, in order (a later mount covers an ear
                            its standard library and the proxy's forwarder, read-only, at
                            a private prefix (`host_kit`): the holder and the forwarder
                            run on these, never on the image's (which may lack them)
-    /etc/resolv.conf       under network FULL: the one resolver it can reach
+    /etc/resolv.conf       the one resolver a FULL sandbox can reach (`network`)
     PROXY_DIR              the sandbox's own proxy directory, read-only, as on the host root
 
 Nothing else of the host: no host /etc, /home, /srv, /opt, state dir or other sandbox.
@@ -35,7 +35,6 @@ import shlex
 import sys
 
 from service.images import ImageConfig
-from service.models import NetworkPolicy
 from service.sandboxes.base import HOME, PROXY_DIR
 from service.sandboxes.local.bwrap import HostView, SandboxLayout, bind_args
 from service.sandboxes.local.host_kit import KIT_DIR, host_kit
@@ -82,7 +81,7 @@ def image_mount_points(view: HostView) -> list[str]:
     return [*dict.fromkeys(points), PROXY_DIR]
 
 
-def image_mount_args(view: HostView, layout: SandboxLayout, network: NetworkPolicy) -> list[str]:
+def image_mount_args(view: HostView, layout: SandboxLayout) -> list[str]:
     """bwrap's mounts for a sandbox on an image (`bwrap.holder_argv`)."""
     args = ["--bind", image_dirs(layout)["root"], "/", "--dev", "/dev", "--proc", "/proc"]
     for host, inside in _binds(view):
@@ -90,8 +89,7 @@ def image_mount_args(view: HostView, layout: SandboxLayout, network: NetworkPoli
     for cache in view.shared:
         if os.path.isdir(os.path.join(cache, _IMAGES_DIR)):
             args += ["--tmpfs", os.path.join(cache, _IMAGES_DIR)]
-    if network is NetworkPolicy.FULL:
-        args += ["--ro-bind", str(layout.resolv_conf), "/etc/resolv.conf"]
+    args += ["--ro-bind", str(layout.resolv_conf), "/etc/resolv.conf"]
     return args + bind_args("--ro-bind", str(layout.proxy_dir), PROXY_DIR)
 
 

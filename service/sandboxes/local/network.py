@@ -29,17 +29,37 @@ pasta runs as root (--runas 0, so it may enter the namespace; it keeps only
 CAP_SYS_ADMIN and CAP_NET_BIND_SERVICE, under its own seccomp filter and no_new_privs, in
 a mount namespace of its own), in the sandbox's memory cgroup, as a child of the
 sandbox's spawner, and dies with it (parent-death signal).
+
+A sandbox made under NONE gets the same network later when its verifier runs under FULL
+(`attach_internet`, once every process of the agent is dead): pasta is then attached to
+the namespace the sandbox already has, with the same options and routes, by the small
+program `network_attach`, which holds it until the sandbox's init exits. Every sandbox
+has its own /etc/resolv.conf naming the resolver above (under NONE it names nothing
+reachable), so DNS works from the moment pasta is attached.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import os
 import shutil
+import sys
 from pathlib import Path
 
 from service.errors import SandboxError
 from service.sandboxes.local.bwrap import SandboxLayout
 
-__all__ = ["DNS_ADDRESS", "FullNetwork", "full_network", "host_addresses", "resolv_conf"]
+__all__ = [
+    "DNS_ADDRESS",
+    "FullNetwork",
+    "InternetLink",
+    "attach_internet",
+    "full_network",
+    "host_addresses",
+    "resolv_conf",
+]
 
 _INTERFACE = "eth0"
 _ADDRESS = "169.254.2.2"
@@ -59,6 +79,11 @@ _PRIVATE = (
     "240.0.0.0/4",
 )
 _FIB_TRIE = Path("/proc/net/fib_trie")
+_ATTACH = (sys.executable, "-S", "-E", "-s", "-m", "service.sandboxes.local.network_attach")
+"""`network_attach`, run like the fork server: the project root its working directory."""
+_PROJECT_ROOT = Path(__file__).resolve().parents[3]
+_CONNECTED = b"connected\n"
+_ATTACH_WAIT_S = 30.0
 
 FullNetwork = dict[str, list[str]]
 """What the spawner needs (`local_network_start.connect_network`): pasta's argv without
@@ -125,3 +150,59 @@ def full_network(layout: SandboxLayout, privileged: bool) -> FullNetwork:
 def resolv_conf() -> str:
     """/etc/resolv.conf of a FULL sandbox: the one resolver it can reach."""
     return f"nameserver {DNS_ADDRESS}\n"
+
+
+class InternetLink:
+    """Network FULL opened on a live sandbox: the `network_attach` process holding its
+    pasta. It ends by itself with the sandbox's init; `close` ends it at once."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self._process = process
+
+    async def close(self) -> None:
+        """Stop pasta (it dies with its parent). Idempotent."""
+        if self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
+        await self._process.wait()
+
+
+async def attach_internet(
+    init_pidfd: int, layout: SandboxLayout, cgroup: str | None, privileged: bool
+) -> InternetLink:
+    """Give the live sandbox whose init `init_pidfd` names network FULL, as if it had
+    been made under FULL (the module docstring); raises SandboxError saying why not."""
+    setup = {
+        "network": full_network(layout, privileged),
+        "user_namespace": layout.uid is None,
+        "cgroup": cgroup,
+    }
+    if not layout.network_ready.exists():
+        os.mkfifo(layout.network_ready, 0o600)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *_ATTACH,
+            str(init_pidfd),
+            json.dumps(setup),
+            stdin=asyncio.subprocess.PIPE,  # never written: its closing says the server is gone
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            pass_fds=(init_pidfd,),
+            cwd=_PROJECT_ROOT,
+            env={},
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise SandboxError(f"could not open the sandbox's network: {exc}") from exc
+    link = InternetLink(process)
+    assert process.stdout is not None
+    assert process.stderr is not None
+    try:
+        said = await asyncio.wait_for(process.stdout.readline(), _ATTACH_WAIT_S)
+    except TimeoutError:
+        said = b""
+    if said != _CONNECTED:
+        await link.close()
+        why = (await process.stderr.read()).decode(errors="replace").strip()
+        raise SandboxError(f"could not open the sandbox's network: {why or 'no reason given'}")
+    return link

@@ -39,6 +39,7 @@ from service.sandboxes.local.hostfs import (
 )
 from service.sandboxes.local.hostfs_clear import clear_beneath, make_dirs_beneath
 from service.sandboxes.local.image_view import image_env
+from service.sandboxes.local.network import InternetLink, attach_internet
 from service.sandboxes.local.process import SandboxedProcess
 from service.sandboxes.local.reaper import Reaper
 from service.sandboxes.local.reclaim import SandboxProcesses, kill_all
@@ -113,6 +114,8 @@ class LocalSandbox:
         self._lowers = tuple(lowers)
         """Its overlay's lower layers on the host, top first (an image sandbox's)."""
         self._sealed: SealedSystem | None = None
+        self._internet: InternetLink | None = None
+        """Network FULL opened after creation (`open_internet`)."""
         self._root_fd = -1
         self._roots = _host_roots(layout)
         self._processes: set[SandboxedProcess] = set()
@@ -371,6 +374,18 @@ class LocalSandbox:
         except OSError as exc:
             raise SandboxError(f"could not read sandbox {self.id}'s system trees: {exc}") from exc
 
+    async def open_internet(self) -> None:
+        """Network FULL from now on, for a sandbox made under NONE (`InternetAccess`):
+        pasta attached to its network namespace, as at creation under FULL (`network`)."""
+        self._check_alive()
+        if self._holder is None or not self._holder.alive:
+            raise SandboxError(f"sandbox {self.id} is gone: the holder of its namespaces exited")
+        if self._internet is not None:
+            return
+        cgroup = None if self._cgroup is None else str(self._cgroup.path)
+        privileged = os.geteuid() == 0
+        self._internet = await attach_internet(self._holder.pidfd, self._layout, cgroup, privileged)
+
     async def kill(self) -> None:
         """Kill every process of the sandbox and remove its directories. Never raises."""
         await asyncio.shield(self._begin_teardown())
@@ -386,6 +401,8 @@ class LocalSandbox:
         await asyncio.gather(*(process.kill() for process in self._processes))
         if self._holder is not None:  # a command forked meanwhile dies with its namespace
             await self._holder.kill()
+        if self._internet is not None:
+            await self._internet.close()
         await self._spawner.close()  # out of the cgroup before its removal
         if self._cgroup is not None:
             await self._cgroup.remove()

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from service.config import Settings
-from service.models import NetworkPolicy
 from service.sandboxes.local.bwrap import (
     HostView,
     SandboxLayout,
@@ -85,7 +84,7 @@ def test_server_code_in_the_hosts_tmp_is_bound_back_over_the_sandboxs_tmp() -> N
     """A checkout under /tmp (as in CI) must stay visible: the forwarder runs from it."""
     view = HostView(("/root/.pyenv", "/tmp/checkout"), ("/tmp/checkout/.state",), (), "/usr/bin")
     layout = SandboxLayout(Path("/srv/sb"), uid=None)
-    args = holder_argv("bwrap", view, layout, network=NetworkPolicy.NONE)
+    args = holder_argv("bwrap", view, layout)
     own_tmp = args.index(str(layout.tmp))
     binds = [i for i, arg in enumerate(args) if arg == "/tmp/checkout"]
     assert binds

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from service.config import Settings
-from service.models import NetworkPolicy
 from service.sandboxes.local.backend import LocalSandbox
 from service.sandboxes.local.bwrap import SandboxLayout, holder_argv, host_view
 from tests.sandboxes.conftest import MakeSandbox
@@ -20,7 +19,7 @@ def test_the_cache_is_bound_even_when_it_does_not_exist_yet(tmp_path: Path) -> N
     view = host_view(Settings(state_dir=tmp_path / "state", cache_dir=cache), "/usr/bin")
     layout = SandboxLayout(tmp_path / "state" / "sandboxes" / "r1", None)
 
-    argv = holder_argv("bwrap", view, layout, network=NetworkPolicy.NONE)
+    argv = holder_argv("bwrap", view, layout)
 
     # Unconditional: bwrap fails loudly on a missing source rather than leave it out.
     assert ["--ro-bind", str(cache), str(cache)] in [argv[i : i + 3] for i in range(len(argv))]
