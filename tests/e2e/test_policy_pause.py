@@ -8,8 +8,10 @@ until the test releases it.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -17,9 +19,11 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from tests.e2e.auth_support import ADMIN_TOKEN, TENANT_A_TOKEN, TENANT_B_TOKEN, bearer
 from tests.e2e.bad_request import violated_fields
 from tests.e2e.specs import command_spec
 from tests.fakes.llm_upstream import FakeUpstream, Reply
+from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -252,3 +256,49 @@ async def test_a_bad_selector_or_version_is_invalid_argument_naming_the_field(
         await call(request_message)  # type: ignore[operator]
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert violated_fields(refused.value) == [field]
+
+
+@pytest.fixture(scope="module")
+def tenants_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    tokens = [f"{TENANT_A_TOKEN} tenant-a", f"{TENANT_B_TOKEN} tenant-b", ADMIN_TOKEN]
+    state: Path = tmp_path_factory.mktemp("tenants")
+    server = ServerProcess(state, env={"ROLLOUT_AUTH_TOKENS": json.dumps(tokens)})
+    server.start()
+    yield server
+    assert server.stop() == 0, server.text()
+
+
+async def test_a_tenant_versions_and_pauses_only_its_own_rollouts(
+    tenants_server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    a, b, admin = bearer(TENANT_A_TOKEN), bearer(TENANT_B_TOKEN), bearer(ADMIN_TOKEN)
+    selector = by_endpoint(upstream)
+    upstream.script(Reply(text="held", hold=True))
+    async with grpc.aio.insecure_channel(tenants_server.target) as channel:
+        stub = pb_grpc.RolloutServiceStub(channel)
+        started = await stub.StartRollout(
+            pb.StartRolloutRequest(spec=spec(upstream, 1)), metadata=a
+        )
+        await upstream.wait_for_requests(1)  # tenant a's rollout has a call in flight
+
+        async def versioned(metadata: tuple[tuple[str, str], ...], version: int) -> int:
+            request = pb.SetPolicyVersionRequest(selector=selector, version=version)
+            return (await stub.SetPolicyVersion(request, metadata=metadata)).rollouts
+
+        assert await versioned(b, 5) == 0
+        assert await versioned(a, 1) == 1
+        assert await versioned(admin, 2) == 1
+        paused = await stub.PauseModelCalls(
+            pb.PauseModelCallsRequest(selector=selector, abort_in_flight=True), metadata=b
+        )
+        assert paused.rollouts == 0
+        upstream.release()
+        async for response in stub.WatchRollout(
+            pb.WatchRolloutRequest(rollout_id=started.rollout.id), metadata=a
+        ):
+            if response.event.HasField("finished"):
+                rollout = response.event.finished
+                break
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error
+    # Its call started before any version and ended at the admin's 2; tenant b's 5 never landed.
+    assert (rollout.result.policy_version_min, rollout.result.policy_version_max) == (2, 2)
