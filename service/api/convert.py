@@ -94,6 +94,11 @@ def spec_to_proto(spec: RolloutSpec) -> pb.RolloutSpec:
             template=spec.sandbox.template,
             image=spec.sandbox.image,
             network=enum_to_proto(spec.sandbox.network, "NetworkPolicy"),  # type: ignore[arg-type]
+            verifier_network=(
+                pb.NETWORK_POLICY_UNSPECIFIED  # follows network
+                if spec.sandbox.verifier_network is None
+                else enum_to_proto(spec.sandbox.verifier_network, "NetworkPolicy")  # type: ignore[arg-type]
+            ),
             resources=pb.Resources(**spec.sandbox.resources.model_dump()),
         ),
         capture=pb.Capture(

@@ -205,11 +205,19 @@ def _sandbox_from_proto(message: pb.SandboxSpec, violations: _Violations) -> San
         "spec.sandbox.network",
         violations,
     )
+    verifier_network = _enum(
+        message.verifier_network,
+        pb.NetworkPolicy.DESCRIPTOR,
+        NetworkPolicy,
+        "spec.sandbox.verifier_network",
+        violations,
+    )
     return SandboxSpec(
         backend=message.backend,
         template=message.template,
         image=message.image,
         network=network or NetworkPolicy.NONE,
+        verifier_network=verifier_network,
         resources=Resources(
             memory_mb=r.memory_mb,
             cpu_seconds=r.cpu_seconds,

@@ -53,7 +53,7 @@ from service.telemetry.metrics import Metrics
 from service.verifier.commands import run_commands
 from service.verifier.integrity import BYTECODE_DIR, tampering
 from service.verifier.reward import compute_reward
-from service.verifier.takeover import take_back
+from service.verifier.takeover import open_verifier_network, take_back
 
 __all__ = ["ModelAttachment", "RolloutRun"]
 
@@ -383,6 +383,8 @@ class RolloutRun:
         if reasons := await self._tampering(sandbox):
             self._tampered(reasons)
             return
+        if opened := await open_verifier_network(sandbox, self._spec.sandbox):
+            self._publish(opened)
         await stage(sandbox, task, task.verifier_files)
         results = await self._commands(sandbox, task.verify, CommandStage.VERIFY)
         self.rollout.result.verify_results = results

@@ -205,6 +205,13 @@ def _sandbox(spec: RolloutSpec) -> Iterator[FieldViolation]:
             "spec.sandbox.network",
             "BLACK_BOX capture calls the endpoint from the sandbox: it needs NETWORK_POLICY_FULL",
         )
+    network, verifier = spec.sandbox.network, spec.sandbox.verifier_network
+    if network is NetworkPolicy.FULL and verifier is NetworkPolicy.NONE:
+        yield FieldViolation(
+            "spec.sandbox.verifier_network",
+            "NONE under network FULL is not supported: a sandbox's network can be opened "
+            "for its verifier, never closed (leave it unset to follow network)",
+        )
     backend = spec.sandbox.backend
     if backend and backend not in BACKENDS:
         known = ", ".join(sorted(BACKENDS))

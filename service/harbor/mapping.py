@@ -11,6 +11,11 @@
     [environment].workdir     task.workdir (else the Dockerfile's WORKDIR, else the FROM
                               image's WorkingDir, else /; the spec's task.workdir wins)
     [environment].allow_internet = false            sandbox.network NONE, whatever was asked
+      (or .network_mode = "no-network")             (and the verifier's, unless overridden)
+    [verifier].network_mode   sandbox.verifier_network: "public" FULL, "no-network" NONE;
+                              unset: [environment]'s (allow_internet, true by default:
+                              FULL), as Harbor's verify phase; "allowlist" is refused; a
+                              caller's verifier_network NONE holds
     [verifier].env            task.verifier_env     [solution].env          task.solution_env
 
 What the caller sets in the spec wins over task.toml (a non-zero resource, a timeout, an
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -69,9 +75,14 @@ class _Agent(_Section):
     timeout_sec: float | None = None
 
 
+_NetworkMode = Literal["public", "no-network"]
+"""Harbor's network modes the service can give (not "allowlist")."""
+
+
 class _Verifier(_Section):
     timeout_sec: float | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    network_mode: _NetworkMode | None = None
 
 
 class _Solution(_Section):
@@ -83,6 +94,7 @@ class _Environment(_Section):
     memory_mb: int | None = None
     storage_mb: int | None = None
     allow_internet: bool = True
+    network_mode: _NetworkMode | None = None
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
 
@@ -138,7 +150,7 @@ def resolve_spec(
     return spec.model_copy(
         update={
             "task": task,
-            "sandbox": _sandbox(spec, env, digest),
+            "sandbox": _sandbox(spec, config, digest),
             "agent_timeout_s": spec.agent_timeout_s or config.agent.timeout_sec,
             "verify_timeout_s": spec.verify_timeout_s or config.verifier.timeout_sec,
             "harbor_task": HarborTaskSpec(path=spec.harbor_task.path, digest=digest),
@@ -146,20 +158,31 @@ def resolve_spec(
     )
 
 
-def _sandbox(spec: RolloutSpec, env: _Environment, digest: str) -> SandboxSpec:
-    sandbox, resources = spec.sandbox, spec.sandbox.resources
+def _sandbox(spec: RolloutSpec, config: HarborConfig, digest: str) -> SandboxSpec:
+    sandbox, resources, env = spec.sandbox, spec.sandbox.resources, config.environment
     asked = {"cpu_count": env.cpus, "memory_mb": env.memory_mb, "disk_mb": env.storage_mb}
     filled = {
         name: value for name, value in asked.items() if value and not getattr(resources, name)
     }
-    network = sandbox.network if env.allow_internet else NetworkPolicy.NONE
+    internet = env.allow_internet and env.network_mode != "no-network"
+    network = sandbox.network if internet else NetworkPolicy.NONE
     return sandbox.model_copy(
         update={
             "image": sandbox.image or task_image_name(digest),
             "network": network,
+            "verifier_network": _verifier_network(sandbox, config.verifier, internet),
             "resources": resources.model_copy(update=filled),
         }
     )
+
+
+def _verifier_network(sandbox: SandboxSpec, verifier: _Verifier, internet: bool) -> NetworkPolicy:
+    """The task's verify-phase network ([verifier].network_mode, else its baseline), never
+    more than the caller's `verifier_network` when the caller set one."""
+    task_full = verifier.network_mode == "public" if verifier.network_mode else internet
+    if not task_full:
+        return NetworkPolicy.NONE
+    return sandbox.verifier_network or NetworkPolicy.FULL
 
 
 def _config(tree: TaskTree) -> HarborConfig:

@@ -143,6 +143,15 @@ class SandboxSpec(_Model):
     image: str = ""
     """Image of a local sandbox (`service.sandboxes.local.image`): a store name, "host", or
     empty for the server's default."""
+    verifier_network: NetworkPolicy | None = None
+    """Network of the verify commands, which run once every process of the agent is dead
+    (`service.sandboxes.internet`); None follows `network` (a Harbor task's is set by its
+    allow_internet). FULL under `network` NONE opens the sandbox's network then."""
+
+    @property
+    def verifier_policy(self) -> NetworkPolicy:
+        """The verifier's network, `verifier_network` or else `network`."""
+        return self.verifier_network or self.network
 
 
 class Sampling(_Model):

@@ -12,17 +12,21 @@ once its processes are dead, so none can disturb the listing):
    read-only file, a file where a directory belongs) is removed, so staging cannot fail
    for a cause of the agent's: that loss is scored, never reported as infrastructure.
 
-Each step that found something is reported as a `Notice`.
+Each step that found something is reported as a `Notice`. Then, and only then, a
+verifier under network FULL in a sandbox the agent had under NONE gets the sandbox's
+network opened (`open_verifier_network`): nothing of the agent's is left to use it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from service.models import Notice
+from service.errors import SandboxError
+from service.models import NetworkPolicy, Notice, SandboxSpec
 from service.sandboxes.base import VERIFIER_DIR, Sandbox
+from service.sandboxes.internet import InternetAccess
 
-__all__ = ["take_back"]
+__all__ = ["open_verifier_network", "take_back"]
 
 _NAMED_AT_MOST = 10
 """Paths named in a notice; the rest are counted."""
@@ -67,6 +71,23 @@ async def take_back(
             )
         )
     return notices
+
+
+async def open_verifier_network(sandbox: Sandbox, spec: SandboxSpec) -> Notice | None:
+    """Give a sandbox taken back (`take_back`) network FULL when its verifier has it
+    and its agent had not; the notice says so."""
+    if spec.verifier_policy is not NetworkPolicy.FULL or spec.network is NetworkPolicy.FULL:
+        return None
+    if not isinstance(sandbox, InternetAccess):
+        raise SandboxError(
+            f"spec.sandbox.verifier_network FULL: sandbox {sandbox.id} cannot open its "
+            "network after creation; ask for network FULL or a backend that can"
+        )
+    await sandbox.open_internet()
+    return Notice(
+        topic="verifier.network",
+        message="the verifier runs with network FULL (the agent ran with NONE)",
+    )
 
 
 def _named(paths: list[str]) -> str:

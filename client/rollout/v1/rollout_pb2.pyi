@@ -451,18 +451,20 @@ class Endpoint(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., base_url: _Optional[str] = ..., api_key: _Optional[str] = ..., model: _Optional[str] = ..., dialect_mode: _Optional[_Union[DialectMode, str]] = ...) -> None: ...
 
 class SandboxSpec(_message.Message):
-    __slots__ = ("backend", "template", "network", "resources", "image")
+    __slots__ = ("backend", "template", "network", "resources", "image", "verifier_network")
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     NETWORK_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
+    VERIFIER_NETWORK_FIELD_NUMBER: _ClassVar[int]
     backend: str
     template: str
     network: NetworkPolicy
     resources: Resources
     image: str
-    def __init__(self, backend: _Optional[str] = ..., template: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., image: _Optional[str] = ...) -> None: ...
+    verifier_network: NetworkPolicy
+    def __init__(self, backend: _Optional[str] = ..., template: _Optional[str] = ..., network: _Optional[_Union[NetworkPolicy, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., image: _Optional[str] = ..., verifier_network: _Optional[_Union[NetworkPolicy, str]] = ...) -> None: ...
 
 class Resources(_message.Message):
     __slots__ = ("memory_mb", "cpu_seconds", "max_processes", "max_file_size_mb", "cpu_count", "disk_mb")
