@@ -18,7 +18,7 @@ from service.proxy.access import host_socket_access, start_forwarder
 from service.proxy.capture.route import Route
 from service.proxy.endpoints import ResolvedEndpoint
 from service.proxy.server import CaptureProxy
-from service.sandboxes.base import SandboxRequest
+from service.sandboxes.base import PROXY_SOCKET, SandboxRequest
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
 from service.sandboxes.local.bwrap import sandbox_uid
 from tests.fakes.llm_upstream import FakeUpstream
@@ -85,13 +85,19 @@ class Rig:
         )
 
     def survivors(self) -> list[int]:
-        """Host pids running as this sandbox's uid that are neither dead nor being killed.
+        """Host pids running as this sandbox's uid that are neither dead nor being killed,
+        but the capture proxy's forwarder: the service's plumbing, which lives until the
+        sandbox does, not the agent's.
 
         A process the kernel is still tearing down (SIGKILL pending, or a zombie) counts as
         killed: a pid namespace's members may outlive its first process by a moment.
         """
         uid = sandbox_uid(Path(os.path.realpath(self.settings.state_dir)), self.rollout_id)
-        return [pid for pid, status in _statuses() if _uid(status) == uid and _alive(status)]
+        return [
+            pid
+            for pid, status in _statuses()
+            if _uid(status) == uid and _alive(status) and not _is_forwarder(pid)
+        ]
 
 
 _SIGKILL_BIT = 1 << (9 - 1)
@@ -109,6 +115,14 @@ def _statuses() -> list[tuple[int, dict[str, str]]]:
         fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
         statuses.append((int(entry.name), {k: v.strip() for k, v in fields.items()}))
     return statuses
+
+
+def _is_forwarder(pid: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return PROXY_SOCKET.encode() in argv
 
 
 def _uid(status: dict[str, str]) -> int:
