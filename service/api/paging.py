@@ -1,8 +1,16 @@
-"""ListRollouts pages sized in bytes: a page fits in one response and always advances.
+"""Responses sized in bytes: ListRollouts pages, and one rollout (GetRollout, RunRollout).
 
 A page holds at most `page_size` rollouts and at most the byte budget of them, measured as
 they are encoded in the response, whichever ends it first. A rollout too large for any page
-still gets one of its own, alone: it cannot be split, and skipping it would hide it.
+still gets one of its own, alone: skipping it would hide it.
+
+Token data is not bounded by the proxy's record budget (bodies are; `capture.record`), and
+a long rollout's can outgrow the message limit: a turn costs ~2.9 bytes per prompt id,
+~29 bytes per completion token with one top logprob and ~277 with twenty, so 200 turns of
+a 32k context (18 MiB of prompt ids) and 1,200 completion tokens each at twenty top
+logprobs (63 MiB) pass 64 MiB with no body at all. Such a rollout, alone in a response, is
+sent without its turns: `result.turn_count` still counts them, and a client that finds
+fewer turns than that reads them from WatchRollout, where each turn is its own event.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ class RolloutPageBuilder:
     def take(self, rollout: Rollout) -> bool:
         """Add `rollout` if it fits in what is left of the budget; the first always fits."""
         message = rollout_to_proto(rollout, slim=self._slim)
+        if not self._messages:
+            _drop_turns_over(message, self._budget_bytes)
         size = _repeated_field_bytes(message.ByteSize())
         if self._messages and self._used_bytes + size > self._budget_bytes:
             return False
@@ -39,6 +49,20 @@ class RolloutPageBuilder:
 
     def response(self, next_page_token: str) -> pb.ListRolloutsResponse:
         return pb.ListRolloutsResponse(rollouts=self._messages, next_page_token=next_page_token)
+
+    @staticmethod
+    def alone(rollout: Rollout, *, limit_bytes: int, slim: bool) -> pb.Rollout:
+        """`rollout` for a response that carries it alone (GetRollout, RunRollout): whole
+        when it fits in `limit_bytes`, else without its turns."""
+        message = rollout_to_proto(rollout, slim=slim)
+        _drop_turns_over(message, limit_bytes - _RESPONSE_RESERVE_BYTES)
+        return message
+
+
+def _drop_turns_over(message: pb.Rollout, budget_bytes: int) -> None:
+    """Leave out `message`'s turns if it is larger than `budget_bytes` with them."""
+    if message.result.turns and message.ByteSize() > budget_bytes:
+        del message.result.turns[:]
 
 
 def _repeated_field_bytes(message_bytes: int) -> int:

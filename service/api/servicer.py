@@ -55,7 +55,9 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
     ) -> pb.RunRolloutResponse:
         slim = slim_view(request.view, default_slim=False)
         rollout = await self._manager.run(spec_from_proto(request.spec), tenant=caller_tenant())
-        return pb.RunRolloutResponse(rollout=rollout_to_proto(rollout, slim=slim))
+        limit_bytes = self._manager.settings.max_message_bytes
+        alone = RolloutPageBuilder.alone(rollout, limit_bytes=limit_bytes, slim=slim)
+        return pb.RunRolloutResponse(rollout=alone)
 
     @translate_errors
     async def StartRollout(
@@ -86,7 +88,9 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         slim = slim_view(request.view, default_slim=False)
         rollout_id = rollout_id_from_proto(request.rollout_id)
         rollout = await self._manager.get(rollout_id, tenant=caller_tenant())
-        return pb.GetRolloutResponse(rollout=rollout_to_proto(rollout, slim=slim))
+        limit_bytes = self._manager.settings.max_message_bytes
+        alone = RolloutPageBuilder.alone(rollout, limit_bytes=limit_bytes, slim=slim)
+        return pb.GetRolloutResponse(rollout=alone)
 
     @translate_errors
     async def ListRollouts(

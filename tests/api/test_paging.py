@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from service.api.paging import RolloutPageBuilder
-from service.models import Rollout, RolloutSpec, TaskSpec
+from service.models import Rollout, RolloutResult, RolloutSpec, TaskSpec, Turn
 
 _MIB = 1024 * 1024
 
@@ -13,6 +13,15 @@ _MIB = 1024 * 1024
 def with_files(rollout_id: str, size: int) -> Rollout:
     spec = RolloutSpec(task=TaskSpec(instruction="x", files={"blob": b"\0" * size}))
     return Rollout(id=rollout_id, spec=spec, create_time=datetime.now(UTC))
+
+
+def with_token_data(rollout_id: str, turns: int, prompt_ids: int) -> Rollout:
+    """A rollout whose turns carry token ids only (no body, which the proxy bounds)."""
+    ids = list(range(100_000, 100_000 + prompt_ids))
+    result = RolloutResult(turns=[Turn(index=n, prompt_token_ids=ids) for n in range(turns)])
+    rollout = with_files(rollout_id, 0)
+    rollout.result = result
+    return rollout
 
 
 def test_full_pages_stop_before_the_limit_and_the_response_stays_under_it() -> None:
@@ -42,3 +51,25 @@ def test_slim_pages_carry_no_spec_files() -> None:
     assert len(response.rollouts) == 10
     assert not any(r.spec.task.files for r in response.rollouts)
     assert response.ByteSize() < 4096
+
+
+def test_a_rollout_that_fits_is_sent_alone_with_its_turns() -> None:
+    rollout = with_token_data("r", turns=3, prompt_ids=1000)
+
+    message = RolloutPageBuilder.alone(rollout, limit_bytes=_MIB, slim=False)
+
+    assert len(message.result.turns) == message.result.turn_count == 3
+
+
+def test_token_data_over_the_limit_leaves_the_turns_out_and_counts_them() -> None:
+    rollout = with_token_data("r", turns=20, prompt_ids=32_768)  # ~1.8 MiB of ids
+
+    message = RolloutPageBuilder.alone(rollout, limit_bytes=_MIB, slim=False)
+
+    assert message.ByteSize() < _MIB
+    assert list(message.result.turns) == []
+    assert message.result.turn_count == 20  # the client reads them from WatchRollout
+    page = RolloutPageBuilder(limit_bytes=_MIB, slim=False)
+    assert page.take(rollout) is True
+    assert page.response("").ByteSize() < _MIB
+    assert page.response("").rollouts[0].result.turn_count == 20

@@ -162,6 +162,33 @@ async def test_an_ended_rollout_gives_its_bodies_back(
     assert growth < RETURNED_BODY_BYTES, f"the server kept {growth / MIB:.0f} MiB"
 
 
+async def test_token_data_over_the_message_limit_leaves_a_readable_result(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    """Token data is not bounded by the record budget: three turns of 8,000 tokens (~240 KB
+    of ids, tokens and logprobs) against a 128 KiB limit. RunRollout and GetRollout answer without
+    the turns (RESOURCE_EXHAUSTED before), counting them; WatchRollout has every one."""
+    limit = 128 * 1024
+    server = ServerProcess(tmp_path, env={"ROLLOUT_MAX_MESSAGE_BYTES": str(limit)})
+    upstream.script(*[Reply(text="a" * 8000, token_chars=1)] * 3)
+    command = POST.format(size=10, paths=("chat/completions",) * 3)
+    try:
+        async with grpc.aio.insecure_channel(server.start()) as channel:
+            stub = pb_grpc.RolloutServiceStub(channel)
+            run = pb.RunRolloutRequest(spec=spec(command, upstream), view=pb.RESULT_VIEW_FULL)
+            rollout = (await stub.RunRollout(run)).rollout
+            assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error
+            got = (await stub.GetRollout(pb.GetRolloutRequest(rollout_id=rollout.id))).rollout
+            events = await events_of(stub, rollout.id)
+    finally:
+        assert server.stop() == 0, server.text()
+    for read in (rollout, got):
+        assert (len(read.result.turns), read.result.turn_count) == (0, 3)
+        assert read.ByteSize() < limit
+    turns = [event.turn for event in events if event.HasField("turn")]
+    assert [len(turn.completion_token_ids) for turn in turns] == [8000] * 3
+
+
 def stored_bytes(state_dir: Path) -> bytes:
     """The SQLite database as it is on disk, with its write-ahead log."""
     return b"".join(path.read_bytes() for path in sorted(state_dir.glob("rollouts.db*")))
