@@ -24,6 +24,7 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.sandboxes.local.network import host_addresses
+from tests.e2e.cheats import notices
 from tests.sandboxes.local.test_network import (  # the test host
     Greeter,
     _listener,
@@ -98,6 +99,32 @@ async def test_the_verifier_under_full_reaches_what_the_agent_under_none_could_n
     assert rollout.spec.sandbox.network == pb.NETWORK_POLICY_NONE
     assert rollout.spec.sandbox.verifier_network == pb.NETWORK_POLICY_FULL
     assert accepted == []
+
+
+async def test_a_daemon_the_agent_left_never_sees_the_verifiers_network(
+    stub: pb_grpc.RolloutServiceAsyncStub,
+    greeter: Greeter,  # noqa: F811 - the fixture imported above
+) -> None:
+    """It waits for the network to open, to report home: it is dead by then."""
+    reach = _reaches(greeter.address, greeter.port)
+    loop = f"until {reach}; do sleep 0.01; done 2>/dev/null; echo reached > daemon.txt"
+    daemon = f"( ( setsid bash -c '{loop}' >/dev/null 2>&1 & ) & ); sleep 0.2"
+    spec = json_format.ParseDict(
+        {
+            "task": {"instruction": "leave a daemon", "verify": [reach, "sleep 1"]},
+            "agent": {"name": "command", "command": daemon},
+            "sandbox": {"verifierNetwork": "NETWORK_POLICY_FULL"},
+        },
+        pb.RolloutSpec(),
+    )
+    rollout = await _run(stub, spec)
+    assert rollout.result.reward == 1.0, list(rollout.result.verify_results)
+    assert "daemon.txt" not in rollout.result.files
+    said = await notices(stub, rollout.id)
+    assert "verifier.processes_killed" in said
+    assert (
+        said["verifier.network"] == "the verifier runs with network FULL (the agent ran with NONE)"
+    )
 
 
 async def test_by_default_the_verifier_has_the_agents_network(
