@@ -46,7 +46,7 @@ _DISTRIBUTIONS = ("httptools", "orjson", "pydantic")
 """The distributions that provide IMPORTS (with their dependencies)."""
 _SPEEDUPS = ("uvloop",)
 """Used by the proxy when present: worth a template's disk, not a per-rollout upload."""
-_SOURCE_PARTS = ("__init__.py", "errors.py", "models", "proxy")
+_SOURCE_PARTS = ("__init__.py", "errors.py", "listen_address.py", "models", "proxy")
 """What of the `service` package the standalone proxy imports."""
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _GZIP_LEVEL = 6
