@@ -55,7 +55,13 @@ from service.sandboxes.local.image_view import (
     image_mount_points,
 )
 from service.sandboxes.local.limits import Limits
-from service.sandboxes.local.network import FullNetwork, full_network, resolv_conf
+from service.sandboxes.local.network import (
+    MISSING_TOOLS,
+    FullNetwork,
+    full_network,
+    has_network_tools,
+    resolv_conf,
+)
 from service.sandboxes.local.reaper import Reaper
 from service.sandboxes.local.removal import remove_tree
 from service.sandboxes.local.sandbox import LocalSandbox, SandboxCgroup
@@ -123,11 +129,16 @@ class LocalBackend:
         """Always ready: bwrap was found when the backend was built."""
 
     async def check_spec(self, spec: SandboxSpec) -> None:
-        """Refuse an image the store lacks (the default base is made at first use)."""
+        """Refuse an image the store lacks (the default base is made at first use), and a
+        verifier under FULL this host cannot give (before the agent runs for nothing)."""
         if not self._privileged and self._images.name(spec.image) != HOST_IMAGE:
             raise SpecError(
                 [FieldViolation("spec.sandbox.image", "images need a server running as root")]
             )
+        opens = spec.network is NetworkPolicy.NONE and spec.verifier_policy is NetworkPolicy.FULL
+        if opens and not has_network_tools():
+            why = f"FULL: {MISSING_TOOLS}; set NONE to verify offline"
+            raise SpecError([FieldViolation("spec.sandbox.verifier_network", why)])
         await self._images.check(spec.image)
 
     def can_snapshot(self, spec: SandboxSpec) -> bool:

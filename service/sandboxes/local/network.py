@@ -53,10 +53,12 @@ from service.sandboxes.local.bwrap import SandboxLayout
 
 __all__ = [
     "DNS_ADDRESS",
+    "MISSING_TOOLS",
     "FullNetwork",
     "InternetLink",
     "attach_internet",
     "full_network",
+    "has_network_tools",
     "host_addresses",
     "resolv_conf",
 ]
@@ -131,15 +133,23 @@ def _routes() -> list[str]:
     return lines
 
 
+MISSING_TOOLS = (
+    "network FULL needs pasta and ip on PATH (Debian/Ubuntu: apt-get install passt iproute2)"
+)
+"""Why FULL cannot be given here, when `pasta` or `ip` is missing."""
+
+
+def has_network_tools() -> bool:
+    """Whether FULL can be given here: pasta and ip on PATH."""
+    return shutil.which("pasta") is not None and shutil.which("ip") is not None
+
+
 def full_network(layout: SandboxLayout, privileged: bool) -> FullNetwork:
     """What the spawner of a FULL sandbox runs; raises naming the Debian packages when
     pasta or ip is missing."""
     pasta, ip = shutil.which("pasta"), shutil.which("ip")
     if pasta is None or ip is None:
-        raise SandboxError(
-            "network FULL needs pasta and ip on PATH "
-            "(Debian/Ubuntu: apt-get install passt iproute2)"
-        )
+        raise SandboxError(MISSING_TOOLS)
     return {
         "pasta": _pasta_argv(pasta, layout, privileged),
         "ip": [ip, "-batch", "-"],

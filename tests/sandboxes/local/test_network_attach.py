@@ -11,8 +11,12 @@ import asyncio
 import os
 from pathlib import Path
 
-from service.models import NetworkPolicy
+import pytest
+
+from service.errors import SpecError
+from service.models import NetworkPolicy, SandboxSpec
 from service.sandboxes.internet import InternetAccess
+from service.sandboxes.local.backend import LocalBackend
 from service.sandboxes.local.network import DNS_ADDRESS, host_addresses
 from tests.sandboxes.conftest import MakeSandbox
 from tests.sandboxes.local.test_network import (  # the test host and the probe
@@ -94,3 +98,17 @@ async def test_pasta_of_an_opened_sandbox_ends_when_its_init_does(
     await sandbox._holder.kill()  # the namespaces die; nothing told the attaching program
     await _exited(pasta)
     await sandbox.kill()
+
+
+async def test_a_verifier_under_full_without_pasta_is_refused_before_the_agent_runs(
+    local_backend: LocalBackend, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no pasta, no ip
+    spec = SandboxSpec(verifier_network=NetworkPolicy.FULL)
+    with pytest.raises(SpecError) as error:
+        await local_backend.check_spec(spec)
+    (violation,) = error.value.violations
+    assert violation.field == "spec.sandbox.verifier_network"
+    assert "apt-get install passt iproute2" in violation.description
+    monkeypatch.undo()
+    await local_backend.check_spec(spec)  # pasta is installed here
