@@ -14,6 +14,7 @@ import pytest
 
 from service.config import Settings
 from service.models import NetworkPolicy, SandboxSpec
+from service.proxy.transport.unix_socket import bind_unix
 from service.sandboxes.base import PROXY_SOCKET, WORKDIR, SandboxRequest
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
 from tests.sandboxes.conftest import MakeSandbox
@@ -134,9 +135,9 @@ async def test_proxy_socket_is_reachable_under_network_none(
         writer.close()
 
     sandbox = await make_local_sandbox(network=NetworkPolicy.NONE)
-    path = str(sandbox.proxy_socket_path)  # bound after the sandbox was made, as a route is
-    async with await asyncio.start_unix_server(answer, path):
-        os.chmod(path, 0o666)
+    path = sandbox.proxy_socket_path  # bound after the sandbox was made, as a route is
+    # as the proxy binds it: a pytest temporary directory can be past sun_path's 108 bytes
+    async with await asyncio.start_unix_server(answer, sock=bind_unix(path)):
         client = (
             "import socket; s = socket.socket(socket.AF_UNIX); "
             f"s.connect('{PROXY_SOCKET}'); s.sendall(b'ping'); print(s.recv(64).decode())"
