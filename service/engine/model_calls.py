@@ -157,12 +157,12 @@ class ModelCalls:
         self._pauses.discard(selector)
         rollouts = released = 0
         for entry in self._matching(selector):
+            rollouts += entry.gate.held_by(selector)
             waiting = entry.gate.waiting
             if entry.gate.release(selector):
                 released += waiting
                 message = f"resumed ({selector.describe()})"
                 entry.publish(Notice(topic=RESUMED_TOPIC, message=message))
-            rollouts += 1
         return rollouts, released
 
     def _hold(self, entry: RouteEntry, selector: CallSelector) -> None:

@@ -86,6 +86,9 @@ class CallGate:
             self._open.clear()
         return closing
 
+    def held_by(self, pause: object) -> bool:
+        return pause in self._holds
+
     def release(self, pause: object) -> bool:
         """Lift `pause`; True when this opened the gate (the waiting calls go on)."""
         if pause not in self._holds:
