@@ -119,6 +119,9 @@ class Settings(BaseSettings):
     """Largest accepted spec (task files included)."""
     max_message_bytes: int = 64 * 1024 * 1024
     """gRPC send/receive message limit (gRPC's default is 4 MiB)."""
+    watch_backlog_events: int = Field(default=10_000, ge=1)
+    """Events a WatchRollout stream may fall behind its rollout (beyond what gRPC buffers, a few
+    MiB per stream) before it ends RESOURCE_EXHAUSTED, saying which seq to resume after."""
 
     sandbox_memory_mb: int = 4096
     """Default memory limit of a local sandbox."""

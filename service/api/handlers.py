@@ -5,10 +5,15 @@ that does not decode (corrupt wire format, a string field with invalid UTF-8) ra
 gRPC and the caller gets UNKNOWN with the parser's text. Here the decoder never raises: it
 hands the handler an `Undecodable`, which the handler answers with INVALID_ARGUMENT naming
 the request.
+
+A server-streaming method written as a coroutine (not an async generator) writes responses
+it has serialized itself with `context.write` (WatchRollout: one serialization per event for
+all its watchers), so its responses pass through unchanged.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -75,12 +80,36 @@ def _streaming(
     return handle
 
 
+def _writing(
+    method: Callable[[Any, Context], Awaitable[None]], metrics: Metrics, name: str
+) -> Callable[..., Any]:
+    async def handle(request: Message | Undecodable, context: Context) -> AsyncIterator[bytes]:
+        if isinstance(request, Undecodable):
+            await _refuse(context, request)
+        with metrics.watching(name):
+            await method(request, context)
+        return
+        yield b""  # an async generator all the same: interceptors (tracing) iterate the handler
+
+    return handle
+
+
+def _as_written(data: bytes) -> bytes:
+    return data
+
+
 def _handler(
     servicer: object, method: MethodDescriptor, metrics: Metrics
 ) -> grpc.RpcMethodHandler[Any, Any]:
     behaviour = getattr(servicer, method.name)
     decode = _decoder(message_factory.GetMessageClass(method.input_type))
     encode = message_factory.GetMessageClass(method.output_type).SerializeToString
+    if method.server_streaming and not inspect.isasyncgenfunction(behaviour):
+        return grpc.unary_stream_rpc_method_handler(
+            _writing(behaviour, metrics, method.name),
+            request_deserializer=decode,
+            response_serializer=_as_written,
+        )
     if method.server_streaming:
         return grpc.unary_stream_rpc_method_handler(
             _streaming(behaviour, metrics, method.name),

@@ -10,7 +10,7 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.api.auth import caller_tenant
-from service.api.convert import event_to_proto, rollout_to_proto
+from service.api.convert import rollout_to_proto
 from service.api.errors import translate_errors, translate_stream_errors
 from service.api.group_convert import (
     group_id_from_proto,
@@ -29,6 +29,7 @@ from service.api.inbound import (
 )
 from service.api.model_calls_in import selector_from_proto, version_from_proto
 from service.api.paging import RolloutPageBuilder
+from service.api.watch import EncodedEvents, FallingBehind, write_events
 from service.engine.events import EventHub
 from service.engine.groups.manager import GroupManager
 from service.engine.manager import RolloutManager
@@ -39,6 +40,8 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 _DEFAULT_PAGE_SIZE = 50
 _MAX_PAGE_SIZE = 500
+_ENCODED_EVENTS_BYTES = 8 * 1024 * 1024
+"""Wire bytes of recent events kept for their other watchers (see `EncodedEvents`)."""
 
 
 class RolloutServicer(pb_grpc.RolloutServiceServicer):
@@ -48,6 +51,7 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         self._manager = manager
         self._hub = hub
         self._groups = groups
+        self._encoded_events = EncodedEvents(_ENCODED_EVENTS_BYTES)
 
     @translate_errors
     async def RunRollout(
@@ -66,20 +70,22 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         rollout = await self._manager.submit(spec_from_proto(request.spec), tenant=caller_tenant())
         return pb.StartRolloutResponse(rollout=rollout_to_proto(rollout, slim=True))
 
-    @translate_stream_errors
-    async def WatchRollout(
+    @translate_errors
+    async def WatchRollout(  # type: ignore[override]  # writes its bytes itself (handlers.py)
         self, request: pb.WatchRolloutRequest, context: Context
-    ) -> AsyncIterator[pb.WatchRolloutResponse]:
-        if request.rollout_id:
-            rollout_id = rollout_id_from_proto(request.rollout_id)
-            after_seq = after_seq_from_proto(request.after_seq)
-            await self._manager.get(rollout_id, tenant=caller_tenant())
-            events = self._hub.watch(rollout_id, after_seq)
-        else:
+    ) -> None:
+        """Writes WatchRolloutResponse bytes itself, encoded once for every watcher (watch.py)."""
+        if not request.rollout_id:
             labels = label_filter_from_proto(request.labels)
             events = self._hub.watch_all(labels, tenant=caller_tenant())
-        async for event in events:
-            yield pb.WatchRolloutResponse(event=event_to_proto(event))
+            await write_events(context, events, self._encoded_events)
+            return
+        rollout_id = rollout_id_from_proto(request.rollout_id)
+        after_seq = after_seq_from_proto(request.after_seq)
+        await self._manager.get(rollout_id, tenant=caller_tenant())
+        behind = FallingBehind(self._manager.settings.watch_backlog_events)
+        events = self._hub.watch(rollout_id, after_seq, behind.backlog)
+        await write_events(context, events, self._encoded_events, behind)
 
     @translate_errors
     async def GetRollout(

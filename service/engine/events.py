@@ -3,7 +3,10 @@
 Each live rollout's events are kept in memory (`RolloutLog`) until they are persisted
 and the rollout is terminal. A watcher is only a cursor into a log, so a slow watcher
 costs nothing to the rollout or to other watchers: nobody waits for anybody. Watchers
-of finished rollouts read from the store.
+of finished rollouts read from the store. A watcher that asks for a `Backlog` limit is told,
+by its callback from inside `publish`, when more events than that were published since it
+started and are not yet handed to it: the API ends its stream then, since a watcher stuck on
+a write that never completes (a client that stopped reading) would otherwise never notice.
 
 What stays in memory after a rollout ends is bounded in bytes: its final event carries the
 slim rollout (no files, no turns), and label-wide watchers share one feed of recent events
@@ -15,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, ItemsView, Mapping
+from collections.abc import AsyncIterator, Callable, ItemsView, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -23,13 +26,37 @@ from service.engine.feed import EventFeed
 from service.models import EventPayload, Rollout, RolloutEvent
 from service.store.base import RolloutStore
 
-__all__ = ["EventHub", "RolloutLog"]
+__all__ = ["Backlog", "EventHub", "RolloutLog"]
 
 log = logging.getLogger(__name__)
 
 _REPLAY_PAGE = 500
 _FEED_BYTES = 32 * 1024 * 1024
 """Memory the shared feed of recent events may hold (see `EventFeed`)."""
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """How far a watcher may fall behind a live log, and whom to tell when it does."""
+
+    limit_events: int
+    """Events published since the watcher joined that may wait for it; one more and it is told."""
+    on_behind: Callable[[int], None]
+    """Called once, from inside `publish`, with the number of events waiting."""
+
+
+@dataclass(eq=False)
+class _Follower:
+    """A watcher following a live log with a backlog limit."""
+
+    backlog: Backlog
+    joined: int
+    """The log's length when it started following: events before it are replay, not backlog."""
+    handed: int
+    """Index of the next event it will be handed."""
+
+    def waiting(self, head: int) -> int:
+        return head - max(self.handed, self.joined)
 
 
 class RolloutLog:
@@ -45,6 +72,7 @@ class RolloutLog:
         self.events: list[RolloutEvent] = []
         self.closed = False
         self._changed = asyncio.Event()
+        self._followers: list[_Follower] = []
 
     def append(self, payload: EventPayload) -> RolloutEvent:
         seq = self.first_seq + len(self.events)
@@ -59,26 +87,47 @@ class RolloutLog:
         self.events.append(event)
         self.closed = event.is_final
         self._wake()
+        if self._followers:
+            self._cut_off_laggards()
         return event
+
+    def _cut_off_laggards(self) -> None:
+        head = len(self.events)
+        behind = [f for f in self._followers if f.waiting(head) > f.backlog.limit_events]
+        for follower in behind:
+            self._followers.remove(follower)
+            follower.backlog.on_behind(follower.waiting(head))
 
     def _wake(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    async def follow(self, after_seq: int) -> AsyncIterator[RolloutEvent]:
+    async def follow(
+        self, after_seq: int, backlog: Backlog | None = None
+    ) -> AsyncIterator[RolloutEvent]:
         """Events with seq > after_seq, live, until the final event."""
         index = max(0, after_seq + 1 - self.first_seq)
-        while True:
-            changed = self._changed
-            while index < len(self.events):
-                event = self.events[index]
-                index += 1
-                yield event
-                if event.is_final:
+        follower = None
+        if backlog is not None:
+            follower = _Follower(backlog, joined=len(self.events), handed=index)
+            self._followers.append(follower)
+        try:
+            while True:
+                changed = self._changed
+                while index < len(self.events):
+                    event = self.events[index]
+                    index += 1
+                    if follower is not None:
+                        follower.handed = index
+                    yield event
+                    if event.is_final:
+                        return
+                if self.closed:
                     return
-            if self.closed:
-                return
-            await changed.wait()
+                await changed.wait()
+        finally:
+            if follower in self._followers:
+                self._followers.remove(follower)
 
 
 @dataclass(frozen=True)
@@ -182,11 +231,14 @@ class EventHub:
     def live_log(self, rollout_id: str) -> RolloutLog | None:
         return self._logs.get(rollout_id)
 
-    async def watch(self, rollout_id: str, after_seq: int) -> AsyncIterator[RolloutEvent]:
-        """One rollout's events after `after_seq`: from memory while live, else the store."""
+    async def watch(
+        self, rollout_id: str, after_seq: int, backlog: Backlog | None = None
+    ) -> AsyncIterator[RolloutEvent]:
+        """One rollout's events after `after_seq`: from memory while live, else the store.
+        With a `backlog`, it bounds how far the watcher may fall behind the live log."""
         rollout_log = self._logs.get(rollout_id)
         if rollout_log is not None and rollout_log.first_seq <= after_seq + 1:
-            async for event in rollout_log.follow(after_seq):
+            async for event in rollout_log.follow(after_seq, backlog):
                 yield event
             return
         async for event in self._replay(rollout_id, after_seq):
@@ -196,7 +248,7 @@ class EventHub:
                 return
         rollout_log = self._logs.get(rollout_id)
         if rollout_log is not None:
-            async for event in rollout_log.follow(after_seq):
+            async for event in rollout_log.follow(after_seq, backlog):
                 yield event
 
     async def _replay(self, rollout_id: str, after_seq: int) -> AsyncIterator[RolloutEvent]:
