@@ -96,7 +96,10 @@ async def test_reclaim_ends_a_fork_bomb(make_local_sandbox: MakeSandbox) -> None
     try:
         # Forks until the process limit, and keeps trying: a bomb that is still going (the
         # classic `b | b &` may burn itself out at the limit before reclaim runs).
-        await sandbox.exec("(while :; do sleep 60 & done) >/dev/null 2>&1 &", timeout_s=30)
+        # It has forked once the first `sleep` runs (under load, not yet when exec returns).
+        bomb = "(while :; do sleep 60 & done) >/dev/null 2>&1 &"
+        forked = "until grep -qsx sleep /proc/[0-9]*/comm; do sleep 0.01; done"
+        await sandbox.exec(f"{bomb} {forked}", timeout_s=30)
         reclaimed = await sandbox.reclaim()
         assert reclaimed.processes > 1  # the loop and at least one of its children
         left = await sandbox.exec("ps -e --no-headers | wc -l", timeout_s=30)
