@@ -15,6 +15,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+from service.errors import ImageError
 from service.images.models import ImageConfig, ProgressCallback
 from service.images.process import run_tool
 from service.images.storage import ContainerStorage
@@ -48,6 +49,8 @@ async def unpack(
     if config is not None:
         return config
     config = await storage.config(image_id)
+    if config is None:
+        raise ImageError(image, "unpack", f"image {image_id} was removed while it was read")
     scratch = unpacked / f"{TMP_PREFIX}{image_id}-{uuid.uuid4().hex[:8]}"
     scratch.mkdir(parents=True)
     try:

@@ -24,8 +24,9 @@ __all__ = ["ContainerStorage"]
 
 _QUERY_TIMEOUT_S = 120.0
 _LIST_TRIES = 5
-_VANISHED = "image not known"
-"""What buildah says of an image removed while it was listing it."""
+_VANISHED = ("image not known", 'locating item named "manifest"')
+"""What buildah says of an image removed while it was reading it: gone, or its record
+still there and its manifest already deleted."""
 
 
 def _ignore(_: ImageProgress) -> None:
@@ -80,7 +81,7 @@ class ContainerStorage:
 
         buildah lists the ids, then reads each image: one removed in between, by another
         process sharing the cache (a prune, `images rm`, another server), fails the whole
-        listing with "image not known". The listing is then taken again, a few times.
+        listing (`vanished`). The listing is then taken again, a few times.
         """
         if not self.root.exists():
             return []
@@ -89,7 +90,7 @@ class ContainerStorage:
                 listed = await self.query("images", "--json", "--no-trunc")
                 break
             except ImageError as exc:
-                if _VANISHED not in str(exc) or attempt == _LIST_TRIES:
+                if not vanished(exc) or attempt == _LIST_TRIES:
                     raise
         images = list(listed or [])
         for image in images:
@@ -112,9 +113,20 @@ class ContainerStorage:
                     return str(image["id"]), spelling
         return None
 
-    async def config(self, image_id: str) -> ImageConfig:
-        inspected = await self.query("inspect", "--type", "image", image_id, image=image_id)
+    async def config(self, image_id: str) -> ImageConfig | None:
+        """The image's config; None when it was removed meanwhile (`vanished`)."""
+        try:
+            inspected = await self.query("inspect", "--type", "image", image_id, image=image_id)
+        except ImageError as exc:
+            if vanished(exc):
+                return None
+            raise
         return image_config(inspected["OCIv1"].get("config") or {})
+
+
+def vanished(error: ImageError) -> bool:
+    """Whether buildah failed because the image it read was being removed."""
+    return any(marker in str(error) for marker in _VANISHED)
 
 
 def image_config(oci: dict[str, Any]) -> ImageConfig:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from service.errors import ImageError
 from service.images.models import ImageProgress
-from service.images.storage import ContainerStorage
+from service.images.storage import ContainerStorage, vanished
 from service.sandboxes.local.mounts import detach, mount_points_below
 
 _IMAGES = 12
@@ -71,3 +72,18 @@ async def test_listing_survives_images_removed_while_it_lists(
     await asyncio.gather(*listers)
     assert listings[-1] == 0
     assert len(listings) > _IMAGES  # the listings overlapped the removals
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Error: image not known",
+        'Error: locating item named "manifest" for image with ID "afd31a" (consider removing '
+        "the image to resolve the issue): file does not exist",
+    ],
+)
+def test_both_ways_buildah_says_an_image_went_while_it_read_it_count_as_vanished(
+    said: str,
+) -> None:
+    assert vanished(ImageError("x", "query", f"buildah failed (exit 125): {said}"))
+    assert not vanished(ImageError("x", "query", "buildah failed (exit 125): Error: no space"))
