@@ -155,6 +155,14 @@ class _Cut:
 
     def _text(self, text: str) -> str:
         text = scrub_text(text, self._secrets)
+        if text.isascii():  # its length is its size: no copy of a 60 MiB body to cut it
+            if len(text) <= self.left:
+                self.left -= len(text)
+                return text
+            kept = text[: max(self.left, 0)]
+            self.dropped += len(text) - len(kept)
+            self.left = 0
+            return kept
         encoded = text.encode("utf-8", "surrogatepass")
         if len(encoded) <= self.left:
             self.left -= len(encoded)

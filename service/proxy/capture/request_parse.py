@@ -35,6 +35,10 @@ __all__ = ["RequestParser"]
 _TOOLS_KEY = b'"tools":'
 _MIN_TOOLS_BYTES = 64
 """Smaller tool lists are cheap to parse again and not worth a cut."""
+_MAX_KEPT_BYTES = 8 * 1024 * 1024
+"""A larger request is not kept for the next one: its bytes would stay resident between
+calls (a 60 MiB body per dialect a route was called in) to save a parse that costs
+milliseconds next to its transfer. No real conversation is this large (~2M tokens)."""
 
 
 class _Tools:
@@ -85,8 +89,10 @@ class RequestParser:
             kept, tools_at = 0, -1
         if not isinstance(body, dict) or not isinstance(body.get(self._key), list):
             return None
-        if self._enabled:
+        if self._enabled and len(raw) <= _MAX_KEPT_BYTES:
             self._remember(raw, body, kept, tools_at)
+        else:
+            self._forget()
         return body
 
     def _parse_reusing(self, raw: bytes) -> tuple[dict[str, Any] | None, int, int]:
@@ -139,11 +145,14 @@ class RequestParser:
             # Another serialiser (spaces, other escapes): this route always parses whole.
             self._enabled = ends is not None
         if ends is None:
-            self._raw, self._messages, self._ends, self._tools = b"", [], [], None
+            self._forget()
             return
         self._raw, self._messages, self._ends = raw, body[self._key], ends
         self._start = key + len(self._key_bytes)
         self._tools = self._tools_of(raw, body.get("tools"), tools_at)
+
+    def _forget(self) -> None:
+        self._raw, self._messages, self._ends, self._tools = b"", [], [], None
 
     def _ends_of(self, raw: bytes, messages: list[Any], kept: int, start: int) -> list[int] | None:
         """Where each message ends, if every new one is orjson's compact form of itself."""

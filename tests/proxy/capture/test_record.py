@@ -3,6 +3,7 @@ defaults), and no secret anywhere in it."""
 
 from __future__ import annotations
 
+import tracemalloc
 from typing import Any
 
 import orjson
@@ -124,3 +125,19 @@ def test_the_key_is_scrubbed_from_every_recorded_string() -> None:
     assert dumped.count(REDACTED) >= 11
     assert not turn.body_cut  # scrubbing is not a cut
     assert KEY in fields["completion_text"]  # the input is never mutated
+
+
+def test_cutting_a_big_ascii_body_copies_only_what_is_kept() -> None:
+    """Measuring it by its UTF-8 encoding held a whole second copy of a 60 MiB body."""
+    content = "x" * (32 * MIB)
+    recorder = Recorder(DEFAULTS, (KEY,))
+    tracemalloc.start()
+    try:
+        recorded = recorder.record(call(content))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    kept = recorded["request_messages"][0]["content"]
+    assert len(kept) + recorded["body_bytes_dropped"] == len(content)
+    assert DEFAULTS.turn_bytes - 1024 < len(kept) < DEFAULTS.turn_bytes
+    assert peak < 2 * DEFAULTS.turn_bytes, f"{peak / MIB:.1f} MiB allocated to cut"

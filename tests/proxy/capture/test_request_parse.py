@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from typing import Any
 
 import orjson
@@ -92,6 +93,23 @@ def test_appended_messages_reuse_the_parsed_ones() -> None:
     assert second == grown
     assert second is not None
     assert second["messages"][0] is first["messages"][0]
+
+
+def test_a_request_over_the_kept_size_is_parsed_and_not_kept() -> None:
+    """Kept, a 60 MiB body stayed resident between calls, per dialect a route was called in."""
+    parser = RequestParser()
+    parser.parse(orjson.dumps({"messages": [{"content": "small"}]}))
+    content = "a" * (9 * 1024 * 1024)
+    big = orjson.dumps({"messages": [{"content": content}]})
+    references = sys.getrefcount(big)
+    first = parser.parse(big)
+    assert first == {"messages": [{"content": content}]}
+    assert sys.getrefcount(big) == references
+    grown = {"messages": [{"content": content}, {"content": "b"}]}
+    second = parser.parse(orjson.dumps(grown))
+    assert second == grown
+    assert second is not None
+    assert second["messages"][0] is not first["messages"][0]  # parsed again, as it should
 
 
 @pytest.mark.parametrize(
