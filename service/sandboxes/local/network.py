@@ -50,6 +50,7 @@ from pathlib import Path
 
 from service.errors import SandboxError
 from service.sandboxes.local.bwrap import SandboxLayout
+from service.sandboxes.local.network_attach import CONNECTED
 
 __all__ = [
     "DNS_ADDRESS",
@@ -84,7 +85,6 @@ _FIB_TRIE = Path("/proc/net/fib_trie")
 _ATTACH = (sys.executable, "-S", "-E", "-s", "-m", "service.sandboxes.local.network_attach")
 """`network_attach`, run like the fork server: the project root its working directory."""
 _PROJECT_ROOT = Path(__file__).resolve().parents[3]
-_CONNECTED = b"connected\n"
 _ATTACH_WAIT_S = 30.0
 
 FullNetwork = dict[str, list[str]]
@@ -158,7 +158,8 @@ def full_network(layout: SandboxLayout, privileged: bool) -> FullNetwork:
 
 
 def resolv_conf() -> str:
-    """/etc/resolv.conf of a FULL sandbox: the one resolver it can reach."""
+    """/etc/resolv.conf of every local sandbox: the one resolver a FULL one can reach
+    (under NONE, until its verifier's network opens, nothing answers)."""
     return f"nameserver {DNS_ADDRESS}\n"
 
 
@@ -211,7 +212,7 @@ async def attach_internet(
         said = await asyncio.wait_for(process.stdout.readline(), _ATTACH_WAIT_S)
     except TimeoutError:
         said = b""
-    if said != _CONNECTED:
+    if said != CONNECTED:
         await link.close()
         why = (await process.stderr.read()).decode(errors="replace").strip()
         raise SandboxError(f"could not open the sandbox's network: {why or 'no reason given'}")

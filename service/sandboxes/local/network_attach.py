@@ -8,7 +8,7 @@ memory cgroup, starts pasta for the sandbox's existing namespace and routes it e
 as a FULL sandbox's spawner does at creation (`network_start.attach_network`, the rules
 in `network`), prints `connected`, then waits. It exits, and pasta with it (its
 parent-death signal), when the sandbox's init is gone, when pasta is, or when its stdin
-closes (the server closed it, or died).
+closes (the server died); the server kills it at the sandbox's teardown.
 
 Run as `python -S -E -s -m service.sandboxes.local.network_attach PIDFD SETUP_JSON`
 from the project root: standard library and its siblings `holder_start`,
