@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -21,6 +20,7 @@ from rollout_client import AsyncRolloutClient, RolloutClient
 from rollout_client.batch import BATCH_LABEL
 from rollout_client.specfile import SpecOverrides
 
+from tests.client.conftest import cli_argv
 from tests.server_process import ServerProcess
 
 pytestmark = [
@@ -70,9 +70,8 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _command(target: str, *args: str) -> list[str]:
-    cli = "from rollout_client.cli import main; main()"
     agent = ["--agent", "oracle", "--image", "rollout/base"]
-    return [sys.executable, "-c", cli, "--target", target, "batch", *args, *agent]
+    return cli_argv("--target", target, "batch", *args, *agent)
 
 
 def _lines(output: Path) -> list[dict[str, object]]:
