@@ -7,7 +7,8 @@ returns (drained: the in-flight calls finished); the agents' next calls now wait
 proxy; once every agent has announced its next call, SetPolicyVersion, then ResumeModelCalls,
 and time from the resume to each call's arrival at the upstream. The last round aborts the
 calls in flight instead (they are retried after the resume). A call is lost when a rollout
-does not end SUCCEEDED with ROUNDS clean turns. Prints a markdown table and writes
+does not end SUCCEEDED with ROUNDS clean turns (a rollout that failed before its agent
+called, an infrastructure failure, is counted apart). Prints a markdown table and writes
 bench/results/pause.json.
 
     python bench/bench_pause.py [--rollouts 200] [--rounds 6] [--delay-ms 300]
@@ -69,22 +70,26 @@ class TimedUpstream(FakeUpstream):
 
 
 class Announcements:
-    """Counts the agents' "calling i" lines from a label-wide watch."""
+    """Counts the agents' "calling i" lines, and the rollouts that ended, from a label-wide
+    watch (a rollout that ended early announces nothing more)."""
 
     def __init__(self) -> None:
         self.counts: dict[int, int] = {}
+        self.ended = 0
         self.changed = asyncio.Event()
 
     async def follow(self, stub: pb_grpc.RolloutServiceAsyncStub, labels: dict[str, str]) -> None:
         async for response in stub.WatchRollout(pb.WatchRolloutRequest(labels=labels)):
-            for line in response.event.output.text.splitlines():
+            event = response.event
+            self.ended += event.HasField("finished")
+            for line in event.output.text.splitlines():
                 if line.startswith("calling "):
                     call = int(line.split()[1])
                     self.counts[call] = self.counts.get(call, 0) + 1
-                    self.changed.set()
+            self.changed.set()
 
     async def wait(self, call: int, count: int) -> None:
-        while self.counts.get(call, 0) < count:
+        while self.counts.get(call, 0) + self.ended < count:
             self.changed.clear()
             await self.changed.wait()
 
@@ -94,6 +99,25 @@ async def finished_rollout(stub: pb_grpc.RolloutServiceAsyncStub, rollout_id: st
         if response.event.HasField("finished"):
             break
     return (await stub.GetRollout(pb.GetRolloutRequest(rollout_id=rollout_id))).rollout
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def gate_releases(rollouts: list[pb.Rollout], resumes: dict[int, float]) -> list[float]:
+    """Milliseconds from each resume to each held call passing the proxy's gate, from the
+    turns (reached the proxy at `start_time`, waited `paused`): the proxy's own figure, apart
+    from how fast this process's fake upstream takes the calls in."""
+    figures = []
+    for rollout in rollouts:
+        for turn in rollout.result.turns:
+            resumed = resumes.get(turn.policy_version_start)
+            waited = turn.paused.ToTimedelta().total_seconds()
+            if resumed is not None and waited > 0:
+                released = turn.start_time.ToDatetime().timestamp() + waited
+                figures.append((released - resumed) * 1000)
+    return figures
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -107,6 +131,8 @@ async def measure(target: str, rollouts: int, rounds: int, delay_s: float) -> di
     drains: list[dict[str, float]] = []
     releases: list[float] = []
     firsts: list[float] = []
+    resumes: dict[int, float] = {}
+    """Wall time of each round's resume, by the policy version its released calls start at."""
     upstream = TimedUpstream()
     async with upstream, grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.RolloutServiceStub(channel)
@@ -128,15 +154,19 @@ async def measure(target: str, rollouts: int, rounds: int, delay_s: float) -> di
         expected = aborted = 0
         for call in range(rounds):
             await announced.wait(call, rollouts - aborted)
+            progress(f"round {call}: {announced.counts.get(call, 0)} calls announced")
             await asyncio.sleep(0.5)  # the announced calls reach the proxy and wait there
             await stub.SetPolicyVersion(
                 pb.SetPolicyVersionRequest(selector=selector, version=call + 1)
             )
             seen = len(upstream.arrivals)
             resumed_at = time.perf_counter()
+            if not aborted:  # a retried call's turn does not show when it was released
+                resumes[call + 1] = time.time()
             resumed = await stub.ResumeModelCalls(pb.ResumeModelCallsRequest(selector=selector))
             expected += resumed.calls_released
             await upstream.wait_for_requests(expected)  # every released call is in flight
+            progress(f"round {call}: {resumed.calls_released} calls released")
             released = [(t - resumed_at) * 1000 for t in upstream.arrivals[seen:]]
             releases += released
             firsts.append(min(released))
@@ -156,6 +186,8 @@ async def measure(target: str, rollouts: int, rounds: int, delay_s: float) -> di
             )
         finished = [await finished_rollout(stub, rollout_id) for rollout_id in ids]
         watcher.cancel()
+    at_gate = gate_releases(finished, resumes)
+    calling = announced.counts.get(0, 0)  # a rollout that failed before calling is not lost
     waited = [d["ms"] for d in drains if not d["aborted"]] or [d["ms"] for d in drains]
     clean = sum(
         sum(1 for turn in r.result.turns if not turn.upstream_error)
@@ -175,7 +207,10 @@ async def measure(target: str, rollouts: int, rounds: int, delay_s: float) -> di
         "calls_released": len(releases),
         "resume_to_release_p50_ms": round(statistics.median(releases), 2),
         "resume_to_release_p99_ms": round(percentile(releases, 0.99), 2),
-        "calls_lost": rollouts * rounds - clean,
+        "resume_to_gate_release_p50_ms": round(statistics.median(at_gate), 2),
+        "resume_to_gate_release_p99_ms": round(percentile(at_gate, 0.99), 2),
+        "calls_lost": calling * rounds - clean,
+        "rollouts_failed_before_calling": rollouts - calling,
     }
 
 
@@ -218,8 +253,15 @@ def main() -> None:
         f"p99 {figures['pause_to_drained_p99_ms']} ms"
     )
     print(
-        f"resume -> release, every call: p50 {figures['resume_to_release_p50_ms']} ms, "
+        f"resume -> each held call passing the proxy's gate: p50 "
+        f"{figures['resume_to_gate_release_p50_ms']} ms, "
+        f"p99 {figures['resume_to_gate_release_p99_ms']} ms"
+    )
+    print(
+        f"resume -> arrival at the (in-process) upstream, every call: "
+        f"p50 {figures['resume_to_release_p50_ms']} ms, "
         f"p99 {figures['resume_to_release_p99_ms']} ms; calls lost: {figures['calls_lost']}"
+        f" (rollouts that failed before calling: {figures['rollouts_failed_before_calling']})"
     )
 
 

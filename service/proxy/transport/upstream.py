@@ -318,9 +318,14 @@ class UpstreamPool:
 
 async def _judged_addresses(host: str, port: int) -> list[str]:
     """The addresses `host` resolves to, in the resolver's order; UpstreamUnreachable naming
-    the address when any of them is one no upstream may be at (`addresses`)."""
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    the address when any of them is one no upstream may be at (`addresses`). An address
+    literal is itself: not sent to the resolver's threads, which a burst of new connections
+    (calls retried after a pause aborted them) would queue behind the server's other work."""
+    try:
+        addresses = [str(ipaddress.ip_address(host))]
+    except ValueError:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
     for address in addresses:
         problem = address_problem(ipaddress.ip_address(address), allow_private=True)
         if problem:
