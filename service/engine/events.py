@@ -273,22 +273,23 @@ class EventHub:
         feed = self._feed
         cursor = feed.end
         last_seq: dict[str, int] = {}
-        while True:
-            changed = feed.changed
-            while cursor < feed.end:
-                if cursor < feed.start:
-                    async for event in self._catch_up(last_seq, wanted, since=cursor):
+        with feed.reading():
+            while True:
+                changed = feed.changed
+                while cursor < feed.end:
+                    if cursor < feed.start:
+                        async for event in self._catch_up(last_seq, wanted, since=cursor):
+                            yield event
+                        cursor = feed.start
+                        continue
+                    event = feed.at(cursor)
+                    cursor += 1
+                    if wanted.matches(event.labels, event.tenant) and event.seq > last_seq.get(
+                        event.rollout_id, 0
+                    ):
+                        last_seq[event.rollout_id] = event.seq
                         yield event
-                    cursor = feed.start
-                    continue
-                event = feed.at(cursor)
-                cursor += 1
-                if wanted.matches(event.labels, event.tenant) and event.seq > last_seq.get(
-                    event.rollout_id, 0
-                ):
-                    last_seq[event.rollout_id] = event.seq
-                    yield event
-            await changed.wait()
+                await changed.wait()
 
     async def _catch_up(
         self, last_seq: dict[str, int], wanted: _Wanted, *, since: int
