@@ -1,0 +1,164 @@
+"""examples/train_loop.py as a trainer runs it: a subprocess against the real server, the
+command agent calling the scripted upstream through the proxy, two steps of groups of two.
+
+The upstream answers each task's members "right" then "wrong" (one queue per task, matched
+by the task's marker in the prompt), so every group has one reward of 1 and one of 0 and the
+advantages are not all zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf import json_format
+from rollout.v1 import rollout_pb2 as pb
+from rollout_client import AsyncRolloutClient
+
+from examples.train_loop import EPS, RUN_LABEL
+from tests.e2e.specs import command_spec
+from tests.fakes.llm_upstream import FakeUpstream, Reply
+from tests.server_process import ServerProcess
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_loop.py"
+MODEL = "policy-in-training"
+TASKS = ("task-a", "task-b")
+GROUP = 2
+STEPS = 2
+
+
+def answer_call(marker: str) -> str:
+    """A scripted agent: asks the model once and writes its answer into answer.txt."""
+    return f"""python3 - <<'PY'
+import json, os, urllib.request
+request = urllib.request.Request(
+    os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+    data=json.dumps({{"model": os.environ["OPENAI_MODEL"], "messages": [
+        {{"role": "user", "content": "{marker}: right or wrong?"}}]}}).encode(),
+    headers={{"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+             "Content-Type": "application/json"}})
+body = json.loads(urllib.request.urlopen(request, timeout=120).read())
+open("answer.txt", "w").write(body["choices"][0]["message"]["content"].strip() + "\\n")
+PY"""
+
+
+def asks_about(marker: str) -> Callable[[Mapping[str, Any]], bool]:
+    return lambda body: marker in json.dumps(body.get("messages"))
+
+
+def write_dataset(path: Path, upstream: FakeUpstream) -> Path:
+    lines = []
+    for task in TASKS:
+        spec = command_spec(
+            answer_call(task),
+            verify=("grep -qx right answer.txt",),
+            endpoint={"base_url": upstream.base_url, "model": MODEL},
+            task_id=task,
+        )
+        lines.append(json.dumps(json_format.MessageToDict(spec)))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[FakeUpstream]:
+    async with FakeUpstream(model=MODEL) as upstream:
+        for task in TASKS:  # each step's group of two takes one of each
+            upstream.script(
+                *[Reply(text=t) for t in ("right", "wrong") * STEPS], match=asks_about(task)
+            )
+        yield upstream
+
+
+async def run_example(*args: str) -> None:
+    """The example as a subprocess (the upstream keeps serving in this event loop)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(EXAMPLE), *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    output, _ = await process.communicate()
+    assert process.returncode == 0, output.decode()
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def test_two_steps_of_groups_train_on_exact_tokens_and_sync_weights(
+    server_process: ServerProcess, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    run_id = uuid.uuid4().hex[:12]
+    output = tmp_path / "run"
+    dataset = write_dataset(tmp_path / "tasks.jsonl", upstream)
+    await run_example(
+        "--target", server_process.target, "--dataset", str(dataset), "--run-id", run_id,
+        "--group-size", str(GROUP), "--steps", str(STEPS), "--output", str(output),
+    )  # fmt: skip
+
+    # Every rollout of the run ended and was counted: none lost to the pause and resume.
+    async with AsyncRolloutClient(server_process.target) as client:
+        ran = [r async for r in client.list_all(labels={RUN_LABEL: run_id})]
+    assert len(ran) == STEPS * len(TASKS) * GROUP
+    assert {pb.RolloutStatus.Name(r.status) for r in ran} == {"ROLLOUT_STATUS_SUCCEEDED"}
+    steps = read_lines(output / "steps.jsonl")
+    assert [s["step"] for s in steps] == list(range(STEPS))
+    for summary in steps:
+        assert summary["rollouts"] == summary["trained_rollouts"] == len(TASKS) * GROUP
+        assert summary["outcomes"] == {"scored": len(TASKS) * GROUP}
+        assert summary["policy_version"] == summary["step"] + 1
+        # The steps do not overlap: nothing was live to hold, nothing was left held.
+        assert summary["paused"] == {"rollouts": 0, "calls_finished": 0, "calls_aborted": 0}
+        assert summary["resumed"] == {"rollouts": 0, "calls_released": 0}
+
+    sent = {tuple(s.completion_token_ids): s.logprobs for s in upstream.sent}
+    for step in range(STEPS):
+        lines = read_lines(output / f"step-{step:04d}.jsonl")
+        assert len(lines) == len(TASKS) * GROUP  # one trainable turn per rollout
+        assert_aligned_with_upstream(lines, sent)
+        assert_group_normalised(lines)
+        # Step 0 ran before any version was set; step 1 after the sync set version 1.
+        expected = None if step == 0 else step
+        versions = {(line["policy_version_start"], line["policy_version_end"]) for line in lines}
+        assert versions == {(expected, expected)}
+
+
+def assert_aligned_with_upstream(
+    lines: list[dict[str, Any]], sent: dict[tuple[int, ...], list[float]]
+) -> None:
+    """Masks line up with the ids: the prompt masked out, the completion in, and the
+    completion's ids and logprobs are exactly what the upstream sent."""
+    for line in lines:
+        mask, ids = line["loss_mask"], line["input_ids"]
+        assert len(mask) == len(ids)
+        completion_length = sum(mask)
+        assert completion_length > 0
+        assert mask == [0] * (len(ids) - completion_length) + [1] * completion_length
+        completion = tuple(ids[len(ids) - completion_length :])
+        assert completion in sent
+        assert line["logprobs"] == pytest.approx(sent[completion], abs=1e-6)  # float32 wire
+
+
+def assert_group_normalised(lines: list[dict[str, Any]]) -> None:
+    """(r - mean) / (std + eps) per group, recomputed; they sum to 0 within each group."""
+    groups: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
+    for line in lines:
+        groups[line["group_id"]][line["rollout_id"]] = (line["reward"], line["advantage"])
+    assert len(groups) == len(TASKS)
+    for members in groups.values():
+        assert len(members) == GROUP
+        rewards = [reward for reward, _ in members.values()]
+        assert sorted(rewards) == [0.0, 1.0]
+        mean, std = statistics.fmean(rewards), statistics.pstdev(rewards)
+        for reward, advantage in members.values():
+            assert advantage == (reward - mean) / (std + EPS)
+        assert abs(sum(advantage for _, advantage in members.values())) < 1e-12
