@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -70,7 +71,9 @@ async def run_one(
     assert got.rollout.result.turn_count == len(PATHS), got.rollout.result.turn_count
 
 
-async def measure(server: ServerProcess, rollouts: int, body_mib: int, settle_s: float) -> dict:
+async def measure(
+    server: ServerProcess, rollouts: int, body_mib: int, settle_s: float
+) -> dict[str, Any]:
     options = [
         ("grpc.max_send_message_length", MESSAGE_LIMIT),
         ("grpc.max_receive_message_length", MESSAGE_LIMIT),

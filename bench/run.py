@@ -15,6 +15,7 @@ BENCHES = (
     ("capture proxy overhead vs the upstream directly", ["bench_proxy.py"]),
     (
         "capture proxy overhead per dialect (Messages, Responses), native and translated",
+    ("server memory around rollouts posting 3 x 60 MiB bodies", ["bench_proxy_memory.py"]),
         ["bench_dialects.py"],
     ),
     ("one opencode rollout, split by phase", ["bench_opencode.py"]),
