@@ -18,6 +18,7 @@ import grpc
 import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
+from rollout_client import AsyncRolloutClient, InvalidArgumentError, RolloutClient
 
 from tests.e2e.auth_support import ADMIN_TOKEN, TENANT_A_TOKEN, TENANT_B_TOKEN, bearer
 from tests.e2e.bad_request import violated_fields
@@ -302,3 +303,23 @@ async def test_a_tenant_versions_and_pauses_only_its_own_rollouts(
     assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error
     # Its call started before any version and ended at the admin's 2; tenant b's 5 never landed.
     assert (rollout.result.policy_version_min, rollout.result.policy_version_max) == (2, 2)
+
+
+async def test_the_python_clients_pause_version_and_resume(server_target: str) -> None:
+    labels = {"sync": uuid.uuid4().hex}
+    async with AsyncRolloutClient(server_target) as client:
+        assert await client.set_policy_version(3, labels=labels) == 0
+        paused = await client.pause_model_calls(labels=labels, abort_in_flight=True)
+        assert (paused.rollouts, paused.calls_aborted) == (0, 0)
+        resumed = await client.resume_model_calls(labels=labels)
+        assert resumed.calls_released == 0
+        with pytest.raises(InvalidArgumentError) as refused:
+            await client.set_policy_version(0, labels=labels)
+        assert [v.field for v in refused.value.field_violations] == ["version"]
+    with RolloutClient(server_target) as sync:
+        assert sync.set_policy_version(4, labels=labels) == 0
+        assert sync.pause_model_calls(labels=labels).rollouts == 0
+        assert sync.resume_model_calls(labels=labels).rollouts == 0
+        with pytest.raises(InvalidArgumentError) as refused:
+            sync.pause_model_calls(base_url="not a url")
+        assert [v.field for v in refused.value.field_violations] == ["selector.endpoint.base_url"]
