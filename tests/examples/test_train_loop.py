@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import statistics
 import sys
 import uuid
-from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,9 +20,11 @@ import pytest
 from google.protobuf import json_format
 from rollout.v1 import rollout_pb2 as pb
 from rollout_client import AsyncRolloutClient
+from rollout_client.batch import BatchResult
 
-from examples.train_loop import EPS, RUN_LABEL
+from examples.train_loop import EPS, RUN_LABEL, group_advantages
 from tests.e2e.specs import command_spec
+from tests.examples.batch_checks import assert_group_normalised, assert_mask_lines_up, read_lines
 from tests.fakes.llm_upstream import FakeUpstream, Reply
 from tests.server_process import ServerProcess
 
@@ -90,10 +90,6 @@ async def run_example(*args: str) -> None:
     assert process.returncode == 0, output.decode()
 
 
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
 async def test_two_steps_of_groups_train_on_exact_tokens_and_sync_weights(
     server_process: ServerProcess, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
@@ -125,7 +121,8 @@ async def test_two_steps_of_groups_train_on_exact_tokens_and_sync_weights(
         lines = read_lines(output / f"step-{step:04d}.jsonl")
         assert len(lines) == len(TASKS) * GROUP  # one trainable turn per rollout
         assert_aligned_with_upstream(lines, sent)
-        assert_group_normalised(lines)
+        rewards = assert_group_normalised(lines)
+        assert list(rewards.values()) == [[0.0, 1.0]] * len(TASKS)
         # Step 0 ran before any version was set; step 1 after the sync set version 1.
         expected = None if step == 0 else step
         versions = {(line["policy_version_start"], line["policy_version_end"]) for line in lines}
@@ -135,30 +132,32 @@ async def test_two_steps_of_groups_train_on_exact_tokens_and_sync_weights(
 def assert_aligned_with_upstream(
     lines: list[dict[str, Any]], sent: dict[tuple[int, ...], list[float]]
 ) -> None:
-    """Masks line up with the ids: the prompt masked out, the completion in, and the
-    completion's ids and logprobs are exactly what the upstream sent."""
+    """The completion's ids and logprobs are exactly what the upstream sent."""
     for line in lines:
-        mask, ids = line["loss_mask"], line["input_ids"]
-        assert len(mask) == len(ids)
-        completion_length = sum(mask)
-        assert completion_length > 0
-        assert mask == [0] * (len(ids) - completion_length) + [1] * completion_length
-        completion = tuple(ids[len(ids) - completion_length :])
+        completion = assert_mask_lines_up(line)
         assert completion in sent
         assert line["logprobs"] == pytest.approx(sent[completion], abs=1e-6)  # float32 wire
 
 
-def assert_group_normalised(lines: list[dict[str, Any]]) -> None:
-    """(r - mean) / (std + eps) per group, recomputed; they sum to 0 within each group."""
-    groups: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
-    for line in lines:
-        groups[line["group_id"]][line["rollout_id"]] = (line["reward"], line["advantage"])
-    assert len(groups) == len(TASKS)
-    for members in groups.values():
-        assert len(members) == GROUP
-        rewards = [reward for reward, _ in members.values()]
-        assert sorted(rewards) == [0.0, 1.0]
-        mean, std = statistics.fmean(rewards), statistics.pstdev(rewards)
-        for reward, advantage in members.values():
-            assert advantage == (reward - mean) / (std + EPS)
-        assert abs(sum(advantage for _, advantage in members.values())) < 1e-12
+def test_infrastructure_losses_and_rewardless_members_are_left_out_of_the_group() -> None:
+    def member(
+        rollout_id: str, group: str, reward: float | None, outcome: str = "scored"
+    ) -> BatchResult:
+        return BatchResult(
+            task="t", member=0, outcome=outcome, status="", rollout_id=rollout_id,
+            group=group, reward=reward,
+        )  # fmt: skip
+
+    advantages = group_advantages(
+        [
+            member("a1", "a", 1.0),
+            member("a2", "a", 0.0),
+            member("a3", "a", None, "infrastructure"),
+            member("a4", "a", 1.0, "infrastructure"),  # a reward from a lost rollout: not used
+            member("a5", "a", None),
+            member("b1", "b", 0.5),  # alone in its group: nothing to compare with
+            member("lone", "", 0.25),  # a lone rollout is its own group
+        ]
+    )
+    spread = 0.5 / (0.5 + EPS)
+    assert advantages == {"a1": spread, "a2": -spread, "b1": 0.0, "lone": 0.0}

@@ -28,6 +28,7 @@ from service.proxy import AUX_MODEL_ALIAS
 from tests.server_process import ServerProcess
 
 LLAMA_PYTHON = os.environ.get("ROLLOUT_LLAMA_PYTHON", "")
+from examples import train_loop
 pytestmark = [
     pytest.mark.real_model,
     pytest.mark.skipif(
@@ -65,6 +66,18 @@ PY"""
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
+# One main call whose answer the verifier reads (examples/train_loop.py's real-model case).
+TRAIN_CALL = """python3 - <<'PY'
+import json, os, urllib.request
+body = {"model": os.environ["OPENAI_MODEL"], "max_tokens": 24,
+        "messages": [{"role": "user", "content": "Say hello in five words."}]}
+request = urllib.request.Request(
+    os.environ["OPENAI_BASE_URL"] + "/chat/completions", data=json.dumps(body).encode(),
+    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+             "Content-Type": "application/json"})
+reply = json.loads(urllib.request.urlopen(request, timeout=600).read())
+open("answer.txt", "w").write(reply["choices"][0]["message"]["content"])
+PY"""
         return int(probe.getsockname()[1])
 
 
@@ -224,3 +237,58 @@ async def test_opencode_through_a_real_model_is_captured_and_classified(
         f"incomplete={sum(t.incomplete for t in rollout.result.turns)} "
         f"logprobs_missing={sum(not t.logprobs_present for t in rollout.result.turns)}"
     )
+
+
+async def test_train_loop_example_runs_a_step_on_the_real_model(
+    service: ServerProcess, llama_server: str, tmp_path: Path
+) -> None:
+    """examples/train_loop.py for one step of a group of two: whatever the model said, every
+    rollout is counted, the lines are the trainable turns that carry ids and logprobs, masks
+    line up and advantages are group-normalised."""
+    spec = pb.RolloutSpec(
+        task_id="train-loop-hello",
+        task=pb.Task(instruction="Say hello.", verify=['test -n "$(cat answer.txt)"']),
+        agent=pb.Agent(name="command", command=TRAIN_CALL),
+        endpoint=pb.Endpoint(base_url=llama_server, api_key="sk-local-unused", model=MODEL),
+        capture=pb.Capture(max_tokens_cap=128),
+        agent_timeout=Duration(seconds=900),
+    )
+    dataset = tmp_path / "tasks.jsonl"
+    dataset.write_text(json_format.MessageToJson(spec, indent=None) + "\n")
+    output = tmp_path / "run"
+    run_id = f"real-{time.monotonic_ns()}"
+    await train_loop.main([
+        "--target", service.target, "--dataset", str(dataset), "--run-id", run_id,
+        "--group-size", "2", "--steps", "1", "--output", str(output),
+    ])  # fmt: skip
+
+    [summary] = read_lines(output / "steps.jsonl")
+    assert summary["rollouts"] == sum(summary["outcomes"].values()) == 2, summary
+    assert summary["policy_version"] == 1  # the pause, version and resume all answered
+    async with AsyncRolloutClient(service.target) as client:
+        ran = [
+            await client.get(r.id, view=pb.RESULT_VIEW_FULL)
+            async for r in client.list_all(labels={train_loop.RUN_LABEL: run_id})
+        ]
+    # Trained on: what the batch scored (not lost to infrastructure, not cancelled) with a
+    # reward; each one's trainable turns that came with ids and logprobs are the lines.
+    counted = [
+        r
+        for r in ran
+        if not is_retryable(r)
+        and r.status != pb.ROLLOUT_STATUS_CANCELLED
+        and reward_of(r) is not None
+    ]
+    assert summary["trained_rollouts"] == len(counted)
+    usable = [
+        t
+        for r in counted
+        for t in r.result.turns
+        if t.trainable and t.token_ids_present and t.logprobs_present
+    ]
+    lines = read_lines(output / "step-0000.jsonl")
+    assert len(lines) == len(usable)
+    for line in lines:
+        assert_mask_lines_up(line)
+    assert_group_normalised(lines)
+    print(f"\ntrain_loop: {summary} lines={len(lines)}")
