@@ -20,9 +20,13 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from google.protobuf import json_format
 from google.protobuf.duration_pb2 import Duration
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
+from rollout_client import AsyncRolloutClient
+from rollout_client.batch.results import is_retryable
+from rollout_client.results import reward_of
 
 from service.proxy import AUX_MODEL_ALIAS
 from tests.server_process import ServerProcess
