@@ -28,11 +28,12 @@ from rollout_client import AsyncRolloutClient
 from rollout_client.batch.results import is_retryable
 from rollout_client.results import reward_of
 
+from examples import train_loop
 from service.proxy import AUX_MODEL_ALIAS
+from tests.examples.batch_checks import assert_group_normalised, assert_mask_lines_up, read_lines
 from tests.server_process import ServerProcess
 
 LLAMA_PYTHON = os.environ.get("ROLLOUT_LLAMA_PYTHON", "")
-from examples import train_loop
 pytestmark = [
     pytest.mark.real_model,
     pytest.mark.skipif(
@@ -65,11 +66,6 @@ call("{AUX_MODEL_ALIAS}", False)
 call(os.environ["OPENAI_MODEL"], False)
 call(os.environ["OPENAI_MODEL"], True)
 PY"""
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
 # One main call whose answer the verifier reads (examples/train_loop.py's real-model case).
 TRAIN_CALL = """python3 - <<'PY'
 import json, os, urllib.request
@@ -82,6 +78,11 @@ request = urllib.request.Request(
 reply = json.loads(urllib.request.urlopen(request, timeout=600).read())
 open("answer.txt", "w").write(reply["choices"][0]["message"]["content"])
 PY"""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
 
 
