@@ -7,16 +7,16 @@
 Each step runs every task of the dataset (a Harbor dataset directory or a JSONL file of
 specs) as a group of `--group-size` members, then:
 
-1. fetches each finished rollout (FULL view) and turns it into training records
-   (`rollout_client.export.train`), one per model turn;
-2. gives each member its group-normalised advantage, (r - mean) / (std + eps) over the
+1. gives each member its group-normalised advantage, (r - mean) / (std + eps) over the
    members that count: scored ones with a reward. A member lost to infrastructure (the batch
    retried it and gave up) or without a reward is left out of the statistics and of the
    batch: it says nothing about the policy;
-3. writes `<output>/step-NNNN.jsonl`, one line per trainable turn: `input_ids` (prompt then
+2. fetches each member trained on (FULL view), turns it into training records
+   (`rollout_client.export.train`, one per model turn) and writes `<output>/step-NNNN.jsonl`,
+   one line per trainable turn that came with token ids and logprobs: `input_ids` (prompt then
    completion), `loss_mask` (aligned with input_ids: 1 on the completion), `logprobs` (one per
    masked token), `advantage`, `policy_version_start`/`_end`;
-4. pauses the run's model calls at the proxy, "updates the weights" (here a sleep: no torch),
+3. pauses the run's model calls at the proxy, "updates the weights" (here a sleep: no torch),
    sets the policy version to step + 1 and resumes. Every rollout of the run carries the label
    `train.run=<run id>`, which the pause, the version and the resume select; a rollout started
    later begins at the version set, so the next step's turns say which weights sampled them.
@@ -98,26 +98,21 @@ async def run_step(
     overrides = SpecOverrides(
         agent=args.agent, base_url=args.base_url, model=args.model, api_key=args.api_key
     )
-    results: list[BatchResult] = []
-    rollouts: dict[str, pb.Rollout] = {}
     batch = client.batch(
         args.dataset, group_size=args.group_size, labels=labels, overrides=overrides
     )
-    async for result in batch:  # as each member finishes
-        results.append(result)
-        if result.rollout_id:
-            rollouts[result.rollout_id] = await client.get(
-                result.rollout_id, view=pb.RESULT_VIEW_FULL
-            )
+    results = [result async for result in batch]  # each member as it finishes
     advantages = group_advantages(results)
     lines = 0
     with (args.output / f"step-{step:04d}.jsonl").open("w") as out:
         for result in results:
-            if result.rollout_id in advantages:
-                rollout = rollouts[result.rollout_id]
-                for line in training_lines(rollout, result.task, advantages[result.rollout_id]):
-                    out.write(json.dumps(line) + "\n")
-                    lines += 1
+            if result.rollout_id not in advantages:
+                continue
+            # One FULL rollout (every turn's ids and logprobs) in memory at a time.
+            rollout = await client.get(result.rollout_id, view=pb.RESULT_VIEW_FULL)
+            for line in training_lines(rollout, result.task, advantages[result.rollout_id]):
+                out.write(json.dumps(line) + "\n")
+                lines += 1
 
     paused = await client.pause_model_calls(labels=labels)
     try:
@@ -142,12 +137,13 @@ async def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     args.output.mkdir(parents=True, exist_ok=True)
     labels = {RUN_LABEL: args.run_id}
-    async with AsyncRolloutClient(args.target) as client:
-        for step in range(args.steps):
-            summary = await run_step(client, args, step, labels)
-            with (args.output / "steps.jsonl").open("a") as out:
-                out.write(json.dumps(summary) + "\n")
-            print(json.dumps(summary), flush=True)
+    with (args.output / "steps.jsonl").open("w") as log:
+        async with AsyncRolloutClient(args.target) as client:
+            for step in range(args.steps):
+                summary = json.dumps(await run_step(client, args, step, labels))
+                log.write(summary + "\n")
+                log.flush()
+                print(summary, flush=True)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
