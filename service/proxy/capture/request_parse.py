@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from service.proxy.capture.history import KEPT_REQUEST_BYTES
 from service.proxy.capture.prompt_ids import shared_prefix_bytes
 
 __all__ = ["RequestParser"]
@@ -35,10 +36,6 @@ __all__ = ["RequestParser"]
 _TOOLS_KEY = b'"tools":'
 _MIN_TOOLS_BYTES = 64
 """Smaller tool lists are cheap to parse again and not worth a cut."""
-_MAX_KEPT_BYTES = 8 * 1024 * 1024
-"""A larger request is not kept for the next one: its bytes would stay resident between
-calls (a 60 MiB body per dialect a route was called in) to save a parse that costs
-milliseconds next to its transfer. No real conversation is this large (~2M tokens)."""
 
 
 class _Tools:
@@ -89,7 +86,9 @@ class RequestParser:
             kept, tools_at = 0, -1
         if not isinstance(body, dict) or not isinstance(body.get(self._key), list):
             return None
-        if self._enabled and len(raw) <= _MAX_KEPT_BYTES:
+        # A larger request's bytes would stay resident between calls (a 60 MiB body per
+        # dialect a route was called in) to save a parse that costs milliseconds.
+        if self._enabled and len(raw) <= KEPT_REQUEST_BYTES:
             self._remember(raw, body, kept, tools_at)
         else:
             self._forget()

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from service.models import CaptureSpec, Dialect, Turn, Usage
 from service.proxy.capture.assembly import CompletionAssembler
 from service.proxy.capture.gate import Attempt, CallGate
-from service.proxy.capture.history import LaneHistory, RequestDelta
+from service.proxy.capture.history import KEPT_REQUEST_BYTES, LaneHistory, RequestDelta
 from service.proxy.capture.prompt_ids import PromptIdCache
 from service.proxy.capture.record import RecordBounds, Recorder, scrub_text
 from service.proxy.capture.request_parse import RequestParser
@@ -102,18 +102,19 @@ class Route:
             tools if readable and isinstance(tools, list) else [],
             stream=bool(body.get("stream")),
         )
+        exchange.request_bytes = len(raw)
         if not readable:
             exchange.mark_unparsed(raw)
         return exchange
 
     def _number(
-        self, requested_model: str, messages: list[Any], tools: list[Any]
+        self, requested_model: str, messages: list[Any], tools: list[Any], *, keep: bool
     ) -> tuple[int, RequestDelta]:
         """The next turn index and what is new in the request, in one step so that
         `Turn.index` order is the order lanes were updated in."""
         index = self._next_index
         self._next_index += 1
-        return index, self._history.delta(requested_model, messages, tools)
+        return index, self._history.delta(requested_model, messages, tools, keep=keep)
 
     def decode_prompt_ids(self, lane: str, raw: bytes) -> list[int] | None:
         """Prompt ids from a response's raw array, reusing the lane's previous prompt."""
@@ -199,6 +200,8 @@ class Exchange:
         """A 2xx response that ended before its completion finished."""
         self.raw_request = ""
         """The request's beginning, when it could not be read as a chat request."""
+        self.request_bytes = 0
+        """The size of the request as the agent sent it (what its lane may keep)."""
         self.first_token_s: float | None = None
         self.dialect = Dialect.CHAT_COMPLETIONS
         """The API the agent called (`service.proxy.dialects`)."""
@@ -241,7 +244,10 @@ class Exchange:
         """Give the turn its index and request delta; done when the turn is built, after the
         response was forwarded, so the diff never delays the agent."""
         if self._request is not None:
-            self.index, self.delta = self.route._number(self.requested_model, *self._request)
+            keep = self.request_bytes <= KEPT_REQUEST_BYTES
+            self.index, self.delta = self.route._number(
+                self.requested_model, *self._request, keep=keep
+            )
             self._request = None
 
     def fail(self, message: str, *, upstream: bool = True) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import random
+import sys
 from typing import Any
 
 import httpx
 
 from service.proxy import AUX_MODEL_ALIAS
+from service.proxy.capture.history import LANES_KEPT, LaneHistory
 from service.proxy.capture.prompt_ids import PromptIdCache, cut_prompt_ids
 from tests.fakes.llm_upstream import FakeUpstream
 from tests.proxy.conftest import OpenRollout, Rollout, chat
@@ -75,6 +77,31 @@ async def test_auxiliary_calls_are_a_separate_lane_and_not_trainable(
     assert title.request_message_offset == 0
     assert main2.request_message_offset == 1
     assert [t.index for t in rollout.route.turns] == [0, 1, 2]
+
+
+def test_a_request_too_large_to_keep_is_forgotten_and_the_next_recorded_whole() -> None:
+    """The agent picks the sizes: kept, each 60 MiB request stayed until the rollout ended."""
+    history = LaneHistory()
+    history.delta("m", [{"c": "a"}], TOOLS)
+    big = [{"c": "a"}, {"c": "b" * 1000}]
+    references = sys.getrefcount(big)
+    delta = history.delta("m", big, TOOLS, keep=False)
+    assert (delta.offset, delta.messages, delta.tools) == (1, big[1:], [])
+    assert sys.getrefcount(big) == references  # not kept
+    after = history.delta("m", [*big, {"c": "c"}], TOOLS)
+    assert (after.offset, len(after.messages), after.tools) == (0, 3, TOOLS)
+
+
+def test_a_route_keeps_only_its_most_recently_used_lanes() -> None:
+    """The agent picks the model names: each name's requests were kept until the end."""
+    history = LaneHistory()
+    messages = [{"c": "task"}]
+    for lane in range(LANES_KEPT + 1):
+        history.delta(f"lane-{lane}", messages, [])
+        history.delta("main", messages, [])  # used all along: never the oldest
+    assert history.delta("main", [*messages, {"c": "new"}], []).offset == 1
+    assert history.delta(f"lane-{LANES_KEPT}", messages, []).offset == 1
+    assert history.delta("lane-0", messages, []).offset == 0  # forgotten: recorded whole
 
 
 def test_prompt_id_cache_reuses_the_shared_prefix_exactly() -> None:
