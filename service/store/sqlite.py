@@ -19,13 +19,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from service.errors import FieldViolation, NotFoundError, SpecError
+from service.errors import NotFoundError
 from service.models import TERMINAL_STATUSES, Rollout, RolloutEvent, RolloutStatus
 from service.models.group import Group
 from service.store import groups
 from service.store.base import RolloutPage, TakeRollout
-from service.store.codec import decode_page_token, encode_page_token
 from service.store.listing import page_query
+from service.store.pages import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, read_page
 from service.store.rows import (
     ROLLOUT_COLUMNS,
     SLIM_ROLLOUT_COLUMNS,
@@ -41,11 +41,6 @@ from service.store.rows import (
 from service.store.schema import migrate
 
 __all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "SqliteStore"]
-
-DEFAULT_PAGE_SIZE = 50
-"""Rollouts per page when the caller asks for 0."""
-MAX_PAGE_SIZE = 1000
-"""Larger page sizes are lowered to this."""
 
 _BUSY_TIMEOUT_S = 10.0
 """How long a write waits for another process holding the file's write lock."""
@@ -131,25 +126,19 @@ class SqliteStore:
         slim: bool = False,
         take: TakeRollout | None = None,
     ) -> RolloutPage:
-        """Rollouts newest first, of one tenant or (None) of all, read one at a time so that
-        `take` can end the page early.
+        """Rollouts newest first, of one tenant or (None) of all (`read_page`).
 
         Raises SpecError naming "page_size" or "page_token".
         """
-        if page_size < 0:
-            raise SpecError([FieldViolation("page_size", "must not be negative")])
-        size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        after = decode_page_token(page_token) if page_token else None
         status_values = [RolloutStatus(status).value for status in statuses]
-        keys = await self._run(_page_keys, dict(labels), status_values, tenant, after, size + 1)
-        page: builtins.list[Rollout] = []
-        for index, (_, rollout_id) in enumerate(keys[:size]):
-            rollout = await self._run(_listed, rollout_id, slim)
-            if take is not None and not take(rollout):
-                return page, (encode_page_token(*keys[index - 1]) if index else page_token)
-            page.append(rollout)
-        token = encode_page_token(*keys[size - 1]) if len(keys) > size else ""
-        return page, token
+
+        async def page_keys(after: tuple[int, str] | None, limit: int) -> list[tuple[int, str]]:
+            return await self._run(_page_keys, dict(labels), status_values, tenant, after, limit)
+
+        async def read(rollout_id: str) -> Rollout:
+            return await self._run(_listed, rollout_id, slim)
+
+        return await read_page(page_size, page_token, page_keys, read, take)
 
     async def non_terminal(self) -> builtins.list[Rollout]:
         """Rollouts not in a terminal status, oldest first."""

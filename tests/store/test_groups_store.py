@@ -1,14 +1,17 @@
-"""Groups in SQLite: round trips, request ids per tenant, restart's view, and schema v3."""
+"""Groups in the store (both backends): round trips, request ids per tenant, restart's view;
+and SQLite's schema v3."""
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 from service.models import ErrorKind, RolloutStatus, Sampling
 from service.models.group import Group, GroupMember, GroupSpec, GroupStats, GroupStatus
 from service.store.schema import MIGRATIONS, SCHEMA_VERSION
 from service.store.sqlite import SqliteStore
+from tests.store.conftest import AnyStore
 from tests.store.samples import BASE_TIME, rollout
 
 
@@ -37,8 +40,10 @@ def _group(group_id: str, *, tenant: str = "", request_id: str = "") -> Group:
     )
 
 
-async def test_a_group_round_trips_and_restart_finds_the_unfinished(tmp_path: Path) -> None:
-    async with SqliteStore(tmp_path / "db") as store:
+async def test_a_group_round_trips_and_restart_finds_the_unfinished(
+    new_store: Callable[[], AnyStore],
+) -> None:
+    async with new_store() as store:
         running = _group("g1")
         await store.insert_group(running, secret_free=True)
         done = _group("g2")
@@ -51,8 +56,8 @@ async def test_a_group_round_trips_and_restart_finds_the_unfinished(tmp_path: Pa
         assert await store.unfinished_groups() == [(running, True)]
 
 
-async def test_a_request_id_names_one_group_per_tenant(tmp_path: Path) -> None:
-    async with SqliteStore(tmp_path / "db") as store:
+async def test_a_request_id_names_one_group_per_tenant(new_store: Callable[[], AnyStore]) -> None:
+    async with new_store() as store:
         first = await store.insert_group(_group("g1", tenant="a", request_id="r"), secret_free=True)
         again = await store.insert_group(_group("g2", tenant="a", request_id="r"), secret_free=True)
         other = await store.insert_group(_group("g3", tenant="b", request_id="r"), secret_free=True)
@@ -64,9 +69,9 @@ async def test_a_request_id_names_one_group_per_tenant(tmp_path: Path) -> None:
         assert await store.find_group("r", tenant="c") is None
 
 
-async def test_members_keep_their_group_across_the_store(tmp_path: Path) -> None:
+async def test_members_keep_their_group_across_the_store(new_store: Callable[[], AnyStore]) -> None:
     member = rollout(1).model_copy(update={"group_id": "g1", "member_index": 5})
-    async with SqliteStore(tmp_path / "db") as store:
+    async with new_store() as store:
         await store.insert(member)
         got = await store.get(member.id)
         listed, _ = await store.list(labels={}, statuses=[], page_size=5, page_token="", slim=True)

@@ -1,25 +1,15 @@
-"""SqliteStore.list: slim rows read without their bulk, and pages a `take` ends early."""
+"""RolloutStore.list (both backends): slim rows read without their bulk, and pages a `take`
+ends early."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
-
 from service.models import Rollout
 from service.store.base import TakeRollout
-from service.store.sqlite import SqliteStore
+from tests.store.conftest import AnyStore
 from tests.store.samples import BINARY, full_rollout, rollout
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    async with SqliteStore(tmp_path / "rollouts.db") as opened:
-        yield opened
-
-
-async def test_a_slim_row_is_the_slim_rollout(store: SqliteStore) -> None:
+async def test_a_slim_row_is_the_slim_rollout(store: AnyStore) -> None:
     full = full_rollout()
     await store.insert(full)
     await store.save(full)
@@ -34,7 +24,7 @@ async def test_a_slim_row_is_the_slim_rollout(store: SqliteStore) -> None:
     assert listed.spec.task.instruction == full.spec.task.instruction
 
 
-async def test_the_full_view_still_reads_everything(store: SqliteStore) -> None:
+async def test_the_full_view_still_reads_everything(store: AnyStore) -> None:
     full = full_rollout()
     await store.insert(full)
     await store.save(full)
@@ -46,7 +36,7 @@ async def test_the_full_view_still_reads_everything(store: SqliteStore) -> None:
 
 
 async def test_take_ends_the_page_and_the_token_resumes_at_the_refused_rollout(
-    store: SqliteStore,
+    store: AnyStore,
 ) -> None:
     for n in range(7):
         await store.insert(rollout(n))
@@ -80,7 +70,7 @@ def first_only() -> tuple[list[Rollout], TakeRollout]:
     return taken, take
 
 
-async def test_a_take_of_one_per_page_walks_every_rollout(store: SqliteStore) -> None:
+async def test_a_take_of_one_per_page_walks_every_rollout(store: AnyStore) -> None:
     for n in range(4):
         await store.insert(rollout(n))
     seen: list[str] = []

@@ -1,10 +1,11 @@
-"""SqliteStore against a real SQLite file in a temporary folder."""
+"""The store protocol against both backends (`store`, `new_store`: tests/store/conftest.py),
+and what only SQLite has (a file in WAL mode, versioned by PRAGMA user_version)."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,18 +25,13 @@ from service.store.base import RolloutStore
 from service.store.codec import encode_page_token
 from service.store.schema import SCHEMA_VERSION
 from service.store.sqlite import SqliteStore
+from tests.store.conftest import AnyStore
 from tests.store.samples import BASE_TIME, full_rollout, payloads, rollout
 
 
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "state" / "rollouts.db"
-
-
-@pytest.fixture
-async def store(db_path: Path) -> AsyncIterator[SqliteStore]:
-    async with SqliteStore(db_path) as opened:
-        yield opened
 
 
 def event(rollout_id: str, seq: int, payload: EventPayload | None = None) -> RolloutEvent:
@@ -52,7 +48,7 @@ def test_matches_the_protocol(db_path: Path) -> None:
     assert store is not None
 
 
-async def test_rollout_round_trips_with_binary_files(store: SqliteStore) -> None:
+async def test_rollout_round_trips_with_binary_files(store: AnyStore) -> None:
     finished = full_rollout()
     queued = finished.model_copy(update={"status": RolloutStatus.QUEUED, "phase": Phase.QUEUED})
 
@@ -64,7 +60,7 @@ async def test_rollout_round_trips_with_binary_files(store: SqliteStore) -> None
 
 
 @pytest.mark.parametrize("payload", payloads(), ids=lambda payload: type(payload).__name__)
-async def test_every_payload_type_round_trips(store: SqliteStore, payload: EventPayload) -> None:
+async def test_every_payload_type_round_trips(store: AnyStore, payload: EventPayload) -> None:
     owner = await store.insert(rollout(1, labels={"team": "rl"}))
     sent = event(owner.id, 1, payload).model_copy(update={"labels": {"team": "rl"}})
 
@@ -75,7 +71,7 @@ async def test_every_payload_type_round_trips(store: SqliteStore, payload: Event
     assert received == sent
 
 
-async def test_events_are_read_in_seq_order_after_seq_up_to_limit(store: SqliteStore) -> None:
+async def test_events_are_read_in_seq_order_after_seq_up_to_limit(store: AnyStore) -> None:
     await store.insert(rollout(1))
     await store.insert(rollout(2))
     await store.append_events([event("r0001", seq) for seq in (3, 1, 2)])
@@ -89,7 +85,7 @@ async def test_events_are_read_in_seq_order_after_seq_up_to_limit(store: SqliteS
     assert await store.events("missing", after_seq=0, limit=10) == []
 
 
-async def test_append_events_is_all_or_nothing(store: SqliteStore) -> None:
+async def test_append_events_is_all_or_nothing(store: AnyStore) -> None:
     await store.insert(rollout(1))
     await store.append_events([event("r0001", 1)])
 
@@ -101,7 +97,7 @@ async def test_append_events_is_all_or_nothing(store: SqliteStore) -> None:
     assert [e.seq for e in await store.events("r0001", after_seq=0, limit=10)] == [1]
 
 
-async def test_second_insert_with_request_id_returns_the_first(store: SqliteStore) -> None:
+async def test_second_insert_with_request_id_returns_the_first(store: AnyStore) -> None:
     first = await store.insert(rollout(1, request_id="req"))
 
     again = await store.insert(rollout(2, request_id="req"))
@@ -112,7 +108,7 @@ async def test_second_insert_with_request_id_returns_the_first(store: SqliteStor
     assert await store.find_by_request_id("") is None
 
 
-async def test_rollouts_without_request_id_never_collide(store: SqliteStore) -> None:
+async def test_rollouts_without_request_id_never_collide(store: AnyStore) -> None:
     await store.insert(rollout(1))
     await store.insert(rollout(2))
 
@@ -120,7 +116,7 @@ async def test_rollouts_without_request_id_never_collide(store: SqliteStore) -> 
     assert [r.id for r in page] == ["r0002", "r0001"]
 
 
-async def test_reinserting_an_id_returns_the_stored_rollout(store: SqliteStore) -> None:
+async def test_reinserting_an_id_returns_the_stored_rollout(store: AnyStore) -> None:
     first = await store.insert(rollout(1))
 
     again = await store.insert(rollout(1, labels={"other": "x"}))
@@ -128,7 +124,7 @@ async def test_reinserting_an_id_returns_the_stored_rollout(store: SqliteStore) 
     assert again == first
 
 
-async def test_concurrent_inserts_with_one_request_id_keep_one(store: SqliteStore) -> None:
+async def test_concurrent_inserts_with_one_request_id_keep_one(store: AnyStore) -> None:
     attempts = [rollout(n, request_id="same") for n in range(20)]
 
     results = await asyncio.gather(*(store.insert(attempt) for attempt in attempts))
@@ -138,8 +134,10 @@ async def test_concurrent_inserts_with_one_request_id_keep_one(store: SqliteStor
     assert [r.id for r in page] == [results[0].id]
 
 
-async def test_two_stores_on_one_file_keep_one_rollout_per_request_id(db_path: Path) -> None:
-    async with SqliteStore(db_path) as one, SqliteStore(db_path) as two:
+async def test_two_stores_on_one_database_keep_one_rollout_per_request_id(
+    new_store: Callable[[], AnyStore],
+) -> None:
+    async with new_store() as one, new_store() as two:
         results = await asyncio.gather(
             *(
                 (one if n % 2 else two).insert(rollout(n, request_id=f"req-{n // 2}"))
@@ -155,7 +153,7 @@ async def test_two_stores_on_one_file_keep_one_rollout_per_request_id(db_path: P
         assert result == results[n ^ 1]
 
 
-async def test_list_filters_by_every_label_and_by_status(store: SqliteStore) -> None:
+async def test_list_filters_by_every_label_and_by_status(store: AnyStore) -> None:
     await store.insert(rollout(1, labels={"team": "rl", "run": "a"}))
     await store.insert(rollout(2, labels={"team": "rl", "run": "b"}, status=RolloutStatus.FAILED))
     await store.insert(rollout(3, labels={"team": "rl"}, status=RolloutStatus.SUCCEEDED))
@@ -188,7 +186,7 @@ async def test_list_filters_by_every_label_and_by_status(store: SqliteStore) -> 
     ],
 )
 async def test_list_pages_through_every_match_once(
-    store: SqliteStore, labels: dict[str, str], statuses: list[RolloutStatus]
+    store: AnyStore, labels: dict[str, str], statuses: list[RolloutStatus]
 ) -> None:
     # Ties on create_time are ordered by id, so a page boundary inside a tie loses nothing.
     created = []
@@ -221,7 +219,7 @@ async def test_list_pages_through_every_match_once(
     "token",
     ["%%%", "bm90IGpzb24=", encode_page_token(1, "x")[:-3], "WyJ4IiwgInkiXQ==", "WzFd"],
 )
-async def test_list_rejects_a_malformed_page_token(store: SqliteStore, token: str) -> None:
+async def test_list_rejects_a_malformed_page_token(store: AnyStore, token: str) -> None:
     with pytest.raises(SpecError) as caught:
         await store.list(labels={}, statuses=[], page_size=5, page_token=token)
 
@@ -229,7 +227,7 @@ async def test_list_rejects_a_malformed_page_token(store: SqliteStore, token: st
 
 
 async def test_list_page_size_zero_means_default_and_negative_is_rejected(
-    store: SqliteStore,
+    store: AnyStore,
 ) -> None:
     await store.insert(rollout(1))
     page, _ = await store.list(labels={}, statuses=[], page_size=0, page_token="")
@@ -240,7 +238,7 @@ async def test_list_page_size_zero_means_default_and_negative_is_rejected(
     assert [v.field for v in caught.value.violations] == ["page_size"]
 
 
-async def test_non_terminal_returns_queued_and_running_only(store: SqliteStore) -> None:
+async def test_non_terminal_returns_queued_and_running_only(store: AnyStore) -> None:
     for n, status in enumerate(RolloutStatus):
         await store.insert(rollout(n, status=status))
 
@@ -252,15 +250,15 @@ async def test_non_terminal_returns_queued_and_running_only(store: SqliteStore) 
     ]
 
 
-async def test_everything_survives_close_and_reopen(db_path: Path) -> None:
+async def test_everything_survives_close_and_reopen(new_store: Callable[[], AnyStore]) -> None:
     finished = full_rollout()
-    async with SqliteStore(db_path) as store:
+    async with new_store() as store:
         await store.insert(rollout(1, request_id="req", labels={"k": "v"}))
         await store.insert(finished)
         await store.append_events([event(finished.id, 1), event(finished.id, 2, finished)])
         await store.save(rollout(1, status=RolloutStatus.RUNNING))
 
-    async with SqliteStore(db_path) as reopened:
+    async with new_store() as reopened:
         assert await reopened.get(finished.id) == finished
         stored = await reopened.get("r0001")
         assert stored is not None
@@ -273,7 +271,7 @@ async def test_everything_survives_close_and_reopen(db_path: Path) -> None:
         assert [r.id for r in await reopened.non_terminal()] == ["r0001"]
 
 
-async def test_save_of_an_unknown_rollout_is_not_found(store: SqliteStore) -> None:
+async def test_save_of_an_unknown_rollout_is_not_found(store: AnyStore) -> None:
     with pytest.raises(NotFoundError):
         await store.save(rollout(1))
 
@@ -320,8 +318,8 @@ async def test_a_newer_schema_is_refused(db_path: Path) -> None:
         await SqliteStore(db_path).open()
 
 
-async def test_a_closed_store_refuses_calls(db_path: Path) -> None:
-    store = SqliteStore(db_path)
+async def test_a_closed_store_refuses_calls(new_store: Callable[[], AnyStore]) -> None:
+    store = new_store()
     with pytest.raises(RuntimeError, match="not open"):
         await store.get("x")
     await store.open()

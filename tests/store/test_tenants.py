@@ -4,7 +4,6 @@ and a database written before tenants existed migrates without losing anything."
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,13 +14,8 @@ from service.store.codec import encode_model
 from service.store.rows import encode_insert
 from service.store.schema import MIGRATIONS, SCHEMA_VERSION
 from service.store.sqlite import SqliteStore
+from tests.store.conftest import AnyStore
 from tests.store.samples import BASE_TIME, rollout
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    async with SqliteStore(tmp_path / "rollouts.db") as opened:
-        yield opened
 
 
 def of(tenant: str, number: int, **kwargs: object) -> Rollout:
@@ -37,7 +31,7 @@ def output(rollout_id: str, seq: int) -> RolloutEvent:
     )
 
 
-async def test_one_request_id_in_two_tenants_makes_two_rollouts(store: SqliteStore) -> None:
+async def test_one_request_id_in_two_tenants_makes_two_rollouts(store: AnyStore) -> None:
     first = await store.insert(of("a", 1, request_id="req"))
     second = await store.insert(of("b", 2, request_id="req"))
     again = await store.insert(of("a", 3, request_id="req"))
@@ -50,7 +44,7 @@ async def test_one_request_id_in_two_tenants_makes_two_rollouts(store: SqliteSto
 
 @pytest.mark.parametrize("labels", [{}, {"team": "rl"}, {"team": "rl", "run": "7"}])
 async def test_list_of_a_tenant_holds_only_its_rollouts(
-    store: SqliteStore, labels: dict[str, str]
+    store: AnyStore, labels: dict[str, str]
 ) -> None:
     for number in range(1, 9):
         tenant = "a" if number % 2 else "b"
@@ -72,7 +66,7 @@ async def test_list_of_a_tenant_holds_only_its_rollouts(
     assert len(everyone) == 8
 
 
-async def test_list_combines_tenant_and_status(store: SqliteStore) -> None:
+async def test_list_combines_tenant_and_status(store: AnyStore) -> None:
     await store.insert(of("a", 1, status=RolloutStatus.FAILED))
     await store.insert(of("a", 2))
     await store.insert(of("b", 3, status=RolloutStatus.FAILED))
@@ -84,7 +78,7 @@ async def test_list_combines_tenant_and_status(store: SqliteStore) -> None:
     assert [r.id for r in page] == ["r0001"]
 
 
-async def test_stored_events_carry_their_rollouts_tenant(store: SqliteStore) -> None:
+async def test_stored_events_carry_their_rollouts_tenant(store: AnyStore) -> None:
     await store.insert(of("a", 1, labels={"team": "rl"}))
     await store.append_events([output("r0001", 1), output("r0001", 2)])
 

@@ -1,0 +1,323 @@
+"""`PostgresStore`: the `RolloutStore` (and `GroupStore`) on a PostgreSQL server.
+
+Chosen by ROLLOUT_DATABASE_URL (a postgresql:// DSN), so that several servers can share one
+database. psycopg 3 talks to it through a small pool of async connections; every write that
+touches more than one row is one transaction. The schema is migrated at `open` by yoyo
+(service/store/postgres_migrations/*.sql, applied under yoyo's lock, so replicas starting
+together migrate once). Rows hold the same values as SQLite's (`rows.py`), plus the slim spec and
+result written beside the full ones, so that a slim list reads no bulk.
+
+The DSN may carry a password: it is never put in an error, a log line or a repr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from psycopg import errors
+from psycopg_pool import AsyncConnectionPool
+
+from service.errors import NotFoundError
+from service.models import TERMINAL_STATUSES, Rollout, RolloutEvent, RolloutStatus
+from service.models.group import Group, GroupStatus
+from service.store.base import RolloutPage, TakeRollout
+from service.store.codec import decode_model, encode_model
+from service.store.groups import StoredGroup
+from service.store.listing import page_query
+from service.store.pages import read_page
+from service.store.rows import (
+    ROLLOUT_COLUMNS,
+    decode_event,
+    decode_rollout,
+    encode_event,
+    encode_insert,
+    encode_labels,
+    encode_save,
+    epoch_us,
+    redacted,
+)
+
+__all__ = ["MIGRATIONS_DIR", "PostgresStore", "is_postgres_url"]
+
+MIGRATIONS_DIR = Path(__file__).with_name("postgres_migrations")
+"""yoyo's migrations, one .sql file per step, applied in name order."""
+
+_SCHEMES = ("postgresql://", "postgres://")
+_POOL_SIZE = 8
+"""Connections per server: statements are short, so a few serve many concurrent rollouts."""
+_SLIM_COLUMNS = ROLLOUT_COLUMNS.replace("spec, result", "slim_spec, slim_result")
+"""ROLLOUT_COLUMNS with the slim documents: `decode_rollout` reads the slim rollout from it."""
+
+
+def is_postgres_url(url: str) -> bool:
+    """Whether `url` names a PostgreSQL database (postgresql:// or postgres://)."""
+    return url.startswith(_SCHEMES)
+
+
+class PostgresStore:
+    """Rollouts, their events and groups in the PostgreSQL database at `url`."""
+
+    def __init__(self, url: str) -> None:
+        if not is_postgres_url(url):
+            raise ValueError("a PostgreSQL URL starts with postgresql:// or postgres://")
+        self._url = url
+        self._pool: AsyncConnectionPool | None = None
+
+    def __repr__(self) -> str:
+        return "PostgresStore(<url hidden>)"
+
+    async def open(self) -> None:
+        """Migrate the schema to this code's version, then connect the pool."""
+        if self._pool is not None:
+            raise RuntimeError("store is already open")
+        await asyncio.to_thread(migrate, self._url)
+        pool = AsyncConnectionPool(
+            self._url, min_size=1, max_size=_POOL_SIZE, kwargs={"autocommit": True}, open=False
+        )
+        await pool.open(wait=True)
+        self._pool = pool
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def __aenter__(self) -> PostgresStore:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def insert(self, rollout: Rollout) -> Rollout:
+        """Insert a new rollout; if its tenant's request_id (or its id) is taken, return that
+        rollout instead."""
+        stored = redacted(rollout)
+        values = (*encode_insert(stored), *_encode_slim(stored))
+        rollout_id, tenant, request_id = values[:3]
+        async with self._connection() as conn, conn.transaction():
+            cursor = await conn.execute(
+                "INSERT INTO rollouts (id, tenant, request_id, status, phase, create_us,"
+                " create_time, start_time, finish_time, spec, result, group_id, member_index,"
+                " slim_spec, slim_result)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT DO NOTHING",
+                values,
+            )
+            if cursor.rowcount:
+                await cursor.executemany(
+                    "INSERT INTO rollout_labels (key, value, create_us, rollout_id)"
+                    " VALUES (%s, %s, %s, %s)",
+                    encode_labels(stored),
+                )
+                return stored
+        # The conflict was on (tenant, request_id), or else on the id itself; the row that won
+        # is committed by now (ours waited for it).
+        existing = await self.find_by_request_id(request_id or "", tenant=tenant)
+        existing = existing or await self.get(rollout_id)
+        assert existing is not None, "a conflicting rollout is never deleted"
+        return existing
+
+    async def save(self, rollout: Rollout) -> None:
+        """Overwrite an existing rollout's status, phase, result and times (never its spec)."""
+        async with self._connection() as conn:
+            cursor = await conn.execute(
+                "UPDATE rollouts SET status = %s, phase = %s, start_time = %s,"
+                " finish_time = %s, result = %s, slim_result = %s WHERE id = %s",
+                (*encode_save(rollout)[:-1], _encode_slim(rollout)[1], rollout.id),
+            )
+        if cursor.rowcount != 1:
+            raise NotFoundError(f"no rollout {rollout.id!r} to save")
+
+    async def get(self, rollout_id: str) -> Rollout | None:
+        row = await self._one(f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE id = %s", rollout_id)
+        return None if row is None else decode_rollout(row)
+
+    async def find_by_request_id(self, request_id: str, *, tenant: str = "") -> Rollout | None:
+        """The rollout `tenant` inserted with this (non-empty) request_id, if any."""
+        if not request_id:
+            return None
+        row = await self._one(
+            f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE tenant = %s AND request_id = %s",
+            tenant,
+            request_id,
+        )
+        return None if row is None else decode_rollout(row)
+
+    async def list(
+        self,
+        *,
+        labels: Mapping[str, str],
+        statuses: Sequence[RolloutStatus],
+        page_size: int,
+        page_token: str,
+        tenant: str | None = None,
+        slim: bool = False,
+        take: TakeRollout | None = None,
+    ) -> RolloutPage:
+        """Rollouts newest first, of one tenant or (None) of all (`read_page`).
+
+        Raises SpecError naming "page_size" or "page_token".
+        """
+        status_values = [RolloutStatus(status).value for status in statuses]
+        columns = _SLIM_COLUMNS if slim else ROLLOUT_COLUMNS
+
+        async def page_keys(after: tuple[int, str] | None, limit: int) -> list[tuple[int, str]]:
+            query, params = page_query(labels, status_values, after, limit, tenant=tenant)
+            return [(key[0], key[1]) for key in await self._all(_placeholders(query), *params)]
+
+        async def read(rollout_id: str) -> Rollout:
+            row = await self._one(f"SELECT {columns} FROM rollouts WHERE id = %s", rollout_id)
+            return decode_rollout(row)
+
+        return await read_page(page_size, page_token, page_keys, read, take)
+
+    async def non_terminal(self) -> builtins.list[Rollout]:
+        """Rollouts not in a terminal status, oldest first."""
+        live = [status.value for status in RolloutStatus if status not in TERMINAL_STATUSES]
+        rows = await self._all(
+            f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE status = ANY(%s) ORDER BY create_us, id",
+            live,
+        )
+        return [decode_rollout(row) for row in rows]
+
+    async def append_events(self, events: Sequence[RolloutEvent]) -> None:
+        """Append events (seq already assigned) in one transaction: all of them or none."""
+        if not events:
+            return
+        rows = [encode_event(event) for event in events]
+        try:
+            async with self._connection() as conn, conn.transaction(), conn.cursor() as cursor:
+                await cursor.executemany(
+                    "INSERT INTO events (rollout_id, seq, time, kind, payload)"
+                    " VALUES (%s, %s, %s, %s, %s)",
+                    rows,
+                )
+        except errors.ForeignKeyViolation as exc:
+            ids = sorted({row[0] for row in rows})
+            raise NotFoundError(f"events for unknown rollouts among {ids}") from exc
+        except errors.UniqueViolation as exc:
+            raise ValueError(f"an event's (rollout_id, seq) is already stored: {exc}") from exc
+
+    async def events(
+        self, rollout_id: str, *, after_seq: int, limit: int
+    ) -> builtins.list[RolloutEvent]:
+        """Up to `limit` events of one rollout with seq > after_seq, in order."""
+        rows = await self._all(
+            "SELECT seq, time, kind, payload FROM events WHERE rollout_id = %s AND seq > %s"
+            " ORDER BY seq LIMIT %s",
+            rollout_id,
+            after_seq,
+            max(limit, 0),
+        )
+        if not rows:
+            return []
+        labels = await self._all(
+            "SELECT key, value FROM rollout_labels WHERE rollout_id = %s", rollout_id
+        )
+        (tenant,) = await self._one("SELECT tenant FROM rollouts WHERE id = %s", rollout_id)
+        return [decode_event(rollout_id, (*row,), dict(labels), tenant) for row in rows]
+
+    async def insert_group(self, group: Group, *, secret_free: bool) -> Group:
+        """Insert a new group; if its tenant already used its request_id, that group instead."""
+        request_id = group.spec.spec.request_id or None
+        async with self._connection() as conn:
+            cursor = await conn.execute(
+                "INSERT INTO groups (id, tenant, request_id, status, create_us, secret_free,"
+                " document) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (
+                    group.id,
+                    group.tenant,
+                    request_id,
+                    group.status.value,
+                    epoch_us(group.create_time),
+                    secret_free,
+                    encode_model(group),
+                ),
+            )
+        if cursor.rowcount:
+            return group
+        existing = await self.find_group(request_id or "", tenant=group.tenant)
+        existing = existing or await self.get_group(group.id)
+        assert existing is not None, "a conflicting group is never deleted"
+        return existing
+
+    async def save_group(self, group: Group) -> None:
+        async with self._connection() as conn:
+            await conn.execute(
+                "UPDATE groups SET status = %s, document = %s WHERE id = %s",
+                (group.status.value, encode_model(group), group.id),
+            )
+
+    async def get_group(self, group_id: str) -> Group | None:
+        row = await self._one("SELECT document FROM groups WHERE id = %s", group_id)
+        return None if row is None else decode_model(Group, row[0])
+
+    async def find_group(self, request_id: str, *, tenant: str) -> Group | None:
+        if not request_id:
+            return None
+        row = await self._one(
+            "SELECT document FROM groups WHERE tenant = %s AND request_id = %s", tenant, request_id
+        )
+        return None if row is None else decode_model(Group, row[0])
+
+    async def unfinished_groups(self) -> builtins.list[StoredGroup]:
+        """Groups a previous server left running, oldest first."""
+        rows = await self._all(
+            "SELECT document, secret_free FROM groups WHERE status = %s ORDER BY create_us, id",
+            GroupStatus.RUNNING.value,
+        )
+        return [(decode_model(Group, document), free) for document, free in rows]
+
+    def _connection(self) -> Any:
+        """A pooled connection (autocommit) for the `async with` block."""
+        if self._pool is None:
+            raise RuntimeError("store is not open")
+        return self._pool.connection()
+
+    async def _one(self, query: str, *params: Any) -> Any:
+        async with self._connection() as conn:
+            cursor = await conn.execute(query, params)
+            return await cursor.fetchone()
+
+    async def _all(self, query: str, *params: Any) -> builtins.list[Any]:
+        async with self._connection() as conn:
+            cursor = await conn.execute(query, params)
+            return await cursor.fetchall()
+
+
+def migrate(url: str) -> None:
+    """Apply the migrations this database lacks (blocking: run it on a thread).
+
+    yoyo's lock makes replicas that start together wait for the first one's migration.
+    """
+    from yoyo import get_backend, read_migrations
+
+    backend = get_backend("postgresql+psycopg://" + url.split("://", 1)[1])
+    try:
+        migrations = read_migrations(str(MIGRATIONS_DIR))
+        with backend.lock():
+            backend.apply_migrations(backend.to_apply(migrations))
+    finally:
+        backend.connection.close()
+
+
+def _encode_slim(rollout: Rollout) -> tuple[str, str]:
+    """The slim spec (redacted) and slim result, as `Rollout.slim` makes them."""
+    slim = redacted(rollout).slim()
+    return encode_model(slim.spec), encode_model(slim.result)
+
+
+def _placeholders(query: str) -> str:
+    """`listing.page_query`'s SQLite placeholders (?) as psycopg's (%s)."""
+    return query.replace("?", "%s")
