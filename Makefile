@@ -25,7 +25,7 @@ BUF_INSTALL = mkdir -p .tools && npm install --no-audit --no-fund --loglevel=err
   grep -vE '^npm error( *$$|  | *[{}]$$)' $(BUF_LOG) | sed 's/^/  /'; \
   echo "  (a TLS proxy: point npm_config_cafile at its CA; the whole log: $(BUF_LOG))"; false; }
 
-.PHONY: install run test test-real-model proto proto-check lint bench clean base-image
+.PHONY: install run test test-real-model proto proto-check lint bench clean base-image web
 
 install: $(STAMP)
 
@@ -83,6 +83,12 @@ proto-check: install
 	  diff -u client/rollout/v1/$$f .tools/proto-check/rollout/v1/$$f || \
 	  { echo "client/rollout/v1/$$f is stale: run make proto"; exit 1; }; done
 
+# The dashboard's page (committed in service/dashboard/static/): TypeScript stubs of proto/ (buf,
+# protoc-gen-es), type-checked and bundled by esbuild, every tool pinned by web/package-lock.json.
+# tests/dashboard/test_bundle.py fails when the committed files differ from what this makes.
+web:
+	cd web && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build
+
 lint: install proto-check
 	@test -x $(BUF) || { command -v npm >/dev/null || { \
 	  echo "make lint needs buf from npm: install Node.js and npm"; exit 1; }; $(BUF_INSTALL); }
@@ -100,4 +106,4 @@ base-image: install
 	$(PY) -m service.images base
 
 clean:
-	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache web/node_modules

@@ -217,6 +217,8 @@ class Settings(BaseSettings):
     instance_id: str = "default"
     """Names this service instance in remote sandbox metadata (orphan sweep)."""
 
+    dashboard_listen: str = ""
+    """Web dashboard (HTTP, HTTPS with the API's tls_* files): HOST:PORT; empty: off."""
     @classmethod
     def settings_customise_sources(
         cls,

@@ -37,6 +37,7 @@ from service.api.transport import (
     server_credentials,
 )
 from service.config import Settings, load_settings
+from service.dashboard.serve import Dashboard
 from service.engine.events import EventHub
 from service.engine.groups.manager import GroupManager
 from service.engine.manager import RolloutManager
@@ -64,6 +65,9 @@ async def serve(settings: Settings) -> None:
     """Run until SIGTERM/SIGINT, then drain: stop admitting, cancel after the grace, exit."""
     # Before anything opens: each of these may refuse.
     security = _ApiSecurity.from_settings(settings)
+    dashboard = Dashboard.open(
+        settings, encrypted=security.credentials is not None, authenticated=security.authenticated
+    )
     check_proxy_exposure(settings)
     check_metrics_exposure(settings)
     if not settings.listen_reuse_port:
@@ -98,8 +102,12 @@ async def serve(settings: Settings) -> None:
     stop = _stop_on_signal()
     server, port, health_servicer = _grpc_server(settings, security, manager, groups, hub, metrics)
     await server.start()
+    if dashboard is not None:
+        dashboard.attach(server)
     await _mark_serving(health_servicer)
     host = settings.listen.rsplit(":", 1)[0]
+    if dashboard is not None:
+        print(f"rollout-service dashboard at {await dashboard.start()}", flush=True)
     print(f"rollout-service listening on {host}:{port}", flush=True)
 
     await stop.wait()
@@ -108,6 +116,8 @@ async def serve(settings: Settings) -> None:
     await groups.shutdown()
     await manager.shutdown(settings.shutdown_grace_s)
     await server.stop(grace=1.0)
+    if dashboard is not None:
+        await dashboard.stop()
     await proxy.stop()
     await hub.stop()
     await store.close()
@@ -132,13 +142,17 @@ class _ApiSecurity:
     tokens: TokenTable
     credentials: grpc.ServerCredentials | None
 
+    authenticated: bool
+    """Every call proves who it is: a bearer token or a client certificate."""
     @classmethod
     def from_settings(cls, settings: Settings) -> _ApiSecurity:
-        security = cls(load_tokens(settings), server_credentials(settings))
+        tokens = load_tokens(settings)
+        authenticated = bool(tokens) or settings.tls_client_ca_file is not None
+        security = cls(tokens, server_credentials(settings), authenticated)
         check_exposure(
             settings,
             encrypted=security.credentials is not None,
-            authenticated=bool(security.tokens) or settings.tls_client_ca_file is not None,
+            authenticated=security.authenticated,
         )
         return security
 

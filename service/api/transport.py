@@ -14,6 +14,8 @@ The capture proxy's TCP listener (`proxy_listen`) follows the same rule. It spea
 network in clear), so any address but loopback needs allow_insecure_listen; to serve remote
 sandboxes safely, keep it on loopback behind a TLS front (`proxy_public_url`).
 
+The web dashboard (`dashboard_listen`) serves the API's data, so it is held to the API's rule.
+
 So does the Prometheus endpoint (`metrics_listen`): plain HTTP, open to whoever reaches it.
 Its series name no tenant, rollout or label, but their counts show the server's workload.
 """
@@ -32,6 +34,7 @@ from service.proxy.core import split_listen
 from service.telemetry.metrics import metrics_address
 
 __all__ = [
+    "check_dashboard_exposure",
     "check_exposure",
     "check_metrics_exposure",
     "check_proxy_exposure",
@@ -92,6 +95,19 @@ def check_exposure(settings: Settings, *, encrypted: bool, authenticated: bool) 
     """Refuse a non-loopback address without TLS or authentication, naming the settings."""
     if is_loopback(settings.listen) or (encrypted and authenticated):
         return
+    _refuse_unless_allowed(settings, settings.listen, _missing(encrypted, authenticated))
+
+
+def check_dashboard_exposure(settings: Settings, *, encrypted: bool, authenticated: bool) -> None:
+    """Refuse a web dashboard address other than loopback on the API's terms."""
+    listen = settings.dashboard_listen
+    if not listen or is_loopback(listen) or (encrypted and authenticated):
+        return
+    address = f"{listen} (ROLLOUT_DASHBOARD_LISTEN, the web dashboard)"
+    _refuse_unless_allowed(settings, address, _missing(encrypted, authenticated))
+
+
+def _missing(encrypted: bool, authenticated: bool) -> str:
     missing = []
     if not encrypted:
         missing.append("TLS (ROLLOUT_TLS_CERT_FILE and ROLLOUT_TLS_KEY_FILE)")
@@ -100,7 +116,7 @@ def check_exposure(settings: Settings, *, encrypted: bool, authenticated: bool) 
             "authentication (ROLLOUT_AUTH_TOKENS, ROLLOUT_AUTH_TOKEN_FILE"
             " or ROLLOUT_TLS_CLIENT_CA_FILE)"
         )
-    _refuse_unless_allowed(settings, settings.listen, " and ".join(missing))
+    return " and ".join(missing)
 
 
 def check_proxy_exposure(settings: Settings) -> None:

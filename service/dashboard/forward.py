@@ -1,0 +1,119 @@
+"""Connect endpoints of the dashboard, each forwarding to the same method of the gRPC API.
+
+The endpoints are made from the proto's service descriptor (no generated Connect code to keep
+in step): every method of READ_METHODS, unary or server-streaming, becomes a call on a gRPC
+channel with the caller's `authorization` header as metadata and the caller's Connect timeout
+as deadline. A gRPC status comes back as the Connect error of the same code and message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+import grpc
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+from connectrpc.method import IdempotencyLevel, MethodInfo
+from connectrpc.request import RequestContext
+from connectrpc.server import Endpoint
+from google.protobuf import message_factory
+from google.protobuf.descriptor import MethodDescriptor
+from google.protobuf.message import Message
+from rollout.v1 import rollout_pb2 as pb
+
+__all__ = ["READ_METHODS", "SERVICE_PATH", "forwarding_endpoints"]
+
+_SERVICE = pb.DESCRIPTOR.services_by_name["RolloutService"]
+SERVICE_PATH = f"/{_SERVICE.full_name}/"
+"""The URL path prefix of every Connect call."""
+
+READ_METHODS = ("ListRollouts", "GetRollout", "WatchRollout", "GetGroup", "WatchGroup")
+"""What the dashboard may call: it shows rollouts and groups, it never starts or cancels one."""
+
+Context = RequestContext[Any, Any]
+
+
+def forwarding_endpoints(channel: grpc.aio.Channel) -> Mapping[str, Any]:
+    """URL path -> Connect endpoint, for every method of READ_METHODS, calling `channel`."""
+    endpoints: dict[str, Any] = {}
+    for name in READ_METHODS:
+        method = _SERVICE.methods_by_name[name]
+        path = f"{SERVICE_PATH}{name}"
+        info = _method_info(method)
+        output = info.output
+        if method.server_streaming:
+            call = channel.unary_stream(
+                path,
+                request_serializer=_serialize,
+                response_deserializer=output.FromString,
+            )
+            endpoints[path] = Endpoint.server_stream(info, _streaming(call))
+        else:
+            unary = channel.unary_unary(
+                path,
+                request_serializer=_serialize,
+                response_deserializer=output.FromString,
+            )
+            endpoints[path] = Endpoint.unary(info, _unary(unary))
+    return endpoints
+
+
+def _method_info(method: MethodDescriptor) -> MethodInfo[Any, Any]:
+    return MethodInfo(
+        name=method.name,
+        service_name=_SERVICE.full_name,
+        input=message_factory.GetMessageClass(method.input_type),
+        output=message_factory.GetMessageClass(method.output_type),
+        idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS,
+    )
+
+
+def _serialize(message: Message) -> bytes:
+    return message.SerializeToString()
+
+
+def _call_options(context: Context) -> dict[str, Any]:
+    """The caller's bearer token as metadata (the API's interceptor judges it) and deadline."""
+    authorization = context.request_headers.getall("authorization")
+    timeout_ms = context.timeout_ms
+    return {
+        "metadata": tuple(("authorization", value) for value in authorization),
+        "timeout": None if timeout_ms is None else timeout_ms / 1000,
+    }
+
+
+def _unary(
+    call: grpc.aio.UnaryUnaryMultiCallable[Any, Any],
+) -> Callable[[Message, Context], Awaitable[Message]]:
+    async def forward(request: Message, context: Context) -> Message:
+        try:
+            response: Message = await call(request, **_call_options(context))
+        except grpc.aio.AioRpcError as exc:
+            raise _connect_error(exc) from exc
+        return response
+
+    return forward
+
+
+def _streaming(
+    call: grpc.aio.UnaryStreamMultiCallable[Any, Any],
+) -> Callable[[Message, Context], AsyncIterator[Message]]:
+    async def forward(request: Message, context: Context) -> AsyncIterator[Message]:
+        stream = call(request, **_call_options(context))
+        try:
+            async for response in stream:
+                yield response
+        except grpc.aio.AioRpcError as exc:
+            raise _connect_error(exc) from exc
+        finally:
+            stream.cancel()  # the page went away: the API's watch ends too
+
+    return forward
+
+
+def _connect_error(exc: grpc.aio.AioRpcError) -> ConnectError:
+    """The Connect error of the gRPC status: same code (CANCELLED is spelled CANCELED)."""
+    status = exc.code()
+    code = Code.CANCELED if status is grpc.StatusCode.CANCELLED else Code[status.name]
+    return ConnectError(code, exc.details() or "")

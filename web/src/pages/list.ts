@@ -1,0 +1,112 @@
+// Rollouts matching a label selector and a status, kept live by a label-wide WatchRollout.
+import { api } from "../client";
+import { h, link, replaceChildren } from "../dom";
+import { labels, parseLabels, phaseName, reward, statusName, time } from "../format";
+import { type Phase, ResultView, type Rollout, RolloutStatus } from "../gen/rollout/v1/rollout_pb";
+
+interface Filter {
+  labels: Record<string, string>;
+  labelText: string;
+  status: RolloutStatus;
+}
+
+function filterOf(query: URLSearchParams): Filter {
+  const labelText = query.get("labels") ?? "";
+  const status = RolloutStatus[(query.get("status") ?? "") as keyof typeof RolloutStatus];
+  return { labels: parseLabels(labelText), labelText, status: status ?? RolloutStatus.UNSPECIFIED };
+}
+
+function filterForm(filter: Filter): HTMLFormElement {
+  const selector = h("input", { name: "labels", placeholder: "labels: batch=nightly, team=rl" });
+  selector.value = filter.labelText;
+  const status = h("select", { name: "status" }, h("option", { value: "" }, "any status"));
+  for (const name of Object.keys(RolloutStatus).filter((k) => Number.isNaN(Number(k)))) {
+    if (name === "UNSPECIFIED") continue;
+    const option = h("option", { value: name }, name);
+    option.selected = RolloutStatus[name as keyof typeof RolloutStatus] === filter.status;
+    status.append(option);
+  }
+  const form = h("form", { id: "filter" }, selector, status, h("button", {}, "filter"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const query = new URLSearchParams();
+    if (selector.value.trim()) query.set("labels", selector.value.trim());
+    if (status.value) query.set("status", status.value);
+    location.hash = `#/?${query}`;
+  });
+  return form;
+}
+
+function row(rollout: Rollout): HTMLTableRowElement {
+  const group = rollout.groupId
+    ? link(`#/group/${encodeURIComponent(rollout.groupId)}`, `${rollout.groupId}`)
+    : "";
+  return h(
+    "tr",
+    { "data-rollout": rollout.id, "data-status": statusName(rollout.status) },
+    h("td", {}, link(`#/rollout/${encodeURIComponent(rollout.id)}`, rollout.id)),
+    h("td", { class: "status" }, statusName(rollout.status)),
+    h("td", { class: "phase" }, phaseName(rollout.phase)),
+    h("td", {}, rollout.spec?.agent?.name ?? ""),
+    h("td", {}, labels(rollout.spec?.labels ?? {})),
+    h("td", {}, group),
+    h("td", { class: "reward" }, reward(rollout.result?.reward)),
+    h("td", {}, time(rollout.createTime)),
+  );
+}
+
+/** A phase change of a row shown: its status and phase cells, without asking the server. */
+function patch(tr: HTMLTableRowElement, status: RolloutStatus, phase: Phase): void {
+  tr.dataset.status = statusName(status);
+  tr.querySelector(".status")!.textContent = statusName(status);
+  tr.querySelector(".phase")!.textContent = phaseName(phase);
+}
+
+export async function listPage(root: Element, query: URLSearchParams, signal: AbortSignal) {
+  const filter = filterOf(query);
+  const body = h("tbody");
+  const heads = ["rollout", "status", "phase", "agent", "labels", "group", "reward", "created"];
+  const table = h(
+    "table",
+    { id: "rollouts" },
+    h("thead", {}, h("tr", {}, ...heads.map((name) => h("th", {}, name)))),
+    body,
+  );
+  replaceChildren(root, h("h1", {}, "Rollouts"), filterForm(filter), table);
+  const statuses: RolloutStatus[] = filter.status ? [filter.status] : [];
+  const shown = new Map<string, HTMLTableRowElement>();
+  const show = (rollout: Rollout) => {
+    if (statuses.length && !statuses.includes(rollout.status)) {
+      shown.get(rollout.id)?.remove();
+      shown.delete(rollout.id);
+      return;
+    }
+    const fresh = row(rollout);
+    const old = shown.get(rollout.id);
+    if (old) old.replaceWith(fresh);
+    else body.prepend(fresh);
+    shown.set(rollout.id, fresh);
+  };
+  // Watch first, then list: a rollout started in between is in one or the other.
+  const events = api.watchRollout({ labels: filter.labels }, { signal });
+  const page = await api.listRollouts(
+    { labels: filter.labels, statuses, pageSize: 100, view: ResultView.SLIM },
+    { signal },
+  );
+  for (const rollout of [...page.rollouts].reverse()) show(rollout);
+  for await (const { event } of events) {
+    if (!event) continue;
+    const { payload } = event;
+    if (payload.case === "finished") show(payload.value);
+    else if (payload.case === "phase" && shown.has(event.rolloutId)) {
+      const { status, phase } = payload.value;
+      if (statuses.length && !statuses.includes(status)) {
+        shown.get(event.rolloutId)!.remove();
+        shown.delete(event.rolloutId);
+      } else patch(shown.get(event.rolloutId)!, status, phase);
+    } else if (payload.case === "phase") {
+      const got = await api.getRollout({ rolloutId: event.rolloutId, view: ResultView.SLIM });
+      if (got.rollout) show(got.rollout);
+    }
+  }
+}
