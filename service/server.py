@@ -101,24 +101,24 @@ async def serve(settings: Settings) -> None:
 
     stop = _stop_on_signal()
     server, port, health_servicer = _grpc_server(settings, security, manager, groups, hub, metrics)
-    await server.start()
     if dashboard is not None:
         dashboard.attach(server)
     await _mark_serving(health_servicer)
-    host = settings.listen.rsplit(":", 1)[0]
+    await server.start()
     if dashboard is not None:
         print(f"rollout-service dashboard at {await dashboard.start()}", flush=True)
     print(f"rollout-service listening on {host}:{port}", flush=True)
+    host = settings.listen.rsplit(":", 1)[0]
 
     await stop.wait()
     log.info("shutting down: draining for up to %.0fs", settings.shutdown_grace_s)
     await health_servicer.enter_graceful_shutdown()
     await groups.shutdown()
     await manager.shutdown(settings.shutdown_grace_s)
-    await server.stop(grace=1.0)
     if dashboard is not None:
         await dashboard.stop()
     await proxy.stop()
+    await server.stop(grace=1.0)
     await hub.stop()
     await store.close()
     tracing.shutdown()
@@ -141,10 +141,10 @@ class _ApiSecurity:
 
     tokens: TokenTable
     credentials: grpc.ServerCredentials | None
-
     authenticated: bool
     """Every call proves who it is: a bearer token or a client certificate."""
     @classmethod
+
     def from_settings(cls, settings: Settings) -> _ApiSecurity:
         tokens = load_tokens(settings)
         authenticated = bool(tokens) or settings.tls_client_ca_file is not None
