@@ -103,12 +103,12 @@ async def serve(settings: Settings) -> None:
     server, port, health_servicer = _grpc_server(settings, security, manager, groups, hub, metrics)
     if dashboard is not None:
         dashboard.attach(server)
-    await _mark_serving(health_servicer)
     await server.start()
+    await _mark_serving(health_servicer)
     if dashboard is not None:
         print(f"rollout-service dashboard at {await dashboard.start()}", flush=True)
-    print(f"rollout-service listening on {host}:{port}", flush=True)
     host = settings.listen.rsplit(":", 1)[0]
+    print(f"rollout-service listening on {host}:{port}", flush=True)
 
     await stop.wait()
     log.info("shutting down: draining for up to %.0fs", settings.shutdown_grace_s)
@@ -117,8 +117,8 @@ async def serve(settings: Settings) -> None:
     await manager.shutdown(settings.shutdown_grace_s)
     if dashboard is not None:
         await dashboard.stop()
-    await proxy.stop()
     await server.stop(grace=1.0)
+    await proxy.stop()
     await hub.stop()
     await store.close()
     tracing.shutdown()
@@ -143,8 +143,8 @@ class _ApiSecurity:
     credentials: grpc.ServerCredentials | None
     authenticated: bool
     """Every call proves who it is: a bearer token or a client certificate."""
-    @classmethod
 
+    @classmethod
     def from_settings(cls, settings: Settings) -> _ApiSecurity:
         tokens = load_tokens(settings)
         authenticated = bool(tokens) or settings.tls_client_ca_file is not None
