@@ -213,12 +213,12 @@ class Settings(BaseSettings):
     """Python logging level of the server (DEBUG, INFO, WARNING, ERROR)."""
     metrics_listen: str = ""
     """Prometheus scrape endpoint: PORT (on 127.0.0.1) or HOST:PORT; empty: off."""
+    dashboard_listen: str = ""
+    """Web dashboard (HTTP, HTTPS with the API's tls_* files): HOST:PORT; empty: off."""
 
     instance_id: str = "default"
     """Names this service instance in remote sandbox metadata (orphan sweep)."""
 
-    dashboard_listen: str = ""
-    """Web dashboard (HTTP, HTTPS with the API's tls_* files): HOST:PORT; empty: off."""
     @classmethod
     def settings_customise_sources(
         cls,
