@@ -28,6 +28,7 @@ __all__ = ["Settings", "load_settings"]
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
 def _default_state_dir() -> Path:
@@ -80,6 +81,9 @@ class Settings(BaseSettings):
     """Downloaded tools (the pinned opencode install). Visible read-only to sandboxes."""
     database: Path | None = None
     """SQLite file; default `<state_dir>/rollouts.db`."""
+    database_url: SecretStr | None = None
+    """PostgreSQL database (postgresql://USER[:PASSWORD]@HOST[:PORT]/NAME) to keep rollouts
+    in instead of the SQLite file, shared by every server given the same URL."""
 
     max_running: int = 8
     """Rollouts running at once."""
@@ -245,6 +249,13 @@ class Settings(BaseSettings):
         _, colon, port = value.rpartition(":")
         if not colon or not port.isdigit() or int(port) > 65535:
             raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:0 (port 0 picks a free one)")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().startswith(_POSTGRES_SCHEMES):
+            raise ValueError("expected postgresql://USER[:PASSWORD]@HOST[:PORT]/NAME")
         return value
 
     @field_validator("log_level")

@@ -46,7 +46,7 @@ from service.errors import ConfigError, MissingDependencyError
 from service.listen_address import ensure_free
 from service.memory import return_large_frees_to_the_os
 from service.proxy.server import CaptureProxy
-from service.store.sqlite import SqliteStore
+from service.store import new_store
 from service.telemetry.metrics import Metrics, start_metrics_export
 from service.telemetry.setup import setup_tracing
 
@@ -80,7 +80,8 @@ async def serve(settings: Settings) -> None:
     await proxy.start()
     tracing = setup_tracing()
     settings.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    store = SqliteStore(settings.database_path)
+    url = settings.database_url
+    store = new_store(url.get_secret_value() if url else None, settings.database_path)
     await store.open()
     hub = EventHub(store)
     await hub.start()

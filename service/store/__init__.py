@@ -1,0 +1,27 @@
+"""Durable rollouts, events and groups: SQLite embedded (the default) or PostgreSQL (shared).
+
+`new_store` picks the backend from the settings' values; each backend's module is imported
+only when chosen.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.store.postgres import PostgresStore
+    from service.store.sqlite import SqliteStore
+
+__all__ = ["new_store"]
+
+
+def new_store(database_url: str | None, database_path: Path) -> SqliteStore | PostgresStore:
+    """The (unopened) store: PostgreSQL at `database_url` when set, else the SQLite file."""
+    if database_url:
+        from service.store.postgres import PostgresStore
+
+        return PostgresStore(database_url)
+    from service.store.sqlite import SqliteStore
+
+    return SqliteStore(database_path)

@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from psycopg import errors
+from psycopg import AsyncConnection, errors
 from psycopg_pool import AsyncConnectionPool
 
 from service.errors import NotFoundError
@@ -42,29 +43,22 @@ from service.store.rows import (
     redacted,
 )
 
-__all__ = ["MIGRATIONS_DIR", "PostgresStore", "is_postgres_url"]
+__all__ = ["MIGRATIONS_DIR", "PostgresStore", "migrate"]
 
 MIGRATIONS_DIR = Path(__file__).with_name("postgres_migrations")
 """yoyo's migrations, one .sql file per step, applied in name order."""
 
-_SCHEMES = ("postgresql://", "postgres://")
 _POOL_SIZE = 8
 """Connections per server: statements are short, so a few serve many concurrent rollouts."""
 _SLIM_COLUMNS = ROLLOUT_COLUMNS.replace("spec, result", "slim_spec, slim_result")
 """ROLLOUT_COLUMNS with the slim documents: `decode_rollout` reads the slim rollout from it."""
 
 
-def is_postgres_url(url: str) -> bool:
-    """Whether `url` names a PostgreSQL database (postgresql:// or postgres://)."""
-    return url.startswith(_SCHEMES)
-
-
 class PostgresStore:
-    """Rollouts, their events and groups in the PostgreSQL database at `url`."""
+    """Rollouts, their events and groups in the PostgreSQL database at `url` (postgresql:// or
+    postgres://, as `Settings.database_url` checks)."""
 
     def __init__(self, url: str) -> None:
-        if not is_postgres_url(url):
-            raise ValueError("a PostgreSQL URL starts with postgresql:// or postgres://")
         self._url = url
         self._pool: AsyncConnectionPool | None = None
 
@@ -279,7 +273,7 @@ class PostgresStore:
         )
         return [(decode_model(Group, document), free) for document, free in rows]
 
-    def _connection(self) -> Any:
+    def _connection(self) -> AbstractAsyncContextManager[AsyncConnection[Any]]:
         """A pooled connection (autocommit) for the `async with` block."""
         if self._pool is None:
             raise RuntimeError("store is not open")
@@ -293,7 +287,8 @@ class PostgresStore:
     async def _all(self, query: str, *params: Any) -> builtins.list[Any]:
         async with self._connection() as conn:
             cursor = await conn.execute(query, params)
-            return await cursor.fetchall()
+            rows: builtins.list[Any] = await cursor.fetchall()
+            return rows
 
 
 def migrate(url: str) -> None:
@@ -301,7 +296,7 @@ def migrate(url: str) -> None:
 
     yoyo's lock makes replicas that start together wait for the first one's migration.
     """
-    from yoyo import get_backend, read_migrations
+    from yoyo import get_backend, read_migrations  # type: ignore[import-untyped]
 
     backend = get_backend("postgresql+psycopg://" + url.split("://", 1)[1])
     try:
