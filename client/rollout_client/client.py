@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -26,6 +26,9 @@ class RolloutClient:
     by default. `target` is the server's host:port (None: $ROLLOUT_TARGET, else
     127.0.0.1:50051). `token` is sent as a bearer token on every call (None: $ROLLOUT_TOKEN, if
     set); `credentials` (see `rollout_client.connection.tls_credentials`) turn on TLS.
+    `channel_options` are more gRPC channel arguments, after the message limits: e.g.
+    `[("grpc.lb_policy_name", "round_robin")]` with a `dns:///name:port` target spreads
+    calls over every address the name resolves to (a headless Service's pods).
     Use it as a context manager, or call `close()`, to close the channel.
     """
 
@@ -37,8 +40,9 @@ class RolloutClient:
         timeout: float | None = 30.0,
         credentials: grpc.ChannelCredentials | None = None,
         token: str | None = None,
+        channel_options: Sequence[tuple[str, str | int]] = (),
     ) -> None:
-        options = messages.channel_options(max_message_bytes)
+        options = [*messages.channel_options(max_message_bytes), *channel_options]
         self.target = default_target() if target is None else target
         self.timeout = timeout
         self._metadata = auth_metadata(token)
