@@ -13,9 +13,9 @@ BENCHES = (
     ("sandbox floor: bwrap start vs a plain subprocess", ["bench_sandbox.py"]),
     ("no-op rollouts through gRPC", ["bench_rollouts.py"]),
     ("capture proxy overhead vs the upstream directly", ["bench_proxy.py"]),
+    ("server memory around rollouts posting 3 x 60 MiB bodies", ["bench_proxy_memory.py"]),
     (
         "capture proxy overhead per dialect (Messages, Responses), native and translated",
-    ("server memory around rollouts posting 3 x 60 MiB bodies", ["bench_proxy_memory.py"]),
         ["bench_dialects.py"],
     ),
     ("one opencode rollout, split by phase", ["bench_opencode.py"]),
