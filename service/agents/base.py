@@ -69,6 +69,10 @@ class Agent(Protocol):
     name: str
     requires_model: bool
     """True when the harness cannot work without an LLM endpoint."""
+    state_dirs: tuple[str, ...]
+    """Absolute sandbox paths of the directories it keeps its own files in (config, install,
+    transcripts), all under HOME: never the task's, so collecting a workdir at HOME or above
+    skips them (`engine.collect`)."""
 
     def option_violations(self, options: Mapping[str, Any]) -> list[FieldViolation]:
         """Problems with `agent.options`, each naming its field; checked at admission."""

@@ -164,6 +164,7 @@ class ClaudeCodeHarness:
 
     name = "claude-code"
     install_typical = "10-60s"
+    home = ROOT
     launcher = LAUNCHER
     package = claude_package()
 

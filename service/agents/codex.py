@@ -157,6 +157,7 @@ class CodexHarness:
 
     name = "codex"
     install_typical = "10-60s"
+    home = CODEX_HOME
     launcher = LAUNCHER
     package = codex_package()
 

@@ -22,6 +22,7 @@ class CommandAgent:
 
     name = "command"
     requires_model = False
+    state_dirs: tuple[str, ...] = ()
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings

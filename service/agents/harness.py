@@ -12,14 +12,15 @@ does the rest, the same for every one of them:
   `sandbox_script` run inside the sandbox (a template with it pre-installed, else its
   package manager); then the harness's files;
 - run(): the launcher through the launch path every agent shares (`process.run_in_task`):
-  in the task's workdir, with the task's env under the harness's, after the model
-  access's command prefix (the proxy forwarder), killed with its children at the
-  deadline or on cancel; the instruction verbatim from a file, stdout through the
-  harness's translator as live events.
+  in the task's workdir, with the task's env under the harness's, killed with its
+  children at the deadline or on cancel; the instruction verbatim from a file, stdout
+  through the harness's translator as live events.
 
 A harness's own files (`files`, its launcher, its install) live at absolute paths under
-HOME and its program starts in the working directory it is given, never one of its own:
-so it works where the task says, and none of its state is in the task's workdir.
+HOME, in its `home` and its package's `sandbox_prefix` (the agent's `state_dirs`), and its
+program starts in the working directory it is given, never one of its own: so it works
+where the task says, and none of its state is in the task's workdir nor, when that
+workdir is HOME or above, in what is collected from it.
 
 An entry that cannot be installed or found is `AgentInstallError` (infrastructure,
 retried), never `AGENT`, which a trainer scores. A host without the package's installer
@@ -74,6 +75,9 @@ class Harness(Protocol):
     name: str
     install_typical: str
     """How long its install usually takes ("15-70s"), for the progress message."""
+    home: str
+    """Sandbox path of its own directory under HOME: where `files` writes and its program
+    keeps its state (the package's install has a directory of its own beside it)."""
     launcher: str
     """Sandbox path of the script that starts it (written by `files`); the script starts
     the program in its own working directory, which is the task's."""
@@ -110,6 +114,7 @@ class HarnessAgent:
 
     def __init__(self, settings: Settings, harness: Harness) -> None:
         self.name = harness.name
+        self.state_dirs = (harness.home, harness.package.sandbox_prefix)
         self._settings = settings
         self._harness = harness
         # Resolved as the local backend binds it, so host paths hold inside the sandbox.

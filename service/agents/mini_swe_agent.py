@@ -116,6 +116,7 @@ class MiniSweHarness:
 
     name = "mini-swe-agent"
     install_typical = "60-150s"
+    home = ROOT
     launcher = LAUNCHER
 
     def __init__(self) -> None:

@@ -19,6 +19,7 @@ from service.agents.base import AgentContext, EmitOutput
 from service.agents.harness import EventStream, HarnessAgent, closed_to_sandbox_users
 from service.agents.opencode_config import (
     LAUNCHER,
+    XDG_ROOT,
     launcher_script,
     opencode_env,
     option_violations,
@@ -40,6 +41,7 @@ class OpencodeHarness:
 
     name = "opencode"
     install_typical = "15-70s"
+    home = XDG_ROOT
     launcher = LAUNCHER
 
     def __init__(self, settings: Settings) -> None:

@@ -13,9 +13,9 @@ Every harness, those here and any added later, starts its process through
 | deadline, cancel | killed with its children (`wait_or_kill`)                       |
 
 A harness keeps its own state (config, install, launcher, transcripts) at absolute paths
-in a directory of its own under HOME, never relative to the working directory: so none of
-it is in the task's workdir, nor in what is collected from it, unless the workdir is HOME
-or above it (`/home/user`, `/home`; `/` is never collected).
+in directories of its own under HOME (`Agent.state_dirs`), never relative to the working
+directory: so none of it is in the task's workdir, unless the workdir is HOME or above it
+(`/home/user`, `/home`), and even then collection skips them (`/` is never collected).
 """
 
 from __future__ import annotations

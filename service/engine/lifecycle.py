@@ -429,6 +429,7 @@ class RolloutRun:
             sandbox,
             self._settings,
             workdir=workdir,
+            skip_dirs=self._agent.state_dirs,
             exclude={
                 path.removeprefix(f"{workdir}/")
                 for path in map(functools.partial(staged_path, task), task.verifier_files)

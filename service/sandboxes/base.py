@@ -7,7 +7,7 @@ Every path a backend is given is an absolute path inside the sandbox.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -179,14 +179,19 @@ class Sandbox(Protocol):
         """Read up to max_bytes of a file; None when it does not exist."""
         ...
 
-    async def list_files(self, directory: str, *, max_entries: int) -> list[FileEntry]:
+    async def list_files(
+        self, directory: str, *, max_entries: int, exclude: Collection[str] = ()
+    ) -> list[FileEntry]:
         """The first regular files beneath `directory`, recursively, in byte order of path.
 
         Left out: symbolic links, which are never followed (`directory` itself included);
         names that are not UTF-8, with everything beneath them; paths of more than
-        LIST_MAX_DEPTH components. Of the rest, the listing is a prefix of the sorted whole
-        (`LC_ALL=C sort`): at most `max_entries` entries, fewer where a backend's walk
-        reaches a bound of its own (see the backend). A missing directory lists as empty.
+        LIST_MAX_DEPTH components; everything beneath a directory of `exclude` (paths
+        relative to `directory`, "/"-separated), which is never entered, so it spends none
+        of the bounds however much it holds. Of the rest, the listing is a prefix of the
+        sorted whole (`LC_ALL=C sort`): at most `max_entries` entries, fewer where a
+        backend's walk reaches a bound of its own (see the backend). A missing directory
+        lists as empty.
         """
         ...
 

@@ -11,7 +11,7 @@ from service.config import Settings
 from service.engine import collect
 from service.engine.collect import collect_workdir
 from service.models import SandboxSpec
-from service.sandboxes.base import WORKDIR, SandboxRequest
+from service.sandboxes.base import HOME, WORKDIR, SandboxRequest
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
 
 
@@ -63,3 +63,23 @@ async def test_omitted_paths_are_bounded(
     collected = await collect_workdir(sandbox, settings, exclude={"f0001"})
     assert list(collected.files) == ["f0000", "f0002", "f0003"]
     assert collected.omitted == ["f0004", "f0005", "f0006", "f0007", "f0008"]
+
+
+async def test_the_agents_state_dirs_are_skipped_without_using_up_the_listing(
+    sandbox: LocalSandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A workdir at HOME holds the harness's own directories (here WORKDIR stands for it, as
+    # a bare sandbox lists only beneath HOME); they sort first (".o" < "a").
+    monkeypatch.setattr(collect, "MAX_OMITTED", 0)
+    state = {f"{WORKDIR}/.opencode-xdg/data/{i:03}": b"s" for i in range(40)}
+    await sandbox.write_files(
+        state | {f"{WORKDIR}/.opencode-npm/bin/opencode": b"x", f"{WORKDIR}/answer.txt": b"42"}
+    )
+    settings = make_settings(tmp_path, collect_max_files=2)
+    skip = (f"{WORKDIR}/.opencode-xdg", f"{WORKDIR}/.opencode-npm", f"{HOME}/.elsewhere")
+
+    collected = await collect_workdir(sandbox, settings, exclude=set(), skip_dirs=skip)
+
+    # Filtering them out after listing would have listed state only: the answer never seen.
+    assert collected.files == {"answer.txt": b"42"}
+    assert collected.omitted == []

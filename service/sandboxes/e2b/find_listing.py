@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import shlex
+from collections.abc import Collection
 
 from service.errors import SandboxError
 from service.sandboxes.base import LIST_MAX_DEPTH, FileEntry, OutputStream, Sandbox
@@ -22,17 +24,20 @@ _RECORD_BYTES = 4096 + 24
 """Longest "size path\\0" record: a path of PATH_MAX bytes and a 20-digit size."""
 
 
-async def list_by_find(sandbox: Sandbox, directory: str, max_entries: int) -> list[FileEntry]:
+async def list_by_find(
+    sandbox: Sandbox, directory: str, max_entries: int, exclude: Collection[str] = ()
+) -> list[FileEntry]:
     """The first `max_entries` regular files beneath `directory`, as `Sandbox.list_files`.
 
-    `find -P` neither follows nor lists a link, the starting directory included. Names
-    that are not UTF-8 are dropped after `head`, so they may leave the listing short.
+    `find -P` neither follows nor lists a link, the starting directory included; it
+    prunes each directory of `exclude`, never entering it. Names that are not UTF-8 are
+    dropped after `head`, so they may leave the listing short.
     """
     if max_entries <= 0:
         return []
     output = _Stdout(limit=(max_entries * _RECORD_BYTES // 3 + 1) * 4)
     result = await sandbox.exec(
-        _command(directory, max_entries), timeout_s=LIST_TIMEOUT_S, on_output=output.feed
+        _command(directory, max_entries, exclude), timeout_s=LIST_TIMEOUT_S, on_output=output.feed
     )
     problem = _problem(result.exit_code, result.timed_out, output.overflowed)
     if problem is None:
@@ -43,13 +48,21 @@ async def list_by_find(sandbox: Sandbox, directory: str, max_entries: int) -> li
     raise SandboxError(f"sandbox {sandbox.id}: could not list {directory}: {problem}")
 
 
-def _command(directory: str, max_entries: int) -> str:
+def _command(directory: str, max_entries: int, exclude: Collection[str]) -> str:
     # Records are "size path\0", sorted on everything after the first space: the path.
+    # find names a path as the starting point, "/" and the rest: prune exactly those.
+    paths = [f"{directory.rstrip('/')}/{path.strip('/')}" for path in exclude]
+    prune = "".join(f"-path {shlex.quote(_literal(path))} -prune -o " for path in paths)
     find = (
-        f"find -P {shlex.quote(directory)} -maxdepth {LIST_MAX_DEPTH} -type f "
+        f"find -P {shlex.quote(directory)} -maxdepth {LIST_MAX_DEPTH} {prune}-type f "
         "-printf '%s %P\\0' 2>/dev/null"
     )
     return f"{find} | LC_ALL=C sort -z -t ' ' -k 2 | head -z -n {max_entries} | base64 -w 0"
+
+
+def _literal(path: str) -> str:
+    """`path` as a `find -path` pattern matching only itself (its glob characters escaped)."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", path)
 
 
 class _Stdout:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import httpx
 from e2b import (
@@ -143,10 +143,12 @@ class E2BSandbox:
             await stream.aclose()
         return bytes(data[:max_bytes])
 
-    async def list_files(self, directory: str, *, max_entries: int) -> list[FileEntry]:
+    async def list_files(
+        self, directory: str, *, max_entries: int, exclude: Collection[str] = ()
+    ) -> list[FileEntry]:
         """`find | sort | head` in the sandbox (`find_listing`): its files API lists a
         directory in one unbounded answer."""
-        return await list_by_find(self, directory, max_entries)
+        return await list_by_find(self, directory, max_entries, exclude)
 
     async def make_dirs(self, *paths: str) -> None:
         """Create directories (and their parents) that commands expect to exist."""

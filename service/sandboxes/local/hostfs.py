@@ -15,7 +15,7 @@ import errno
 import os
 import posixpath
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from service.sandboxes.base import LIST_MAX_DEPTH, FileEntry
@@ -165,8 +165,11 @@ LIST_SCAN_SLACK = 100_000
 """Directory entries `list_beneath` may read beyond the ones it lists."""
 
 
-def list_beneath(root: Path, parts: Sequence[str], max_entries: int) -> list[FileEntry]:
-    """Regular files beneath the directory root/parts, as `Sandbox.list_files` lists them.
+def list_beneath(
+    root: Path, parts: Sequence[str], max_entries: int, exclude: Collection[str] = ()
+) -> list[FileEntry]:
+    """Regular files beneath the directory root/parts, as `Sandbox.list_files` lists them
+    (`exclude`: its subdirectories never entered, relative paths).
 
     Each directory is read whole and sorted with a subdirectory's name taken as "name/",
     so a depth-first walk meets files in byte order of their paths and may stop after
@@ -185,7 +188,7 @@ def list_beneath(root: Path, parts: Sequence[str], max_entries: int) -> list[Fil
         if exc.errno in _ABSENT:
             return []
         raise
-    walk = _Listing(max_entries)
+    walk = _Listing(max_entries, frozenset(path.strip("/") for path in exclude))
     try:
         walk.directory(top, "", depth=1)
     finally:
@@ -196,10 +199,11 @@ def list_beneath(root: Path, parts: Sequence[str], max_entries: int) -> list[Fil
 class _Listing:
     """One walk of `list_beneath`: the files found, the entries it may still read."""
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, exclude: frozenset[str]) -> None:
         self.found: list[FileEntry] = []
         self._max_entries = max_entries
         self._budget = max_entries + LIST_SCAN_SLACK
+        self._exclude = exclude
 
     def directory(self, fd: int, prefix: str, *, depth: int) -> bool:
         """List the directory open at `fd`, whose files' paths have `depth` components;
@@ -212,7 +216,9 @@ class _Listing:
                 return False
             if not is_dir:
                 self._add(fd, name, prefix)
-            elif depth < LIST_MAX_DEPTH and not self._descend(fd, name, prefix, depth):
+            elif depth >= LIST_MAX_DEPTH or f"{prefix}{name}" in self._exclude:
+                continue  # never entered: what it holds spends no budget
+            elif not self._descend(fd, name, prefix, depth):
                 return False
         return True
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -308,13 +308,15 @@ class LocalSandbox:
         except OSError as exc:
             raise SandboxError(f"could not read {path} in sandbox {self.id}: {exc}") from exc
 
-    async def list_files(self, directory: str, *, max_entries: int) -> list[FileEntry]:
+    async def list_files(
+        self, directory: str, *, max_entries: int, exclude: Collection[str] = ()
+    ) -> list[FileEntry]:
         """Regular files beneath a directory under HOME or /tmp, walked host-side without
         following a link (bounds: `hostfs.list_beneath`)."""
         self._check_alive()
         root, parts = self._split(directory)
         try:
-            return await asyncio.to_thread(list_beneath, root, parts, max_entries)
+            return await asyncio.to_thread(list_beneath, root, parts, max_entries, exclude)
         except OSError as exc:
             raise SandboxError(f"could not list {directory} in sandbox {self.id}: {exc}") from exc
 

@@ -70,3 +70,16 @@ async def test_collects_the_workdir_within_its_bounds(sandbox: E2BSandbox, tmp_p
     collected = await collect_workdir(sandbox, settings, exclude={"tests/test_x.py"})
     assert collected.files == {"a.txt": b"a", "b.txt": b"bb"}
     assert collected.omitted == ["big.bin"]
+
+
+async def test_an_excluded_directory_is_never_entered(sandbox: E2BSandbox) -> None:
+    # ".st*te" is a name, not a pattern: find -path reading it as a glob would prune ".stxte".
+    await run(
+        sandbox,
+        "mkdir -p '.st*te/deep' .stxte && for i in $(seq 30); do echo s > \".st*te/deep/$i\"; "
+        "done && echo k > .stxte/keep && echo t > task.txt",
+    )
+    listed = await sandbox.list_files(WORKDIR, max_entries=2, exclude=[".st*te"])
+    assert listed == [FileEntry(".stxte/keep", 2), FileEntry("task.txt", 2)]
+    deeper = await sandbox.list_files(WORKDIR, max_entries=2, exclude=[".st*te/deep/"])
+    assert deeper == listed
