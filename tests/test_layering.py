@@ -1,0 +1,134 @@
+"""Layers point one way (STYLE.md): a room of `service/` imports only rooms on lower levels.
+
+    level  rooms                                        what they are
+    10     server                                       wires everything and serves
+    9      dashboard                                    the web dashboard, on the API
+    8      api                                          the gRPC edge: proto <-> domain
+    7      engine                                       the lifecycle, the manager, groups
+    6      registry                                     name -> backend or harness (lazy)
+    5      agents, proxy, verifier, harbor              each on its own: never one another
+    4      sandboxes                                    the `Sandbox` protocol and backends
+    3      images, store, telemetry                     what a sandbox, the engine, ... use
+    2      config, listen_address, file_lock, memory    settings and small host facilities
+    1      errors                                       the one exception hierarchy
+    0      models                                       the pydantic domain: imports nothing
+
+Rooms on one level never import each other: what two of them share lives below both (a
+model type in `models`, like `ModelAccess`, which the proxy makes and the harnesses read;
+the local sandbox's forwarder in `sandboxes.local`). Read from the source, so a lazy import
+inside a function, or one only for type checking, counts. No module may import, through any
+chain, a module that imports it back (a cycle hides which way a dependency points).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import service
+
+SERVICE = Path(service.__file__).parent
+LEVELS: tuple[tuple[str, ...], ...] = (
+    ("models",),
+    ("errors",),
+    ("config", "listen_address", "file_lock", "memory"),
+    ("images", "store", "telemetry"),
+    ("sandboxes",),
+    ("agents", "proxy", "verifier", "harbor"),
+    ("registry",),
+    ("engine",),
+    ("api",),
+    ("dashboard",),
+    ("server",),
+)
+LEVEL_OF = {room: level for level, rooms in enumerate(LEVELS) for room in rooms}
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the service by dotted name (a package by its own name)."""
+    modules = {}
+    for path in sorted(SERVICE.rglob("*.py")):
+        parts = path.relative_to(SERVICE.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> Iterator[str]:
+    """The service modules `name` imports (`from a import b` is `a.b` when b is a module)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            for alias in node.names:
+                yield f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+
+
+def _room(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else ""
+
+
+GRAPH = {
+    name: {m for m in _imports(name, path) if m in MODULES and m != name}
+    for name, path in MODULES.items()
+}
+"""Module -> the service modules it imports."""
+
+
+def test_every_room_has_a_level() -> None:
+    rooms = {_room(name) for name in MODULES} - {""}
+    assert len(rooms) > 10  # the package was found
+    assert rooms == set(LEVEL_OF), "a new room needs its level in LEVELS (and the docs' table)"
+
+
+@pytest.mark.parametrize("room", sorted(LEVEL_OF))
+def test_a_room_imports_only_lower_levels(room: str) -> None:
+    upward = sorted(
+        f"{name} imports {imported} (level {LEVEL_OF[_room(imported)]})"
+        for name, imported_modules in GRAPH.items()
+        if _room(name) == room
+        for imported in imported_modules
+        if _room(imported) not in ("", room) and LEVEL_OF[_room(imported)] >= LEVEL_OF[room]
+    )
+    assert not upward, f"{room} is on level {LEVEL_OF[room]}"
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    cycles: list[str] = []
+    done: set[str] = set()
+    for start in sorted(GRAPH):
+        _walk(start, GRAPH, [], set(), done, cycles)
+    assert not cycles
+
+
+def _walk(
+    node: str,
+    graph: dict[str, set[str]],
+    path: list[str],
+    on_path: set[str],
+    done: set[str],
+    cycles: list[str],
+) -> None:
+    """Depth first from `node`, recording each import that leads back onto the path."""
+    if node in done:
+        return
+    path.append(node)
+    on_path.add(node)
+    for imported in sorted(graph[node]):
+        if imported in on_path:
+            cycles.append(" -> ".join([*path[path.index(imported) :], imported]))
+        else:
+            _walk(imported, graph, path, on_path, done, cycles)
+    path.pop()
+    on_path.discard(node)
+    done.add(node)
