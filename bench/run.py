@@ -12,6 +12,8 @@ from pathlib import Path
 BENCHES = (
     ("sandbox floor: bwrap start vs a plain subprocess", ["bench_sandbox.py"]),
     ("no-op rollouts through gRPC", ["bench_rollouts.py"]),
+    ("server memory over a 5,000-rollout soak vs the baseline", ["bench_soak.py"]),
+    ("WatchRollout fan-out: 1,000 and 10,000 watchers vs the baseline", ["bench_watchers.py"]),
     ("capture proxy overhead vs the upstream directly", ["bench_proxy.py"]),
     ("server memory around rollouts posting 3 x 60 MiB bodies", ["bench_proxy_memory.py"]),
     (
