@@ -22,9 +22,7 @@ STUBS = Path("src/gen/rollout/v1/rollout_pb.ts")
 
 
 def npm(*args: str, env: dict[str, str] | None = None) -> None:
-    subprocess.run(
-        ["npm", *args], cwd=WEB, check=True, capture_output=True, timeout=300, env=env
-    )
+    subprocess.run(["npm", *args], cwd=WEB, check=True, capture_output=True, timeout=300, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +31,7 @@ def tools() -> None:
         npm("ci", "--no-audit", "--no-fund", "--loglevel=error")
 
 
-def test_committed_stubs_are_what_buf_generates_from_the_proto(
-    tools: None, tmp_path: Path
-) -> None:
+def test_committed_stubs_are_what_buf_generates_from_the_proto(tools: None, tmp_path: Path) -> None:
     subprocess.run(
         [str(WEB / "node_modules/.bin/buf"), "generate", "--output", str(tmp_path)],
         cwd=WEB,

@@ -117,7 +117,9 @@ async def test_a_tenant_sees_only_its_rollouts(
 ) -> None:
     labels = {"run": "dashboard-tenants"}
     spec = command_spec("true", labels=labels)
-    ours = await stub.StartRollout(pb.StartRolloutRequest(spec=spec), metadata=bearer(TENANT_A_TOKEN))
+    ours = await stub.StartRollout(
+        pb.StartRolloutRequest(spec=spec), metadata=bearer(TENANT_A_TOKEN)
+    )
     theirs = await stub.StartRollout(
         pb.StartRolloutRequest(spec=spec), metadata=bearer(TENANT_B_TOKEN)
     )
