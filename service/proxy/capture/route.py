@@ -14,7 +14,12 @@ from pydantic import ValidationError
 from service.models import CaptureSpec, Dialect, Turn, Usage
 from service.proxy.capture.assembly import CompletionAssembler
 from service.proxy.capture.gate import Attempt, CallGate
-from service.proxy.capture.history import KEPT_REQUEST_BYTES, LaneHistory, RequestDelta
+from service.proxy.capture.history import (
+    KEPT_REQUEST_BYTES,
+    LANES_KEPT,
+    LaneHistory,
+    RequestDelta,
+)
 from service.proxy.capture.prompt_ids import PromptIdCache
 from service.proxy.capture.record import RecordBounds, Recorder, scrub_text
 from service.proxy.capture.request_parse import RequestParser
@@ -117,8 +122,13 @@ class Route:
         return index, self._history.delta(requested_model, messages, tools, keep=keep)
 
     def decode_prompt_ids(self, lane: str, raw: bytes) -> list[int] | None:
-        """Prompt ids from a response's raw array, reusing the lane's previous prompt."""
-        return self._prompt_ids.setdefault(lane, PromptIdCache()).decode(raw)
+        """Prompt ids from a response's raw array, reusing the lane's previous prompt; only
+        the `LANES_KEPT` most recently used lanes keep theirs (the agent names the lanes)."""
+        cache = self._prompt_ids.pop(lane, None) or PromptIdCache()
+        self._prompt_ids[lane] = cache
+        while len(self._prompt_ids) > LANES_KEPT:
+            del self._prompt_ids[next(iter(self._prompt_ids))]
+        return cache.decode(raw)
 
     def prompt_ids_json(self, turn: Turn) -> bytes | None:
         """The JSON (an array's inner bytes) `turn.prompt_token_ids` was decoded from, while

@@ -8,7 +8,8 @@ from typing import Any
 
 import httpx
 
-from service.proxy import AUX_MODEL_ALIAS
+from service.models import CaptureSpec
+from service.proxy import AUX_MODEL_ALIAS, ResolvedEndpoint, Route
 from service.proxy.capture.history import LANES_KEPT, LaneHistory
 from service.proxy.capture.prompt_ids import PromptIdCache, cut_prompt_ids
 from tests.fakes.llm_upstream import FakeUpstream
@@ -102,6 +103,19 @@ def test_a_route_keeps_only_its_most_recently_used_lanes() -> None:
     assert history.delta("main", [*messages, {"c": "new"}], []).offset == 1
     assert history.delta(f"lane-{LANES_KEPT}", messages, []).offset == 1
     assert history.delta("lane-0", messages, []).offset == 0  # forgotten: recorded whole
+
+
+def test_a_route_keeps_the_prompt_ids_of_its_most_recently_used_lanes_only() -> None:
+    endpoint = ResolvedEndpoint("http://127.0.0.1:9/v1", "", "m")
+    route = Route("t", "r", endpoint, CaptureSpec(), on_turn=lambda turn: None)
+    raw = b",".join(b"%d" % n for n in range(1000, 5000))
+    first = route.decode_prompt_ids("lane-0", raw)
+    assert route.decode_prompt_ids("lane-0", raw) is first  # kept: not decoded again
+    for lane in range(1, LANES_KEPT + 1):
+        route.decode_prompt_ids(f"lane-{lane}", raw)
+    again = route.decode_prompt_ids("lane-0", raw)
+    assert again == first
+    assert again is not first  # forgotten, decoded again
 
 
 def test_prompt_id_cache_reuses_the_shared_prefix_exactly() -> None:
