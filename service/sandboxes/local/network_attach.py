@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import sys
 from typing import Any
 
 from service.sandboxes.local.holder_start import SetupError, default_dispositions, join_cgroup
-from service.sandboxes.local.network_start import attach_network
+from service.sandboxes.local.network_start import attach_network, readable
 
 __all__: list[str] = []  # a program, run by `network.attach_internet`
 
@@ -44,8 +43,8 @@ def _main(init_pidfd: int, setup: dict[str, Any]) -> int:
     os.write(1, CONNECTED)
     pasta_fd = os.pidfd_open(pasta)
     while True:
-        readable, _, _ = select.select([init_pidfd, pasta_fd, 0], [], [])
-        if init_pidfd in readable or pasta_fd in readable or not os.read(0, 4096):
+        ready = readable([init_pidfd, pasta_fd, 0], None)
+        if init_pidfd in ready or pasta_fd in ready or (0 in ready and not os.read(0, 4096)):
             return 0
 
 

@@ -16,7 +16,7 @@ import signal
 
 from service.sandboxes.local.holder_start import NAMESPACE_TYPES, SetupError
 
-__all__ = ["attach_network", "connect_network"]
+__all__ = ["attach_network", "connect_network", "readable"]
 
 _NETWORK_WAIT_S = 10.0
 _PR_SET_PDEATHSIG = 1
@@ -56,7 +56,7 @@ def attach_network(
         fields = dict(line.split(":", 1) for line in info if ":" in line)
     fds = _open_namespaces(int(fields["Pid"]), user_namespace)
     try:
-        if select.select([init_pidfd], [], [], 0)[0]:
+        if readable([init_pidfd], 0):
             raise SetupError("the sandbox is gone")
         paths = {name: f"/proc/self/fd/{fd}" for name, fd in fds.items()}
         target = ["--netns", paths["net"]]
@@ -69,6 +69,18 @@ def attach_network(
             os.close(fd)
         raise
     return pasta, fds
+
+
+def readable(fds: list[int], timeout_s: float | None) -> set[int]:
+    """Which of `fds` are readable (or hung up) within `timeout_s` (None: no limit).
+
+    poll, not select: a fork server holding many sandboxes has descriptors past
+    FD_SETSIZE (1024), which select refuses."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    timeout_ms = None if timeout_s is None else int(timeout_s * 1000)
+    return {fd for fd, _ in poller.poll(timeout_ms)}
 
 
 def _open_namespaces(init: int, user_namespace: bool) -> dict[str, int]:
@@ -87,10 +99,10 @@ def _start_pasta(
         pasta = _start_child([*network["pasta"], *target], inherit or [])
         pidfd = os.pidfd_open(pasta)
         try:
-            readable, _, _ = select.select([ready, pidfd], [], [], _NETWORK_WAIT_S)
+            ready_now = readable([ready, pidfd], _NETWORK_WAIT_S)
         finally:
             os.close(pidfd)
-        if ready not in readable:
+        if ready not in ready_now:
             os.kill(pasta, signal.SIGKILL)
             log = network["pasta"][network["pasta"].index("--log-file") + 1]
             raise SetupError(f"pasta did not connect the sandbox: {_tail(log)}")
