@@ -250,6 +250,10 @@ class EventHub:
         if rollout_log is not None:
             async for event in rollout_log.follow(after_seq, backlog):
                 yield event
+            return
+        # Not live here: another server sharing the store may be running it.
+        async for event in self._store.follow_events(rollout_id, after_seq=after_seq):
+            yield event
 
     async def _replay(self, rollout_id: str, after_seq: int) -> AsyncIterator[RolloutEvent]:
         while True:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Protocol
 
 from service.models import Rollout, RolloutEvent, RolloutStatus
@@ -72,4 +72,10 @@ class RolloutStore(Protocol):
         self, rollout_id: str, *, after_seq: int, limit: int
     ) -> builtins.list[RolloutEvent]:
         """Up to `limit` events of one rollout with seq > after_seq, in order."""
+        ...
+
+    def follow_events(self, rollout_id: str, *, after_seq: int) -> AsyncIterator[RolloutEvent]:
+        """Events of a rollout that another server sharing this store runs, with seq >
+        after_seq, in order, as that server stores them, until the final one. A store that
+        tells no server of another's writes yields nothing."""
         ...

@@ -7,6 +7,10 @@ touches more than one row is one transaction. The schema is migrated at `open` b
 together migrate once). Rows hold the same values as SQLite's (`rows.py`), plus the slim spec and
 result written beside the full ones, so that a slim list reads no bulk.
 
+Cross-server watch: `append_events` sends NOTIFY (delivered at commit, in commit order) naming
+the rollout; each store keeps one connection LISTENing, which wakes the `follow_events` readers
+of that rollout to read the new rows. The rows are the truth; a notification only says "look".
+
 The DSN may carry a password: it is never put in an error, a log line or a repr.
 """
 
@@ -14,12 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Mapping, Sequence
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection, errors
 from psycopg_pool import AsyncConnectionPool
 
@@ -45,11 +52,19 @@ from service.store.rows import (
 
 __all__ = ["MIGRATIONS_DIR", "PostgresStore", "migrate"]
 
+log = logging.getLogger(__name__)
+
 MIGRATIONS_DIR = Path(__file__).with_name("postgres_migrations")
 """yoyo's migrations, one .sql file per step, applied in name order."""
 
 _POOL_SIZE = 8
 """Connections per server: statements are short, so a few serve many concurrent rollouts."""
+_CHANNEL = "rollout_events"
+"""NOTIFY channel: its payload is the id of a rollout that has new events."""
+_FOLLOW_PAGE = 500
+_POLL_S = 5.0
+"""A follower reads the store again after this long without a notification: a notification
+is lost if the listening connection drops, an event in the table never is."""
 _SLIM_COLUMNS = ROLLOUT_COLUMNS.replace("spec, result", "slim_spec, slim_result")
 """ROLLOUT_COLUMNS with the slim documents: `decode_rollout` reads the slim rollout from it."""
 
@@ -61,6 +76,8 @@ class PostgresStore:
     def __init__(self, url: str) -> None:
         self._url = url
         self._pool: AsyncConnectionPool | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._followers: dict[str, set[asyncio.Event]] = {}
 
     def __repr__(self) -> str:
         return "PostgresStore(<url hidden>)"
@@ -75,9 +92,17 @@ class PostgresStore:
         )
         await pool.open(wait=True)
         self._pool = pool
+        listening = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+        await listening.execute(f"LISTEN {_CHANNEL}")
+        self._listener = asyncio.create_task(self._listen(listening), name="postgres-listen")
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
         if pool is not None:
             await pool.close()
 
@@ -197,6 +222,10 @@ class PostgresStore:
                     " VALUES (%s, %s, %s, %s, %s)",
                     rows,
                 )
+                await cursor.execute(
+                    "SELECT pg_notify(%s, id) FROM unnest(%s::text[]) AS id",
+                    (_CHANNEL, sorted({row[0] for row in rows})),
+                )
         except errors.ForeignKeyViolation as exc:
             ids = sorted({row[0] for row in rows})
             raise NotFoundError(f"events for unknown rollouts among {ids}") from exc
@@ -221,6 +250,42 @@ class PostgresStore:
         )
         (tenant,) = await self._one("SELECT tenant FROM rollouts WHERE id = %s", rollout_id)
         return [decode_event(rollout_id, (*row,), dict(labels), tenant) for row in rows]
+
+    async def follow_events(
+        self, rollout_id: str, *, after_seq: int
+    ) -> AsyncIterator[RolloutEvent]:
+        """The rollout's events after `after_seq` as any server stores them, until the final
+        one: read, then wait for a notification (or `_POLL_S`) and read again."""
+        wake = asyncio.Event()
+        followers = self._followers.setdefault(rollout_id, set())
+        followers.add(wake)  # before the first read: a commit after it always wakes us
+        try:
+            while True:
+                wake.clear()
+                page = await self.events(rollout_id, after_seq=after_seq, limit=_FOLLOW_PAGE)
+                for event in page:
+                    yield event
+                    if event.is_final:
+                        return
+                if page:
+                    after_seq = page[-1].seq
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), _POLL_S)
+        finally:
+            followers.discard(wake)
+            if not followers:
+                self._followers.pop(rollout_id, None)
+
+    async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Wake the followers of each rollout named by a notification, until cancelled."""
+        async with conn:
+            try:
+                async for note in conn.notifies():
+                    for wake in self._followers.get(note.payload, ()):
+                        wake.set()
+            except psycopg.OperationalError as exc:
+                log.warning("stopped listening for other servers' events (%s); followers poll", exc)
 
     async def insert_group(self, group: Group, *, secret_free: bool) -> Group:
         """Insert a new group; if its tenant already used its request_id, that group instead."""

@@ -12,7 +12,7 @@ import asyncio
 import builtins
 import functools
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -154,6 +154,14 @@ class SqliteStore:
     ) -> builtins.list[RolloutEvent]:
         """Up to `limit` events of one rollout with seq > after_seq, in order."""
         return await self._run(_events, rollout_id, after_seq, max(limit, 0))
+
+    async def follow_events(
+        self, rollout_id: str, *, after_seq: int
+    ) -> AsyncIterator[RolloutEvent]:
+        """Nothing: SQLite tells no server of another's writes (servers sharing a file each
+        watch only the rollouts they run)."""
+        return
+        yield
 
     async def insert_group(self, group: Group, *, secret_free: bool) -> Group:
         """Insert a new group; if its tenant already used its request_id, that group instead."""

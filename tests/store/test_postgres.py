@@ -1,5 +1,6 @@
 """What only the PostgreSQL store has: yoyo's migrations on a fresh database (replicas starting
-together), no secret in any table, and a URL that never shows its password."""
+together), followers woken by another server's events, no secret in any table, and a URL that
+never shows its password."""
 
 from __future__ import annotations
 
@@ -7,9 +8,19 @@ import asyncio
 from datetime import timedelta
 
 import psycopg
+import pytest
 
 from service.engine.groups.manager import Store
-from service.models import Phase, PhaseChanged, RolloutEvent, RolloutStatus
+from service.models import (
+    AgentOutput,
+    AgentOutputKind,
+    EventPayload,
+    Phase,
+    PhaseChanged,
+    RolloutEvent,
+    RolloutStatus,
+)
+from service.store import postgres
 from service.store.postgres import PostgresStore
 from tests.store.postgres_server import PostgresServer
 from tests.store.samples import BASE_TIME, full_rollout, rollout
@@ -42,6 +53,43 @@ async def test_replicas_opening_a_fresh_database_together_migrate_it_once(
         ).fetchall()
     assert applied == [("0001.rollouts-events-groups",)]
     assert set(_TABLES) <= {name for (name,) in tables}
+
+
+def _event(rollout_id: str, seq: int, payload: EventPayload | None = None) -> RolloutEvent:
+    return RolloutEvent(
+        rollout_id=rollout_id,
+        seq=seq,
+        time=BASE_TIME + timedelta(milliseconds=seq),
+        payload=payload or AgentOutput(kind=AgentOutputKind.STDOUT, text=f"line {seq}"),
+    )
+
+
+async def test_a_follower_gets_another_stores_events_in_order_until_the_final_one(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only a notification can wake the follower: were NOTIFY lost, the test would time out.
+    monkeypatch.setattr(postgres, "_POLL_S", 3600.0)
+    async with PostgresStore(postgres_url) as writer, PostgresStore(postgres_url) as reader:
+        owner = await writer.insert(rollout(1))
+        other = await writer.insert(rollout(2))
+        await writer.append_events([_event(owner.id, 1)])
+        received: list[int] = []
+        first_read = asyncio.Event()
+
+        async def follow() -> None:
+            async for event in reader.follow_events(owner.id, after_seq=0):
+                received.append(event.seq)
+                first_read.set()
+
+        follower = asyncio.create_task(follow())
+        await first_read.wait()
+        for start, end in ((2, 3), (3, 6), (6, 12), (12, 24)):  # batches of 1, 3, 6, 12 events
+            batch = [_event(owner.id, seq) for seq in range(start, end)]
+            await writer.append_events([*batch, _event(other.id, start)])
+        await writer.append_events([_event(owner.id, 24, owner), _event(owner.id, 25)])
+        await follower
+
+    assert received == list(range(1, 25))
 
 
 async def test_api_key_never_lands_in_the_database(postgres_url: str) -> None:
