@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 
 from service.errors import SandboxError
+from service.sandboxes.local.descriptors import readable
 from service.sandboxes.local.tree import await_exits
 
 __all__ = ["Holder"]
@@ -40,8 +40,7 @@ class Holder:
         """Whether init still runs (its pidfd is not readable yet)."""
         if self._pidfd < 0:
             return False
-        readable, _, _ = select.select([self._pidfd], [], [], 0)
-        return not readable
+        return not readable([self._pidfd], 0)
 
     def pid_namespace(self) -> str:
         """Init's pid namespace, as /proc/<pid>/ns/pid names it; "" once init is gone.

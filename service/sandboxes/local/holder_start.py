@@ -8,9 +8,9 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import select
 import signal
 
+from service.sandboxes.local.descriptors import readable
 from service.sandboxes.local.mounts import detach, sandbox_disks
 
 __all__ = [
@@ -140,7 +140,7 @@ def attach(bwrap: int, init: int, user_namespace: bool) -> tuple[int, list[tuple
     namespaces = [(name, os.open(f"/proc/{init}/ns/{name}", flags)) for name in names]
     with open(f"/proc/{init}/stat") as stat:
         parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-    if parent != bwrap or select.select([init_fd], [], [], 0)[0]:
+    if parent != bwrap or readable([init_fd], 0):
         for _, fd in namespaces:
             os.close(fd)
         raise SetupError("the sandbox's init exited while it was being entered")

@@ -22,8 +22,9 @@ import os
 import sys
 from typing import Any
 
+from service.sandboxes.local.descriptors import readable
 from service.sandboxes.local.holder_start import SetupError, default_dispositions, join_cgroup
-from service.sandboxes.local.network_start import attach_network, readable
+from service.sandboxes.local.network_start import attach_network
 
 __all__: list[str] = []  # a program, run by `network.attach_internet`
 

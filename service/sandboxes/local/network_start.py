@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import ctypes
 import os
-import select
 import signal
 
+from service.sandboxes.local.descriptors import readable
 from service.sandboxes.local.holder_start import NAMESPACE_TYPES, SetupError
 
-__all__ = ["attach_network", "connect_network", "readable"]
+__all__ = ["attach_network", "connect_network"]
 
 _NETWORK_WAIT_S = 10.0
 _PR_SET_PDEATHSIG = 1
@@ -69,18 +69,6 @@ def attach_network(
             os.close(fd)
         raise
     return pasta, fds
-
-
-def readable(fds: list[int], timeout_s: float | None) -> set[int]:
-    """Which of `fds` are readable (or hung up) within `timeout_s` (None: no limit).
-
-    poll, not select: a fork server holding many sandboxes has descriptors past
-    FD_SETSIZE (1024), which select refuses."""
-    poller = select.poll()
-    for fd in fds:
-        poller.register(fd, select.POLLIN)
-    timeout_ms = None if timeout_s is None else int(timeout_s * 1000)
-    return {fd for fd, _ in poller.poll(timeout_ms)}
 
 
 def _open_namespaces(init: int, user_namespace: bool) -> dict[str, int]:

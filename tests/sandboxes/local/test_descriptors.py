@@ -1,6 +1,7 @@
-"""The fork server waits on pasta with poll: holding many sandboxes, its descriptors pass
-FD_SETSIZE (1024), where select.select refused ("filedescriptor out of range in select()")
-and 44-54 of 200 concurrent rollouts ended INTERNAL."""
+"""The server and the fork server wait on pidfds and pasta with poll: holding many
+sandboxes, their descriptors pass FD_SETSIZE (1024), where select.select refused
+("filedescriptor out of range in select()") and 44-54 of 200 concurrent rollouts ended
+INTERNAL."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from service.sandboxes.local.network_start import readable
+from service.sandboxes.local.descriptors import readable
 
 
 @pytest.fixture
