@@ -9,6 +9,7 @@ no script run but app.js, so a hostile string cannot become markup or code.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,9 +91,32 @@ class DashboardSite:
         elif scope["type"] != "http":
             return  # websockets: nothing here speaks them
         elif scope["path"].startswith(SERVICE_PATH):
-            await self._connect(scope, receive, send)
+            await self._call(scope, receive, send)
         else:
             await self._static(scope, send)
+
+    async def _call(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A Connect call, cancelled when its client goes away. connectrpc notices a closed
+        stream only when it has the next message to write, and a watch may wait for one
+        forever (a label nothing carries any more): every page left would keep a watch open."""
+        call = asyncio.current_task()
+        assert call is not None
+        gone = False
+
+        async def receive_until_gone() -> MutableMapping[str, Any]:
+            nonlocal gone
+            message = await receive()
+            if message["type"] == "http.disconnect" and not gone:
+                gone = True
+                call.cancel()
+            return message
+
+        try:
+            await self._connect(scope, receive_until_gone, send)
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            call.uncancel()
 
     async def _static(self, scope: Scope, send: Send) -> None:
         asset = self._assets.get(scope["path"])

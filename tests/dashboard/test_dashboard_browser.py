@@ -12,14 +12,18 @@ the screenshot in the docs.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import grpc
+import httpx
 import pytest
 from playwright.async_api import Page, expect
+from prometheus_client.parser import text_string_to_metric_families
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
@@ -63,7 +67,11 @@ RECORD_STATUSES = """() => {
 def dashboard_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     server = ServerProcess(
         tmp_path_factory.mktemp("dashboard-state"),
-        env={"ROLLOUT_DASHBOARD_LISTEN": "127.0.0.1:0", "ROLLOUT_MAX_RUNNING": "1"},
+        env={
+            "ROLLOUT_DASHBOARD_LISTEN": "127.0.0.1:0",
+            "ROLLOUT_MAX_RUNNING": "1",
+            "ROLLOUT_METRICS_LISTEN": "0",  # counts the open watch streams
+        },
     )
     server.start()
     yield server
@@ -166,6 +174,38 @@ async def test_group_page_shows_members_as_they_finish(
         members = page.locator("#members tbody tr[data-status=SUCCEEDED]")
         await expect(members).to_have_count(2)
         await expect(members.first.locator(".reward")).to_have_text("1.000")
+
+
+async def test_a_page_left_ends_its_watch_on_the_server(dashboard_server: ServerProcess) -> None:
+    """The list page's label watch waits on a label no rollout carries: no event would ever
+    tell the server that the page is gone, only the closed connection."""
+    async with chromium() as browser:
+        page = await browser.new_page()
+        await page.goto(f"{dashboard_url(dashboard_server)}#/?labels=suite%3Dnothing-here")
+        await expect(page.locator("#rollouts")).to_be_visible()
+        await until_watchers(dashboard_server, 1)
+        await page.close()
+        await until_watchers(dashboard_server, 0)
+
+
+async def until_watchers(server: ServerProcess, count: int) -> None:
+    """Scrape the server's metrics until it counts `count` open WatchRollout streams."""
+    found = re.search(r"rollout-service metrics at (\S+)", server.text())
+    assert found, server.text()
+    seen = -1.0
+    async with httpx.AsyncClient() as client:
+        for _ in range(300):
+            text = (await client.get(found.group(1))).text
+            seen = sum(
+                sample.value
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples
+                if sample.name == "rollout_watchers" and sample.labels["method"] == "WatchRollout"
+            )
+            if seen == count:
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"{seen} WatchRollout streams open, never {count}")
 
 
 def row(page: Page, rollout_id: str) -> Any:
