@@ -31,7 +31,13 @@ from psycopg import AsyncConnection, errors
 from psycopg_pool import AsyncConnectionPool
 
 from service.errors import NotFoundError
-from service.models import TERMINAL_STATUSES, Rollout, RolloutEvent, RolloutStatus
+from service.models import (
+    TERMINAL_STATUSES,
+    PhaseChanged,
+    Rollout,
+    RolloutEvent,
+    RolloutStatus,
+)
 from service.models.group import Group, GroupStatus
 from service.store.base import RolloutPage, TakeRollout
 from service.store.codec import decode_model, encode_model
@@ -211,7 +217,12 @@ class PostgresStore:
         return [decode_rollout(row) for row in rows]
 
     async def append_events(self, events: Sequence[RolloutEvent]) -> None:
-        """Append events (seq already assigned) in one transaction: all of them or none."""
+        """Append events (seq already assigned) in one transaction: all of them or none.
+
+        A `PhaseChanged` also sets its rollout's row's status and phase (unless the row is
+        already terminal: the final save may come first), so that every server reads a
+        running rollout as it is; its server saves the rest when it ends.
+        """
         if not events:
             return
         rows = [encode_event(event) for event in events]
@@ -221,6 +232,11 @@ class PostgresStore:
                     "INSERT INTO events (rollout_id, seq, time, kind, payload)"
                     " VALUES (%s, %s, %s, %s, %s)",
                     rows,
+                )
+                await cursor.executemany(
+                    "UPDATE rollouts SET status = %s, phase = %s"
+                    " WHERE id = %s AND status <> ALL(%s)",
+                    _phase_changes(events),
                 )
                 await cursor.execute(
                     "SELECT pg_notify(%s, id) FROM unnest(%s::text[]) AS id",
@@ -376,6 +392,16 @@ def _encode_slim(rollout: Rollout) -> tuple[str, str]:
     """The slim spec (redacted) and slim result, as `Rollout.slim` makes them."""
     slim = redacted(rollout).slim()
     return encode_model(slim.spec), encode_model(slim.result)
+
+
+def _phase_changes(events: Sequence[RolloutEvent]) -> list[tuple[str, str, str, list[str]]]:
+    """(status, phase, rollout_id, terminal statuses) of each PhaseChanged, in order."""
+    terminal = [status.value for status in TERMINAL_STATUSES]
+    return [
+        (event.payload.status.value, event.payload.phase.value, event.rollout_id, terminal)
+        for event in events
+        if isinstance(event.payload, PhaseChanged)
+    ]
 
 
 def _placeholders(query: str) -> str:

@@ -92,6 +92,26 @@ async def test_a_follower_gets_another_stores_events_in_order_until_the_final_on
     assert received == list(range(1, 25))
 
 
+async def test_a_phase_change_updates_the_row_every_server_reads_but_never_a_terminal_one(
+    postgres_url: str,
+) -> None:
+    async with PostgresStore(postgres_url) as writer, PostgresStore(postgres_url) as reader:
+        queued = await writer.insert(rollout(1))
+        agent = PhaseChanged(phase=Phase.AGENT, status=RolloutStatus.RUNNING)
+        await writer.append_events([_event(queued.id, 1, agent)])
+        running = await reader.get(queued.id)
+        finished = full_rollout(queued.id)
+        await writer.save(finished)
+        late = PhaseChanged(phase=Phase.TEARDOWN, status=RolloutStatus.RUNNING)
+        await writer.append_events([_event(queued.id, 2, late)])
+        final = await reader.get(queued.id)
+
+    assert running is not None
+    assert (running.status, running.phase) == (RolloutStatus.RUNNING, Phase.AGENT)
+    assert final is not None
+    assert (final.status, final.phase) == (finished.status, finished.phase)
+
+
 async def test_api_key_never_lands_in_the_database(postgres_url: str) -> None:
     secret = "sk-live-4f9c2e1d8b7a"
     leaky = full_rollout(api_key=secret)

@@ -1,0 +1,122 @@
+"""Two servers on one PostgreSQL (ROLLOUT_DATABASE_URL): either answers Get and List for a
+rollout the other runs, and a WatchRollout on the other is live and complete, in order.
+
+The rollout's agent prints a line and then sleeps until cancelled, so that the watcher on the
+second server provably receives events while the rollout runs, not a replay after its end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from rollout.v1 import rollout_pb2 as pb
+from rollout.v1 import rollout_pb2_grpc as pb_grpc
+
+from tests.e2e.specs import command_spec
+from tests.e2e.test_startup import refused
+from tests.server_process import ServerProcess
+from tests.store.postgres_server import PostgresServer, postgres_bin_dir
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def database_url() -> Iterator[str]:
+    bin_dir = postgres_bin_dir()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    postgres = PostgresServer(bin_dir)
+    try:
+        postgres.start()
+        yield postgres.create_database()
+    finally:
+        postgres.stop()
+
+
+@pytest.fixture(scope="module")
+def replicas(
+    tmp_path_factory: pytest.TempPathFactory, database_url: str
+) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """Two servers, each with its own state folder, sharing the database."""
+    servers = [
+        ServerProcess(
+            tmp_path_factory.mktemp(f"replica-{name}"), {"ROLLOUT_DATABASE_URL": database_url}
+        )
+        for name in "ab"
+    ]
+    for server in servers:
+        server.start()
+    yield servers[0], servers[1]
+    for server in servers:
+        assert server.stop() == 0, server.text()
+
+
+@pytest.fixture
+async def stubs(
+    replicas: tuple[ServerProcess, ServerProcess],
+) -> AsyncIterator[tuple[pb_grpc.RolloutServiceAsyncStub, pb_grpc.RolloutServiceAsyncStub]]:
+    a, b = replicas
+    async with (
+        grpc.aio.insecure_channel(a.target) as to_a,
+        grpc.aio.insecure_channel(b.target) as to_b,
+    ):
+        yield pb_grpc.RolloutServiceStub(to_a), pb_grpc.RolloutServiceStub(to_b)
+
+
+async def test_a_watch_on_the_other_replica_is_live_and_sees_every_event_in_order(
+    stubs: tuple[pb_grpc.RolloutServiceAsyncStub, pb_grpc.RolloutServiceAsyncStub],
+) -> None:
+    a, b = stubs
+    spec = command_spec("echo replica-ready; exec sleep 600", labels={"suite": "replicas"})
+    started = await a.StartRollout(pb.StartRolloutRequest(spec=spec))
+    rollout_id = started.rollout.id
+    request = pb.WatchRolloutRequest(rollout_id=rollout_id)
+    on_a = a.WatchRollout(request)
+    on_b = b.WatchRollout(request)
+    seen_on_b: list[pb.RolloutEvent] = []
+    async for response in on_b:
+        seen_on_b.append(response.event)
+        if "replica-ready" in response.event.output.text:
+            break
+
+    # The agent sleeps until cancelled: B saw its output while the rollout ran on A.
+    running = await b.GetRollout(pb.GetRolloutRequest(rollout_id=rollout_id))
+    assert running.rollout.status == pb.ROLLOUT_STATUS_RUNNING
+    await a.CancelRollout(pb.CancelRolloutRequest(rollout_id=rollout_id))
+    seen_on_b += [response.event async for response in on_b]
+    seen_on_a = [response.event async for response in on_a]
+
+    assert [event.seq for event in seen_on_b] == list(range(1, len(seen_on_b) + 1))
+    assert [e.SerializeToString() for e in seen_on_b] == [e.SerializeToString() for e in seen_on_a]
+    assert seen_on_b[-1].finished.status == pb.ROLLOUT_STATUS_CANCELLED
+    listed = await b.ListRollouts(pb.ListRolloutsRequest(labels={"suite": "replicas"}))
+    assert [rollout.id for rollout in listed.rollouts] == [rollout_id]
+    assert listed.rollouts[0].status == pb.ROLLOUT_STATUS_CANCELLED
+
+
+async def test_a_replayed_watch_on_the_other_replica_ends_with_the_final_event(
+    stubs: tuple[pb_grpc.RolloutServiceAsyncStub, pb_grpc.RolloutServiceAsyncStub],
+) -> None:
+    a, b = stubs
+    done = await a.RunRollout(pb.RunRolloutRequest(spec=command_spec(verify=("true",))))
+
+    request = pb.WatchRolloutRequest(rollout_id=done.rollout.id, after_seq=1)
+    replayed = [response.event async for response in b.WatchRollout(request)]
+
+    assert replayed[0].seq == 2
+    assert replayed[-1].finished.status == pb.ROLLOUT_STATUS_SUCCEEDED
+    fetched = await b.GetRollout(pb.GetRolloutRequest(rollout_id=done.rollout.id))
+    assert fetched.rollout.result.reward == done.rollout.result.reward == 1.0
+
+
+def test_a_database_url_that_is_not_postgresql_is_refused_without_showing_it(
+    tmp_path: Path,
+) -> None:
+    line = refused(tmp_path, {"ROLLOUT_DATABASE_URL": "mysql://root:hunter2@db/rollouts"})
+
+    assert "ROLLOUT_DATABASE_URL" in line
+    assert "postgresql://" in line
+    assert "hunter2" not in line
