@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -255,6 +256,7 @@ def summary(
         "p99_ms": round(percentile(delays, 0.99), 1),
         "complete": sum(1 for w in seen if w["complete"]),
         "cut_off": sum(1 for w in seen if w["error"]),
+        "errors": dict(Counter(str(w["error"]) for w in seen if w["error"])),
         "server_cpu_us_per_delivery": round(server_cpu_s * 1e6 / max(deliveries, 1), 1),
     }
 
