@@ -99,7 +99,12 @@ class ModelRouter:
         if key_in_sandbox and spec.max_policy_lag is not None:
             problem = "needs capture TRANSPARENT_PROXY through the service's own proxy"
             raise SpecError([FieldViolation("spec.max_policy_lag", problem)])
-        return resolve_endpoint(endpoint, self._environ, key_in_sandbox=key_in_sandbox)
+        return resolve_endpoint(
+            endpoint,
+            self._environ,
+            key_in_sandbox=key_in_sandbox,
+            allow_private=self._settings.allow_private_endpoints,
+        )
 
     def _proxied(self, spec: RolloutSpec, upstream: ResolvedEndpoint | None) -> bool:
         return upstream is not None and spec.capture.mode is CaptureMode.TRANSPARENT_PROXY

@@ -56,6 +56,10 @@ class ResolvedEndpoint:
     model: str
     dialect_mode: DialectMode = DialectMode.TRANSLATED
     """How Responses and Messages calls reach this upstream (`service.proxy.dialects`)."""
+    private_ok: bool = True
+    """Whether the upstream may be at a private address when the proxy connects: a caller's
+    own base URL only when the operator allows it (`transport.addresses`); the operator's
+    configured URL always."""
 
     @cached_property
     def asks_token_ids(self) -> bool:
@@ -172,14 +176,19 @@ def _key_violations(
 
 
 def resolve_endpoint(
-    spec: EndpointSpec, environ: Mapping[str, str], *, key_in_sandbox: bool = False
+    spec: EndpointSpec,
+    environ: Mapping[str, str],
+    *,
+    key_in_sandbox: bool = False,
+    allow_private: bool = True,
 ) -> ResolvedEndpoint:
     """Fill a spec's endpoint from its shorthand; raises SpecError naming each bad field.
 
     A key from the server's environment is used only with the base URL configured beside
     it (the spec's `base_url` left empty, or the same URL), and never when `key_in_sandbox`
     (the key would be handed to the sandbox: BLACK_BOX capture, a proxy inside a remote
-    sandbox).
+    sandbox). A base URL of the caller's own may resolve to a private address only when
+    `allow_private` (the operator's `ROLLOUT_ALLOW_PRIVATE_ENDPOINTS`).
     """
     kind = ENDPOINT_KINDS.get(spec.kind) if spec.kind else _EXPLICIT
     if kind is None:
@@ -206,4 +215,5 @@ def resolve_endpoint(
         api_key=api_key,
         model=model,
         dialect_mode=spec.dialect_mode,
+        private_ok=allow_private or not spec.base_url or _same_url(spec.base_url, server_url),
     )

@@ -111,3 +111,19 @@ def test_the_key_never_shows_in_repr() -> None:
 )
 def test_token_ids_are_asked_only_of_self_hosted_servers(base_url: str, asks: bool) -> None:
     assert ResolvedEndpoint(base_url, "", "m").asks_token_ids is asks
+
+
+@pytest.mark.parametrize(
+    ("spec", "private_ok"),
+    [
+        (EndpointSpec(base_url="http://llm.internal:8000", model="m"), False),  # the caller's
+        (EndpointSpec(kind="vllm"), True),  # the operator's configured URL
+        (EndpointSpec(kind="vllm", base_url="http://gpu:8000/v1"), True),  # the same URL
+    ],
+)
+def test_only_a_callers_own_url_is_kept_out_of_private_ranges(
+    spec: EndpointSpec, private_ok: bool
+) -> None:
+    environ = {"VLLM_BASE_URL": "http://gpu:8000/v1", "VLLM_MODEL": "m"}
+    assert resolve_endpoint(spec, environ, allow_private=False).private_ok is private_ok
+    assert resolve_endpoint(spec, environ, allow_private=True).private_ok is True

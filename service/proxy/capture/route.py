@@ -70,7 +70,11 @@ class Route:
         self.secret_bytes = tuple(secret.encode() for secret in self.secrets)
         self.recorder = Recorder(bounds or RecordBounds(), self.secrets)
         """Scrubs each turn and cuts its bodies to the per-turn cap and rollout budget."""
-        self.target = UpstreamTarget(upstream.chat_completions_url, upstream_headers(upstream))
+        self.target = UpstreamTarget(
+            upstream.chat_completions_url,
+            upstream_headers(upstream),
+            private_ok=upstream.private_ok,
+        )
         """The upstream request line and headers, built once."""
         self.parser = RequestParser()
         """Parses this route's requests, reusing the messages already parsed."""

@@ -55,7 +55,9 @@ class RouteState:
                 headers["anthropic-version"] = _ANTHROPIC_VERSION
                 if route.upstream.api_key:
                     headers["x-api-key"] = route.upstream.api_key
-            target = self._targets[url] = UpstreamTarget(url, headers)
+            target = self._targets[url] = UpstreamTarget(
+                url, headers, private_ok=route.upstream.private_ok
+            )
         assert target is not None
         return target
 

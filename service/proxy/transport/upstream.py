@@ -8,9 +8,10 @@ any response byte arrived is retried once on a fresh one.
 
 The host is resolved here and every address it resolves to judged (`addresses`) before one
 is connected to: a name that leads to a cloud metadata or link-local address is refused,
-and the address judged is the address connected to, so a name re-bound between admission
-and connection cannot slip past. (Private ranges are judged at admission, on literal
-addresses: a connection cannot tell the caller's base URL from the operator's.)
+and so is one that leads into a private range unless the target allows it (a caller's own
+base URL, when the operator does not: `UpstreamTarget.private_ok`); the address judged is
+the address connected to, so a name re-bound between admission and connection cannot slip
+past.
 
 Errors (all `UpstreamConnectionError`): `UpstreamUnreachable` (connect failed, or the
 address refused) and `UpstreamDisconnected` (closed or garbled mid-response). Timeouts are
@@ -223,16 +224,18 @@ class UpstreamResponse:
         return b"".join([chunk async for chunk in self.iter_chunks()])
 
 
-_Key = tuple[str, str, int]
+_Key = tuple[str, str, int, bool]
+"""scheme, host, port, and whether a private address is allowed."""
 
 
 class UpstreamTarget:
     """Where and how to POST: parsed once per route, not per request."""
 
-    def __init__(self, url: str, headers: Mapping[str, str]) -> None:
+    def __init__(self, url: str, headers: Mapping[str, str], *, private_ok: bool = True) -> None:
         parts = urlsplit(url)
         https = parts.scheme == "https"
-        self.key: _Key = (parts.scheme, parts.hostname or "", parts.port or (443 if https else 80))
+        port = parts.port or (443 if https else 80)
+        self.key: _Key = (parts.scheme, parts.hostname or "", port, private_ok)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
         self._head = f"POST {path} HTTP/1.1\r\nHost: {parts.netloc}\r\n{lines}".encode("latin-1")
@@ -272,10 +275,10 @@ class UpstreamPool:
         return self._ssl
 
     async def _connect(self, key: _Key) -> _Connection:
-        scheme, host, port = key
+        scheme, host, port, private_ok = key
         context = self._ssl_context() if scheme == "https" else None
         try:
-            addresses = await _judged_addresses(host, port)
+            addresses = await _judged_addresses(host, port, private_ok)
             for address in addresses[:-1]:
                 with contextlib.suppress(OSError):
                     return await self._open(address, key, context)
@@ -285,7 +288,7 @@ class UpstreamPool:
             raise UpstreamUnreachable(f"cannot connect to {host}:{port}: {reason}") from exc
 
     async def _open(self, address: str, key: _Key, context: ssl.SSLContext | None) -> _Connection:
-        _, host, port = key
+        _, host, port, _ = key
         _, connection = await asyncio.get_running_loop().create_connection(
             lambda: _Connection(self._version_header),
             address,
@@ -316,7 +319,7 @@ class UpstreamPool:
             connection.transport.close()
 
 
-async def _judged_addresses(host: str, port: int) -> list[str]:
+async def _judged_addresses(host: str, port: int, private_ok: bool) -> list[str]:
     """The addresses `host` resolves to, in the resolver's order; UpstreamUnreachable naming
     the address when any of them is one no upstream may be at (`addresses`). An address
     literal is itself: not sent to the resolver's threads, which a burst of new connections
@@ -327,7 +330,7 @@ async def _judged_addresses(host: str, port: int) -> list[str]:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
         addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
     for address in addresses:
-        problem = address_problem(ipaddress.ip_address(address), allow_private=True)
+        problem = address_problem(ipaddress.ip_address(address), allow_private=private_ok)
         if problem:
             raise UpstreamUnreachable(f"refused to connect to {host}:{port}: {problem}")
     return addresses

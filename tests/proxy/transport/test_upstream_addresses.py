@@ -51,3 +51,22 @@ async def test_loopback_by_name_is_reached(pool: UpstreamPool) -> None:
         async with pool.request(target, _CHAT) as response:
             assert response.status == 200
             assert b"Done." in await response.read()
+
+
+async def test_a_name_resolving_into_a_private_range_is_refused_unless_allowed(
+    pool: UpstreamPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller's base URL whose name resolves to 10.x (DNS rebinding, or an internal name)
+    is judged at connect time, as a literal private address is at admission."""
+    loop = asyncio.get_running_loop()
+
+    async def resolve(host: str, port: int, **_: object) -> list[tuple[object, ...]]:
+        assert host == "llm.example.test"
+        return [(2, 1, 6, "", ("10.1.2.3", port))]
+
+    monkeypatch.setattr(loop, "getaddrinfo", resolve)
+    url = "http://llm.example.test:8000/v1/chat/completions"
+    refused = UpstreamTarget(url, {}, private_ok=False)
+    with pytest.raises(UpstreamUnreachable, match=r"10\.1\.2\.3 is in a private range"):
+        await asyncio.wait_for(pool.request(refused, _CHAT).__aenter__(), 30)
+    assert refused.key != UpstreamTarget(url, {}).key  # never pooled with an allowed target
