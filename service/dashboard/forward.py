@@ -8,8 +8,9 @@ as deadline. A gRPC status comes back as the Connect error of the same code and 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from connectrpc.code import Code
@@ -91,6 +92,8 @@ def _unary(
             response: Message = await call(request, **_call_options(context))
         except grpc.aio.AioRpcError as exc:
             raise _connect_error(exc) from exc
+        except asyncio.CancelledError:
+            _raise_unless_closing()
         return response
 
     return forward
@@ -106,10 +109,21 @@ def _streaming(
                 yield response
         except grpc.aio.AioRpcError as exc:
             raise _connect_error(exc) from exc
+        except asyncio.CancelledError:
+            _raise_unless_closing()
         finally:
             stream.cancel()  # the page went away: the API's watch ends too
 
     return forward
+
+
+def _raise_unless_closing() -> NoReturn:
+    """The channel closing (the server stops) cancels its calls, not the task that made them:
+    that is UNAVAILABLE to the page. A cancelled task (the page went away) stays cancelled."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+    raise ConnectError(Code.UNAVAILABLE, "the server is shutting down")
 
 
 def _connect_error(exc: grpc.aio.AioRpcError) -> ConnectError:

@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 from connectrpc.compat import google_protobuf_codecs
+from connectrpc.errors import ConnectError
 from connectrpc.server import ConnectASGIApplication
 
 from service.dashboard.forward import SERVICE_PATH, forwarding_endpoints
@@ -38,7 +39,7 @@ _SECURITY_HEADERS = [
     (
         b"content-security-policy",
         b"default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-        b"img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+        b"img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     ),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
@@ -113,7 +114,7 @@ class DashboardSite:
 
         try:
             await self._connect(scope, receive_until_gone, send)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, ConnectError):  # connectrpc re-raises a cancellation
             if not gone:
                 raise
             call.uncancel()

@@ -186,6 +186,28 @@ async def test_a_page_left_ends_its_watch_on_the_server(dashboard_server: Server
         await until_watchers(dashboard_server, 1)
         await page.close()
         await until_watchers(dashboard_server, 0)
+    assert "Error in ASGI" not in dashboard_server.text()
+
+
+async def test_the_server_stops_while_a_page_watches_and_the_page_says_so(
+    tmp_path: Path,
+) -> None:
+    env = {"ROLLOUT_DASHBOARD_LISTEN": "127.0.0.1:0", "ROLLOUT_METRICS_LISTEN": "0"}
+    server = ServerProcess(tmp_path / "state", env=env)
+    server.start()
+    try:
+        async with chromium() as browser:
+            page = await browser.new_page()
+            await page.goto(f"{dashboard_url(server)}#/")
+            await expect(page.locator("#rollouts")).to_be_visible()
+            await until_watchers(server, 1)
+            code = await asyncio.to_thread(server.stop)
+            await expect(page.locator("#error")).to_have_text(
+                "Unavailable: the server is shutting down"
+            )
+    finally:
+        server.stop()
+    assert code == 0, server.text()
 
 
 async def until_watchers(server: ServerProcess, count: int) -> None:

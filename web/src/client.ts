@@ -38,7 +38,3 @@ export function describeError(error: unknown): string {
   const connectError = ConnectError.from(error);
   return `${Code[connectError.code]}: ${connectError.rawMessage}`;
 }
-
-export function isAborted(error: unknown): boolean {
-  return ConnectError.from(error).code === Code.Canceled;
-}

@@ -1,6 +1,7 @@
 // How values read on the page: enum names without their prefix, times, rewards, labels.
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { h, link } from "./dom";
 import { ErrorKind, Phase, RolloutStatus } from "./gen/rollout/v1/rollout_pb";
 
 export const statusName = (status: RolloutStatus): string => RolloutStatus[status] ?? "?";
@@ -15,10 +16,13 @@ export function reward(value: number | undefined): string {
   return value === undefined ? "" : value.toFixed(3);
 }
 
-export function labels(map: Record<string, string>): string {
-  return Object.entries(map)
-    .map(([key, value]) => `${key}=${value}`)
-    .join(", ");
+/** Each label as a link to the list of rollouts carrying it (a batch: `rollout.batch=<id>`). */
+export function labelLinks(map: Record<string, string>): HTMLElement {
+  const links = Object.entries(map).map(([key, value]) => {
+    const query = new URLSearchParams({ labels: `${key}=${value}` });
+    return link(`#/?${query}`, `${key}=${value}`);
+  });
+  return h("span", { class: "labels" }, ...links.flatMap((a, i) => (i ? [", ", a] : [a])));
 }
 
 /** "a=1, b=2" (or "a=1,b=2") as a label map; blank parts are ignored. */

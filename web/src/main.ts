@@ -1,6 +1,6 @@
 // The dashboard: routes on the URL fragment (#/, #/rollout/<id>, #/group/<id>), asks for a
 // bearer token when the server wants one, and restarts the page's streams on every navigation.
-import { describeError, isAborted, isUnauthenticated, setToken, token } from "./client";
+import { describeError, isUnauthenticated, setToken, token } from "./client";
 import { h, replaceChildren } from "./dom";
 import { groupPage } from "./pages/group";
 import { listPage } from "./pages/list";
@@ -34,7 +34,7 @@ async function route(): Promise<void> {
     else if (page === "group" && id) await groupPage(root, id, signal);
     else await listPage(root, new URLSearchParams(query), signal);
   } catch (error) {
-    if (signal.aborted || isAborted(error)) return;
+    if (signal.aborted) return; // left for another page
     const message = isUnauthenticated(error)
       ? "This server wants a bearer token (ROLLOUT_AUTH_TOKENS): enter yours above."
       : describeError(error);

@@ -1,7 +1,7 @@
 // Rollouts matching a label selector and a status, kept live by a label-wide WatchRollout.
 import { api } from "../client";
 import { h, link, replaceChildren } from "../dom";
-import { labels, parseLabels, phaseName, reward, statusName, time } from "../format";
+import { labelLinks, parseLabels, phaseName, reward, statusName, time } from "../format";
 import { type Phase, ResultView, type Rollout, RolloutStatus } from "../gen/rollout/v1/rollout_pb";
 
 interface Filter {
@@ -48,7 +48,7 @@ function row(rollout: Rollout): HTMLTableRowElement {
     h("td", { class: "status" }, statusName(rollout.status)),
     h("td", { class: "phase" }, phaseName(rollout.phase)),
     h("td", {}, rollout.spec?.agent?.name ?? ""),
-    h("td", {}, labels(rollout.spec?.labels ?? {})),
+    h("td", {}, labelLinks(rollout.spec?.labels ?? {})),
     h("td", {}, group),
     h("td", { class: "reward" }, reward(rollout.result?.reward)),
     h("td", {}, time(rollout.createTime)),

@@ -1,7 +1,7 @@
 // One rollout as it happens: its whole event log replayed, then followed live (WatchRollout).
 import { api } from "../client";
 import { h, link, replaceChildren } from "../dom";
-import { errorKindName, labels, phaseName, reward, statusName, time } from "../format";
+import { errorKindName, labelLinks, phaseName, reward, statusName, time } from "../format";
 import {
   AgentOutputKind,
   CommandStage,
@@ -81,7 +81,7 @@ class RolloutView {
     const result = rollout.result;
     const entries: [string, Node | string][] = [
       ["agent", rollout.spec?.agent?.name ?? ""],
-      ["labels", labels(rollout.spec?.labels ?? {})],
+      ["labels", labelLinks(rollout.spec?.labels ?? {})],
       ["created", time(rollout.createTime)],
       ["finished", time(rollout.finishTime)],
       ["reward", reward(result?.reward)],
