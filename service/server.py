@@ -81,7 +81,9 @@ async def serve(settings: Settings) -> None:
     tracing = setup_tracing()
     settings.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     url = settings.database_url
-    store = new_store(url.get_secret_value() if url else None, settings.database_path)
+    store = new_store(
+        url.get_secret_value() if url else None, settings.database_path, settings.state_dir
+    )
     await store.open()
     hub = EventHub(store)
     await hub.start()

@@ -6,6 +6,7 @@ only when chosen.
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,12 +17,19 @@ if TYPE_CHECKING:
 __all__ = ["new_store"]
 
 
-def new_store(database_url: str | None, database_path: Path) -> SqliteStore | PostgresStore:
-    """The (unopened) store: PostgreSQL at `database_url` when set, else the SQLite file."""
+def new_store(
+    database_url: str | None, database_path: Path, state_dir: Path
+) -> SqliteStore | PostgresStore:
+    """The (unopened) store: PostgreSQL at `database_url` when set, else the SQLite file.
+
+    On PostgreSQL the server is named by its host and state folder: the same server restarted
+    is the same owner, and takes its own unfinished rollouts back at once.
+    """
     if database_url:
         from service.store.postgres import PostgresStore
 
-        return PostgresStore(database_url)
+        owner = f"{socket.gethostname()}:{state_dir.resolve()}"
+        return PostgresStore(database_url, owner=owner)
     from service.store.sqlite import SqliteStore
 
     return SqliteStore(database_path)

@@ -39,6 +39,7 @@ from service.models import (
     RolloutStatus,
 )
 from service.models.group import Group, GroupStatus
+from service.store import postgres_leases as leases
 from service.store.base import RolloutPage, TakeRollout
 from service.store.codec import decode_model, encode_model
 from service.store.groups import StoredGroup
@@ -79,8 +80,10 @@ class PostgresStore:
     """Rollouts, their events and groups in the PostgreSQL database at `url` (postgresql:// or
     postgres://, as `Settings.database_url` checks)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, owner: str) -> None:
         self._url = url
+        self._owner = owner
+        self._lease: asyncio.Task[None] | None = None
         self._pool: AsyncConnectionPool | None = None
         self._listener: asyncio.Task[None] | None = None
         self._followers: dict[str, set[asyncio.Event]] = {}
@@ -98,19 +101,25 @@ class PostgresStore:
         )
         await pool.open(wait=True)
         self._pool = pool
+        await leases.renew(pool, self._owner)
+        self._lease = asyncio.create_task(leases.keep_lease(pool, self._owner), name="lease")
         listening = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
         await listening.execute(f"LISTEN {_CHANNEL}")
         self._listener = asyncio.create_task(self._listen(listening), name="postgres-listen")
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await listener
+        for task in (self._listener, self._lease):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._listener = self._lease = None
         if pool is not None:
-            await pool.close()
+            try:
+                await leases.release(pool, self._owner)
+            finally:
+                await pool.close()
 
     async def __aenter__(self) -> PostgresStore:
         await self.open()
@@ -128,14 +137,14 @@ class PostgresStore:
         """Insert a new rollout; if its tenant's request_id (or its id) is taken, return that
         rollout instead."""
         stored = redacted(rollout)
-        values = (*encode_insert(stored), *_encode_slim(stored))
+        values = (*encode_insert(stored), *_encode_slim(stored), self._owner)
         rollout_id, tenant, request_id = values[:3]
         async with self._connection() as conn, conn.transaction():
             cursor = await conn.execute(
                 "INSERT INTO rollouts (id, tenant, request_id, status, phase, create_us,"
                 " create_time, start_time, finish_time, spec, result, group_id, member_index,"
-                " slim_spec, slim_result)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " slim_spec, slim_result, owner)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT DO NOTHING",
                 values,
             )
@@ -208,13 +217,12 @@ class PostgresStore:
         return await read_page(page_size, page_token, page_keys, read, take)
 
     async def non_terminal(self) -> builtins.list[Rollout]:
-        """Rollouts not in a terminal status, oldest first."""
+        """Unfinished rollouts no live server runs, oldest first, now this server's (a live
+        replica's are left alone: `postgres_leases`)."""
         live = [status.value for status in RolloutStatus if status not in TERMINAL_STATUSES]
-        rows = await self._all(
-            f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE status = ANY(%s) ORDER BY create_us, id",
-            live,
-        )
-        return [decode_rollout(row) for row in rows]
+        params = leases.claim_params(self._owner, live=live)
+        rows = await self._claim(leases.claim_rollouts(ROLLOUT_COLUMNS), params)
+        return [decode_rollout(row[1:]) for row in sorted(rows, key=lambda row: row[:2])]
 
     async def append_events(self, events: Sequence[RolloutEvent]) -> None:
         """Append events (seq already assigned) in one transaction: all of them or none.
@@ -309,7 +317,7 @@ class PostgresStore:
         async with self._connection() as conn:
             cursor = await conn.execute(
                 "INSERT INTO groups (id, tenant, request_id, status, create_us, secret_free,"
-                " document) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                " document, owner) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
                 (
                     group.id,
                     group.tenant,
@@ -318,6 +326,7 @@ class PostgresStore:
                     epoch_us(group.create_time),
                     secret_free,
                     encode_model(group),
+                    self._owner,
                 ),
             )
         if cursor.rowcount:
@@ -347,12 +356,10 @@ class PostgresStore:
         return None if row is None else decode_model(Group, row[0])
 
     async def unfinished_groups(self) -> builtins.list[StoredGroup]:
-        """Groups a previous server left running, oldest first."""
-        rows = await self._all(
-            "SELECT document, secret_free FROM groups WHERE status = %s ORDER BY create_us, id",
-            GroupStatus.RUNNING.value,
-        )
-        return [(decode_model(Group, document), free) for document, free in rows]
+        """Running groups no live server runs, oldest first, now this server's."""
+        params = leases.claim_params(self._owner, running=GroupStatus.RUNNING.value)
+        rows = await self._claim(leases.claim_groups(), params)
+        return [(decode_model(Group, row[2]), row[3]) for row in sorted(rows, key=lambda r: r[:2])]
 
     def _connection(self) -> AbstractAsyncContextManager[AsyncConnection[Any]]:
         """A pooled connection (autocommit) for the `async with` block."""
@@ -364,6 +371,12 @@ class PostgresStore:
         async with self._connection() as conn:
             cursor = await conn.execute(query, params)
             return await cursor.fetchone()
+
+    async def _claim(self, query: str, params: dict[str, Any]) -> builtins.list[Any]:
+        async with self._connection() as conn:
+            cursor = await conn.execute(query, params)
+            rows: builtins.list[Any] = await cursor.fetchall()
+            return rows
 
     async def _all(self, query: str, *params: Any) -> builtins.list[Any]:
         async with self._connection() as conn:

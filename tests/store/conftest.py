@@ -47,18 +47,19 @@ def postgres_url(migrated_database: str) -> str:
     """The session's database, emptied for this test (a new database per test costs seconds on
     a loaded machine; a TRUNCATE costs milliseconds)."""
     with psycopg.connect(migrated_database, autocommit=True) as conn:
-        conn.execute("TRUNCATE rollouts, rollout_labels, events, groups")
+        conn.execute("TRUNCATE rollouts, rollout_labels, events, groups, servers")
     return migrated_database
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def new_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], AnyStore]:
-    """Makes an unopened store of this case's backend; every call opens the same database."""
+    """Makes an unopened store of this case's backend; every call opens the same database (as
+    the same server, for PostgreSQL)."""
     if request.param == "sqlite":
         path = tmp_path / "state" / "rollouts.db"
         return lambda: SqliteStore(path)
     url: str = request.getfixturevalue("postgres_url")
-    return lambda: PostgresStore(url)
+    return lambda: PostgresStore(url, owner="this-server")
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from service.models import (
     RolloutEvent,
     RolloutStatus,
 )
+from service.models.group import Group, GroupSpec
 from service.store import postgres
 from service.store.postgres import PostgresStore
 from tests.store.postgres_server import PostgresServer
@@ -29,7 +30,8 @@ _TABLES = ("rollouts", "rollout_labels", "events", "groups")
 
 
 def test_matches_the_store_protocols() -> None:
-    store: Store = PostgresStore("postgresql://u@127.0.0.1:1/db")  # mypy checks the shape
+    # mypy checks the shape.
+    store: Store = PostgresStore("postgresql://u@127.0.0.1:1/db", owner="a")
     assert isinstance(store, PostgresStore)
 
 
@@ -37,7 +39,7 @@ async def test_replicas_opening_a_fresh_database_together_migrate_it_once(
     postgres_server: PostgresServer,
 ) -> None:
     url = postgres_server.create_database()
-    stores = [PostgresStore(url) for _ in range(3)]
+    stores = [PostgresStore(url, owner=name) for name in "abc"]
 
     await asyncio.gather(*(store.open() for store in stores))
     try:
@@ -51,8 +53,13 @@ async def test_replicas_opening_a_fresh_database_together_migrate_it_once(
         tables = conn.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
         ).fetchall()
-    assert applied == [("0001.rollouts-events-groups",)]
+    assert sorted(applied) == [("0001.rollouts-events-groups",), ("0002.owners-and-leases",)]
     assert set(_TABLES) <= {name for (name,) in tables}
+
+
+def _group(group_id: str) -> Group:
+    spec = GroupSpec(spec=rollout(1).spec, n=2, min_complete=1, max_refills=0, deadline_s=60.0)
+    return Group(id=group_id, spec=spec, create_time=BASE_TIME)
 
 
 def _event(rollout_id: str, seq: int, payload: EventPayload | None = None) -> RolloutEvent:
@@ -69,7 +76,10 @@ async def test_a_follower_gets_another_stores_events_in_order_until_the_final_on
 ) -> None:
     # Only a notification can wake the follower: were NOTIFY lost, the test would time out.
     monkeypatch.setattr(postgres, "_POLL_S", 3600.0)
-    async with PostgresStore(postgres_url) as writer, PostgresStore(postgres_url) as reader:
+    async with (
+        PostgresStore(postgres_url, owner="a") as writer,
+        PostgresStore(postgres_url, owner="b") as reader,
+    ):
         owner = await writer.insert(rollout(1))
         other = await writer.insert(rollout(2))
         await writer.append_events([_event(owner.id, 1)])
@@ -95,7 +105,10 @@ async def test_a_follower_gets_another_stores_events_in_order_until_the_final_on
 async def test_a_phase_change_updates_the_row_every_server_reads_but_never_a_terminal_one(
     postgres_url: str,
 ) -> None:
-    async with PostgresStore(postgres_url) as writer, PostgresStore(postgres_url) as reader:
+    async with (
+        PostgresStore(postgres_url, owner="a") as writer,
+        PostgresStore(postgres_url, owner="b") as reader,
+    ):
         queued = await writer.insert(rollout(1))
         agent = PhaseChanged(phase=Phase.AGENT, status=RolloutStatus.RUNNING)
         await writer.append_events([_event(queued.id, 1, agent)])
@@ -112,10 +125,44 @@ async def test_a_phase_change_updates_the_row_every_server_reads_but_never_a_ter
     assert (final.status, final.phase) == (finished.status, finished.phase)
 
 
+async def test_a_starting_replica_takes_over_only_what_a_dead_one_left_and_only_once(
+    postgres_url: str,
+) -> None:
+    async with PostgresStore(postgres_url, owner="a") as a:
+        queued = await a.insert(rollout(1))
+        await a.insert_group(_group("g1"), secret_free=True)
+        async with PostgresStore(postgres_url, owner="b") as b:
+            assert await b.non_terminal() == []
+            assert await b.unfinished_groups() == []
+            # a's heartbeats stop (kill -9): its lease runs out.
+            with psycopg.connect(postgres_url, autocommit=True) as conn:
+                conn.execute(
+                    "UPDATE servers SET heartbeat_at = now() - interval '1 hour' WHERE owner = 'a'"
+                )
+            async with PostgresStore(postgres_url, owner="c") as c:
+                claims = await asyncio.gather(b.non_terminal(), c.non_terminal())
+                groups = await asyncio.gather(b.unfinished_groups(), c.unfinished_groups())
+
+    assert sorted(len(claim) for claim in claims) == [0, 1]
+    assert [r.id for claim in claims for r in claim] == [queued.id]
+    assert [g.id for claim in groups for g, _ in claim] == ["g1"]
+
+
+async def test_a_replica_that_stops_cleanly_leaves_its_rollouts_to_the_next_at_once(
+    postgres_url: str,
+) -> None:
+    async with PostgresStore(postgres_url, owner="b") as b:
+        async with PostgresStore(postgres_url, owner="a") as a:
+            queued = await a.insert(rollout(1))
+            assert await b.non_terminal() == []
+
+        assert [r.id for r in await b.non_terminal()] == [queued.id]
+
+
 async def test_api_key_never_lands_in_the_database(postgres_url: str) -> None:
     secret = "sk-live-4f9c2e1d8b7a"
     leaky = full_rollout(api_key=secret)
-    async with PostgresStore(postgres_url) as store:
+    async with PostgresStore(postgres_url, owner="a") as store:
         inserted = await store.insert(leaky)
         await store.save(leaky)
         final = PhaseChanged(phase=Phase.DONE, status=RolloutStatus.FAILED)
@@ -142,7 +189,7 @@ async def test_api_key_never_lands_in_the_database(postgres_url: str) -> None:
 
 
 def test_the_url_password_is_never_shown() -> None:
-    store = PostgresStore("postgresql://rollout:hunter2-secret@127.0.0.1:5432/rollouts")
+    store = PostgresStore("postgresql://rollout:hunter2-secret@127.0.0.1:5432/rollouts", owner="a")
 
     assert "hunter2" not in repr(store)
     assert "hunter2" not in str(store)
