@@ -146,6 +146,34 @@ async def test_the_dashboard_speaks_only_tls_when_the_api_does(
             await client.get(plain)
 
 
+async def test_with_client_certificates_required_the_dashboard_requires_them_too(
+    tmp_path: Path, certificates: Certificates
+) -> None:
+    server = ServerProcess(
+        tmp_path / "state",
+        env={
+            "ROLLOUT_DASHBOARD_LISTEN": "127.0.0.1:0",
+            "ROLLOUT_TLS_CERT_FILE": str(certificates.server_cert),
+            "ROLLOUT_TLS_KEY_FILE": str(certificates.server_key),
+            "ROLLOUT_TLS_CLIENT_CA_FILE": str(certificates.ca),
+        },
+    )
+    server.start()
+    try:
+        url = dashboard_url(server)
+        anonymous = ssl.create_default_context(cafile=str(certificates.ca))
+        known = ssl.create_default_context(cafile=str(certificates.ca))
+        known.load_cert_chain(str(certificates.client_cert), str(certificates.client_key))
+        async with httpx.AsyncClient(base_url=url, verify=known) as client:
+            listed = await call(client, "ListRollouts", {}, None)
+        async with httpx.AsyncClient(base_url=url, verify=anonymous) as client:
+            with pytest.raises(httpx.HTTPError):
+                await call(client, "ListRollouts", {}, None)
+    finally:
+        assert server.stop() == 0, server.text()
+    assert listed.status_code == 200, listed.text
+
+
 async def test_the_dashboard_does_not_start_or_cancel_rollouts(
     browser_like: httpx.AsyncClient,
 ) -> None:
