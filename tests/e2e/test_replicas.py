@@ -1,5 +1,6 @@
 """Two servers on one PostgreSQL (ROLLOUT_DATABASE_URL): either answers Get and List for a
-rollout the other runs, and a WatchRollout on the other is live and complete, in order.
+rollout the other runs, a WatchRollout on the other is live and complete, in order, and when
+the owner is killed (-9) and restarted, the watcher on the other gets the rollout's end.
 
 The rollout's agent prints a line and then sleeps until cancelled, so that the watcher on the
 second server provably receives events while the rollout runs, not a replay after its end.
@@ -7,6 +8,7 @@ second server provably receives events while the rollout runs, not a replay afte
 
 from __future__ import annotations
 
+import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -110,6 +112,50 @@ async def test_a_replayed_watch_on_the_other_replica_ends_with_the_final_event(
     assert replayed[-1].finished.status == pb.ROLLOUT_STATUS_SUCCEEDED
     fetched = await b.GetRollout(pb.GetRolloutRequest(rollout_id=done.rollout.id))
     assert fetched.rollout.result.reward == done.rollout.result.reward == 1.0
+
+
+async def test_a_replica_killed_mid_rollout_loses_no_event_and_leaks_no_process(
+    replicas: tuple[ServerProcess, ServerProcess],
+    stubs: tuple[pb_grpc.RolloutServiceAsyncStub, pb_grpc.RolloutServiceAsyncStub],
+) -> None:
+    server_a, _ = replicas
+    a, b = stubs
+    marker = "613.25"  # the agent's sleep, found in /proc while it lives
+    spec = command_spec(f"echo replica-ready; exec sleep {marker}")
+    started = await a.StartRollout(pb.StartRolloutRequest(spec=spec))
+    rollout_id = started.rollout.id
+    on_b = b.WatchRollout(pb.WatchRolloutRequest(rollout_id=rollout_id))
+    seen: list[pb.RolloutEvent] = []
+    async for response in on_b:
+        seen.append(response.event)
+        if "replica-ready" in response.event.output.text:
+            break
+
+    assert _processes_with(f"sleep {marker}"), "the agent's process is not to be found"
+    assert server_a.stop(signal.SIGKILL) == -signal.SIGKILL
+    server_a.start()  # same state folder, same owner: it takes its rollout back at once
+    seen += [response.event async for response in on_b]
+
+    assert [event.seq for event in seen] == list(range(1, len(seen) + 1))
+    final = seen[-1].finished
+    assert final.status == pb.ROLLOUT_STATUS_FAILED
+    assert final.result.error.kind == pb.ERROR_KIND_INTERNAL
+    fetched = await b.GetRollout(pb.GetRolloutRequest(rollout_id=rollout_id))
+    assert fetched.rollout.status == pb.ROLLOUT_STATUS_FAILED
+    assert not _processes_with(f"sleep {marker}")
+
+
+def _processes_with(text: str) -> list[int]:
+    """Pids whose command line contains `text`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if entry.name.isdigit() and text in command:
+            pids.append(int(entry.name))
+    return pids
 
 
 def test_a_database_url_that_is_not_postgresql_is_refused_without_showing_it(
