@@ -40,7 +40,7 @@ class Dashboard:
     def __init__(self, settings: Settings, listener: socket.socket) -> None:
         self._settings = settings
         self._listener: socket.socket | None = listener
-        self._socket_dir = Path(tempfile.mkdtemp(prefix="rollout-dashboard-"))  # 0700
+        self._socket_dir: Path | None = None
         self._channel: grpc.aio.Channel | None = None
         self._stopping = asyncio.Event()
         self._serving: asyncio.Task[None] | None = None
@@ -57,10 +57,13 @@ class Dashboard:
     @property
     def api_address(self) -> str:
         """Where the gRPC server listens for the dashboard's forwarded calls."""
+        assert self._socket_dir is not None, "attach() first"
         return f"unix:{self._socket_dir / 'api.sock'}"
 
     def attach(self, server: grpc.aio.Server) -> None:
-        """Make `server` (with its interceptors) listen on `api_address` too."""
+        """Make `server` (with its interceptors) listen on `api_address` too: a socket in a
+        directory only this user may enter (mkdtemp makes it 0700)."""
+        self._socket_dir = Path(tempfile.mkdtemp(prefix="rollout-dashboard-"))
         server.add_insecure_port(self.api_address)
 
     async def start(self) -> str:
@@ -104,7 +107,8 @@ class Dashboard:
             await self._serving
         if self._listener is not None:
             self._listener.close()
-        shutil.rmtree(self._socket_dir, ignore_errors=True)
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
 
 
 def _bind(listen: str) -> socket.socket:
