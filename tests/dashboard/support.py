@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import pytest
 from playwright.async_api import Browser, async_playwright
 
 from tests.server_process import ServerProcess
@@ -37,6 +39,8 @@ def dashboard_url(server: ServerProcess) -> str:
 @asynccontextmanager
 async def chromium() -> AsyncIterator[Browser]:
     """Headless chromium with a fresh profile (Playwright makes one per launch)."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium)")
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=_ARGS

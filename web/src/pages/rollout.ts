@@ -9,6 +9,7 @@ import {
   type Rollout,
   type RolloutEvent,
   RolloutStatus,
+  ResultView,
   type Turn,
 } from "../gen/rollout/v1/rollout_pb";
 import { sparkline } from "../sparkline";
@@ -147,7 +148,8 @@ class RolloutView {
 
 export async function rolloutPage(root: Element, id: string, signal: AbortSignal) {
   const view = new RolloutView(root, id);
-  const got = await api.getRollout({ rolloutId: id }, { signal });
+  // SLIM: the turns and outputs come with the replayed events, not twice.
+  const got = await api.getRollout({ rolloutId: id, view: ResultView.SLIM }, { signal });
   if (got.rollout) view.describe(got.rollout);
   for await (const { event } of api.watchRollout({ rolloutId: id }, { signal })) {
     if (event) view.add(event);
