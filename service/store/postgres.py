@@ -7,9 +7,9 @@ touches more than one row is one transaction. The schema is migrated at `open` b
 together migrate once). Rows hold the same values as SQLite's (`rows.py`), plus the slim spec and
 result written beside the full ones, so that a slim list reads no bulk.
 
-Cross-server watch: `append_events` sends NOTIFY (delivered at commit, in commit order) naming
-the rollout; each store keeps one connection LISTENing, which wakes the `follow_events` readers
-of that rollout to read the new rows. The rows are the truth; a notification only says "look".
+Cross-server watch: `append_events` notifies the rollouts it wrote to, and `follow_events`
+readers on every server wake up and read the new rows (`postgres_notify`). Leases say which
+server runs what, and what a dead one left (`postgres_leases`).
 
 The DSN may carry a password: it is never put in an error, a log line or a repr.
 """
@@ -19,14 +19,12 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import psycopg
 from psycopg import AsyncConnection, errors
 from psycopg_pool import AsyncConnectionPool
 
@@ -45,6 +43,7 @@ from service.store.codec import decode_model, encode_model
 from service.store.groups import StoredGroup
 from service.store.listing import page_query
 from service.store.pages import read_page
+from service.store.postgres_notify import NOTIFY_SQL, POLL_S, Notices
 from service.store.rows import (
     ROLLOUT_COLUMNS,
     decode_event,
@@ -59,19 +58,12 @@ from service.store.rows import (
 
 __all__ = ["MIGRATIONS_DIR", "PostgresStore", "migrate"]
 
-log = logging.getLogger(__name__)
-
 MIGRATIONS_DIR = Path(__file__).with_name("postgres_migrations")
 """yoyo's migrations, one .sql file per step, applied in name order."""
 
 _POOL_SIZE = 8
 """Connections per server: statements are short, so a few serve many concurrent rollouts."""
-_CHANNEL = "rollout_events"
-"""NOTIFY channel: its payload is the id of a rollout that has new events."""
 _FOLLOW_PAGE = 500
-_POLL_S = 5.0
-"""A follower reads the store again after this long without a notification: a notification
-is lost if the listening connection drops, an event in the table never is."""
 _SLIM_COLUMNS = ROLLOUT_COLUMNS.replace("spec, result", "slim_spec, slim_result")
 """ROLLOUT_COLUMNS with the slim documents: `decode_rollout` reads the slim rollout from it."""
 
@@ -85,8 +77,7 @@ class PostgresStore:
         self._owner = owner
         self._lease: asyncio.Task[None] | None = None
         self._pool: AsyncConnectionPool | None = None
-        self._listener: asyncio.Task[None] | None = None
-        self._followers: dict[str, set[asyncio.Event]] = {}
+        self._notices = Notices()
 
     def __repr__(self) -> str:
         return "PostgresStore(<url hidden>)"
@@ -103,18 +94,16 @@ class PostgresStore:
         self._pool = pool
         await leases.renew(pool, self._owner)
         self._lease = asyncio.create_task(leases.keep_lease(pool, self._owner), name="lease")
-        listening = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
-        await listening.execute(f"LISTEN {_CHANNEL}")
-        self._listener = asyncio.create_task(self._listen(listening), name="postgres-listen")
+        await self._notices.start(self._url)
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
-        for task in (self._listener, self._lease):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._listener = self._lease = None
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            lease.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lease
+        await self._notices.stop()
         if pool is not None:
             try:
                 await leases.release(pool, self._owner)
@@ -246,10 +235,7 @@ class PostgresStore:
                     " WHERE id = %s AND status <> ALL(%s)",
                     _phase_changes(events),
                 )
-                await cursor.execute(
-                    "SELECT pg_notify(%s, id) FROM unnest(%s::text[]) AS id",
-                    (_CHANNEL, sorted({row[0] for row in rows})),
-                )
+                await cursor.execute(NOTIFY_SQL, (sorted({row[0] for row in rows}),))
         except errors.ForeignKeyViolation as exc:
             ids = sorted({row[0] for row in rows})
             raise NotFoundError(f"events for unknown rollouts among {ids}") from exc
@@ -279,11 +265,8 @@ class PostgresStore:
         self, rollout_id: str, *, after_seq: int
     ) -> AsyncIterator[RolloutEvent]:
         """The rollout's events after `after_seq` as any server stores them, until the final
-        one: read, then wait for a notification (or `_POLL_S`) and read again."""
-        wake = asyncio.Event()
-        followers = self._followers.setdefault(rollout_id, set())
-        followers.add(wake)  # before the first read: a commit after it always wakes us
-        try:
+        one: read, then wait for a notification (or `POLL_S`) and read again."""
+        with self._notices.following(rollout_id) as wake:
             while True:
                 wake.clear()
                 page = await self.events(rollout_id, after_seq=after_seq, limit=_FOLLOW_PAGE)
@@ -295,21 +278,7 @@ class PostgresStore:
                     after_seq = page[-1].seq
                     continue
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), _POLL_S)
-        finally:
-            followers.discard(wake)
-            if not followers:
-                self._followers.pop(rollout_id, None)
-
-    async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Wake the followers of each rollout named by a notification, until cancelled."""
-        async with conn:
-            try:
-                async for note in conn.notifies():
-                    for wake in self._followers.get(note.payload, ()):
-                        wake.set()
-            except psycopg.OperationalError as exc:
-                log.warning("stopped listening for other servers' events (%s); followers poll", exc)
+                    await asyncio.wait_for(wake.wait(), POLL_S)
 
     async def insert_group(self, group: Group, *, secret_free: bool) -> Group:
         """Insert a new group; if its tenant already used its request_id, that group instead."""

@@ -75,7 +75,7 @@ async def test_a_follower_gets_another_stores_events_in_order_until_the_final_on
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Only a notification can wake the follower: were NOTIFY lost, the test would time out.
-    monkeypatch.setattr(postgres, "_POLL_S", 3600.0)
+    monkeypatch.setattr(postgres, "POLL_S", 3600.0)
     async with (
         PostgresStore(postgres_url, owner="a") as writer,
         PostgresStore(postgres_url, owner="b") as reader,
