@@ -176,6 +176,28 @@ async def test_group_page_shows_members_as_they_finish(
         await expect(members.first.locator(".reward")).to_have_text("1.000")
 
 
+async def test_markup_an_agent_prints_is_shown_as_text(
+    dashboard_server: ServerProcess, stub: pb_grpc.RolloutServiceAsyncStub
+) -> None:
+    """The agent is an adversary: what it prints reaches the page as text, never as markup."""
+    markup = "<img id=injected src=x onerror=document.title='owned'>"
+    hostile = pb.RolloutSpec(
+        task=pb.Task(instruction="x", verify=[f'echo "{markup}"']),
+        agent=pb.Agent(name="command", command=f'echo "{markup}"'),
+        labels={"<b id=label>": "<b id=value>"},
+    )
+    response = await stub.RunRollout(pb.RunRolloutRequest(spec=hostile))
+    async with chromium() as browser:
+        page = await browser.new_page()
+        await page.goto(f"{dashboard_url(dashboard_server)}#/rollout/{response.rollout.id}")
+        await expect(page.locator("#status")).to_have_text("SUCCEEDED")
+        await expect(page.locator("#output")).to_contain_text(markup)
+        await expect(page.locator("#commands")).to_contain_text(markup)
+        await expect(page.locator("#outcome dd.labels")).to_have_text("<b id=label>=<b id=value>")
+        assert await page.locator("#injected, #label, #value").count() == 0
+        assert await page.title() == "rollout-service"
+
+
 async def test_a_page_left_ends_its_watch_on_the_server(dashboard_server: ServerProcess) -> None:
     """The list page's label watch waits on a label no rollout carries: no event would ever
     tell the server that the page is gone, only the closed connection."""
