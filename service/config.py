@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     database_url: SecretStr | None = None
     """PostgreSQL database (postgresql://USER[:PASSWORD]@HOST[:PORT]/NAME) to keep rollouts
     in instead of the SQLite file, shared by every server given the same URL."""
+    database_lease_s: float = Field(default=30.0, gt=0)
+    """With database_url: a server that has not renewed its lease for this long is taken as
+    dead, and another takes over its unfinished rollouts (ends them as interrupted)."""
 
     max_running: int = 8
     """Rollouts running at once."""

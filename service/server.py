@@ -104,6 +104,12 @@ async def serve(settings: Settings) -> None:
 
     stop = _stop_on_signal()
     server, port, health_servicer = _grpc_server(settings, security, manager, groups, hub, metrics)
+    # Only a shared store has other servers whose work may need taking over.
+    takeover = (
+        asyncio.create_task(_take_over_gone_replicas(manager, groups, settings.database_lease_s))
+        if settings.database_url
+        else None
+    )
     if dashboard is not None:
         dashboard.attach(server)
     await server.start()
@@ -119,6 +125,8 @@ async def serve(settings: Settings) -> None:
     await groups.shutdown()
     await manager.shutdown(settings.shutdown_grace_s)
     if dashboard is not None:
+    if takeover is not None:
+        takeover.cancel()
         await dashboard.stop()
     await server.stop(grace=1.0)
     await proxy.stop()
@@ -131,6 +139,23 @@ async def serve(settings: Settings) -> None:
 def _warn_if_opencode_unavailable(settings: Settings) -> None:
     """Say at start, not at the first rollout, that opencode rollouts will be refused."""
     installer = OpencodeInstaller(
+async def _take_over_gone_replicas(
+    manager: RolloutManager, groups: GroupManager, lease_s: float
+) -> None:
+    """Every lease_s / 2: end the rollouts of replicas whose lease expired (a crash, a lost
+    host) as interrupted, and resume their groups, as their own restart would have."""
+    while True:
+        await asyncio.sleep(lease_s / 2)
+        try:
+            ended = await manager.end_interrupted()
+            resumed = await groups.recover()
+        except Exception:  # the database may be away for a while; the next round retries
+            log.exception("taking over the rollouts of stopped replicas failed")
+            continue
+        if ended or resumed:
+            log.warning("took over %d rollouts and %d groups of a stopped replica", ended, resumed)
+
+
         Path(os.path.realpath(settings.cache_dir)), settings.opencode_version
     )
     reason = npm_missing(installer)

@@ -142,6 +142,21 @@ class RolloutManager:
 
     async def recover(self) -> int:
         """Fail rollouts a previous run left in flight, and kill sandboxes nobody owns."""
+        interrupted = await self.end_interrupted()
+        for backend in self._backends.values():
+            try:
+                swept = await backend.sweep_orphans(set(self._live))
+            except SandboxError as exc:
+                # An unreachable provider must not keep the server from serving other backends.
+                log.warning("could not sweep orphaned %s sandboxes: %s", backend.name, exc)
+                continue
+            if swept:
+                log.info("killed %d orphaned %s sandboxes", swept, backend.name)
+        return interrupted
+
+    async def end_interrupted(self) -> int:
+        """Fail the rollouts the store says no live server runs (a previous run of this one;
+        on a shared store, also a replica that stopped renewing its lease)."""
         interrupted = await self._store.non_terminal()
         for rollout in interrupted:
             rollout.status = RolloutStatus.FAILED
@@ -152,15 +167,6 @@ class RolloutManager:
             )
             await self._store.save(rollout)
             await self._hub.close_interrupted(rollout)
-        for backend in self._backends.values():
-            try:
-                swept = await backend.sweep_orphans(set(self._live))
-            except SandboxError as exc:
-                # An unreachable provider must not keep the server from serving other backends.
-                log.warning("could not sweep orphaned %s sandboxes: %s", backend.name, exc)
-                continue
-            if swept:
-                log.info("killed %d orphaned %s sandboxes", swept, backend.name)
         return len(interrupted)
 
     async def submit(self, spec: RolloutSpec, *, tenant: str | None = None) -> Rollout:

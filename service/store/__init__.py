@@ -18,18 +18,18 @@ __all__ = ["new_store"]
 
 
 def new_store(
-    database_url: str | None, database_path: Path, state_dir: Path
+    database_url: str | None, database_path: Path, *, state_dir: Path, lease_s: float
 ) -> SqliteStore | PostgresStore:
     """The (unopened) store: PostgreSQL at `database_url` when set, else the SQLite file.
 
     On PostgreSQL the server is named by its host and state folder: the same server restarted
-    is the same owner, and takes its own unfinished rollouts back at once.
+    takes its earlier run's unfinished rollouts back at once, without waiting out `lease_s`.
     """
     if database_url:
         from service.store.postgres import PostgresStore
 
-        owner = f"{socket.gethostname()}:{state_dir.resolve()}"
-        return PostgresStore(database_url, owner=owner)
+        server = f"{socket.gethostname()}:{state_dir.resolve()}"
+        return PostgresStore(database_url, server=server, lease_s=lease_s)
     from service.store.sqlite import SqliteStore
 
     return SqliteStore(database_path)

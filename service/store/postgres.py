@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -37,12 +38,12 @@ from service.models import (
     RolloutStatus,
 )
 from service.models.group import Group, GroupStatus
-from service.store import postgres_leases as leases
 from service.store.base import RolloutPage, TakeRollout
 from service.store.codec import decode_model, encode_model
 from service.store.groups import StoredGroup
 from service.store.listing import page_query
 from service.store.pages import read_page
+from service.store.postgres_leases import Lease, claim_groups, claim_rollouts
 from service.store.postgres_notify import NOTIFY_SQL, POLL_S, Notices
 from service.store.rows import (
     ROLLOUT_COLUMNS,
@@ -70,12 +71,13 @@ _SLIM_COLUMNS = ROLLOUT_COLUMNS.replace("spec, result", "slim_spec, slim_result"
 
 class PostgresStore:
     """Rollouts, their events and groups in the PostgreSQL database at `url` (postgresql:// or
-    postgres://, as `Settings.database_url` checks)."""
+    postgres://, as `Settings.database_url` checks), for one run of the server named `server`
+    (the same across its restarts), whose lease expires `lease_s` after its last heartbeat."""
 
-    def __init__(self, url: str, *, owner: str) -> None:
+    def __init__(self, url: str, *, server: str, lease_s: float = 30.0) -> None:
         self._url = url
-        self._owner = owner
-        self._lease: asyncio.Task[None] | None = None
+        self._lease = Lease(uuid.uuid4().hex, server, lease_s)
+        self._owner = self._lease.owner
         self._pool: AsyncConnectionPool | None = None
         self._notices = Notices()
 
@@ -92,21 +94,15 @@ class PostgresStore:
         )
         await pool.open(wait=True)
         self._pool = pool
-        await leases.renew(pool, self._owner)
-        self._lease = asyncio.create_task(leases.keep_lease(pool, self._owner), name="lease")
+        await self._lease.take(pool)
         await self._notices.start(self._url)
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
-        lease, self._lease = self._lease, None
-        if lease is not None:
-            lease.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await lease
         await self._notices.stop()
         if pool is not None:
             try:
-                await leases.release(pool, self._owner)
+                await self._lease.release(pool)
             finally:
                 await pool.close()
 
@@ -206,11 +202,11 @@ class PostgresStore:
         return await read_page(page_size, page_token, page_keys, read, take)
 
     async def non_terminal(self) -> builtins.list[Rollout]:
-        """Unfinished rollouts no live server runs, oldest first, now this server's (a live
-        replica's are left alone: `postgres_leases`)."""
+        """Unfinished rollouts of gone server runs (an earlier run of this server, a replica
+        whose lease expired), oldest first, taken over by this run; never this run's own or a
+        live replica's (`postgres_leases`)."""
         live = [status.value for status in RolloutStatus if status not in TERMINAL_STATUSES]
-        params = leases.claim_params(self._owner, live=live)
-        rows = await self._claim(leases.claim_rollouts(ROLLOUT_COLUMNS), params)
+        rows = await self._claim(claim_rollouts(ROLLOUT_COLUMNS), self._lease.params(live=live))
         return [decode_rollout(row[1:]) for row in sorted(rows, key=lambda row: row[:2])]
 
     async def append_events(self, events: Sequence[RolloutEvent]) -> None:
@@ -325,9 +321,9 @@ class PostgresStore:
         return None if row is None else decode_model(Group, row[0])
 
     async def unfinished_groups(self) -> builtins.list[StoredGroup]:
-        """Running groups no live server runs, oldest first, now this server's."""
-        params = leases.claim_params(self._owner, running=GroupStatus.RUNNING.value)
-        rows = await self._claim(leases.claim_groups(), params)
+        """Running groups of gone server runs, oldest first, taken over by this run."""
+        params = self._lease.params(running=GroupStatus.RUNNING.value)
+        rows = await self._claim(claim_groups(), params)
         return [(decode_model(Group, row[2]), row[3]) for row in sorted(rows, key=lambda r: r[:2])]
 
     def _connection(self) -> AbstractAsyncContextManager[AsyncConnection[Any]]:

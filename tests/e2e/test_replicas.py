@@ -1,6 +1,6 @@
-"""Two servers on one PostgreSQL (ROLLOUT_DATABASE_URL): either answers Get and List for a
-rollout the other runs, a WatchRollout on the other is live and complete, in order, and when
-the owner is killed (-9) and restarted, the watcher on the other gets the rollout's end.
+"""Three servers on one PostgreSQL (ROLLOUT_DATABASE_URL): any answers Get and List for a
+rollout another runs, a WatchRollout on another is live and complete, in order, and when the
+owner is killed (-9), restarted or not, the watcher on another gets the rollout's end.
 
 The rollout's agent prints a line and then sleeps until cancelled, so that the watcher on the
 second server provably receives events while the rollout runs, not a replay after its end.
@@ -41,26 +41,24 @@ def database_url() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def replicas(
     tmp_path_factory: pytest.TempPathFactory, database_url: str
-) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    """Two servers, each with its own state folder, sharing the database."""
-    servers = [
-        ServerProcess(
-            tmp_path_factory.mktemp(f"replica-{name}"), {"ROLLOUT_DATABASE_URL": database_url}
-        )
-        for name in "ab"
-    ]
+) -> Iterator[tuple[ServerProcess, ServerProcess, ServerProcess]]:
+    """Three servers, each with its own state folder, sharing the database; a server that
+    stops renewing its lease is taken for dead after 2 s."""
+    env = {"ROLLOUT_DATABASE_URL": database_url, "ROLLOUT_DATABASE_LEASE_S": "2"}
+    servers = [ServerProcess(tmp_path_factory.mktemp(f"replica-{name}"), env) for name in "abc"]
     for server in servers:
         server.start()
-    yield servers[0], servers[1]
+    yield servers[0], servers[1], servers[2]
     for server in servers:
         assert server.stop() == 0, server.text()
 
 
 @pytest.fixture
 async def stubs(
-    replicas: tuple[ServerProcess, ServerProcess],
+    replicas: tuple[ServerProcess, ServerProcess, ServerProcess],
 ) -> AsyncIterator[tuple[pb_grpc.RolloutServiceAsyncStub, pb_grpc.RolloutServiceAsyncStub]]:
-    a, b = replicas
+    """Stubs of the first two replicas."""
+    a, b, _ = replicas
     async with (
         grpc.aio.insecure_channel(a.target) as to_a,
         grpc.aio.insecure_channel(b.target) as to_b,
@@ -115,10 +113,10 @@ async def test_a_replayed_watch_on_the_other_replica_ends_with_the_final_event(
 
 
 async def test_a_replica_killed_mid_rollout_loses_no_event_and_leaks_no_process(
-    replicas: tuple[ServerProcess, ServerProcess],
+    replicas: tuple[ServerProcess, ServerProcess, ServerProcess],
     stubs: tuple[pb_grpc.RolloutServiceAsyncStub, pb_grpc.RolloutServiceAsyncStub],
 ) -> None:
-    server_a, _ = replicas
+    server_a, _, _ = replicas
     a, b = stubs
     marker = "613.25"  # the agent's sleep, found in /proc while it lives
     spec = command_spec(f"echo replica-ready; exec sleep {marker}")
@@ -141,6 +139,36 @@ async def test_a_replica_killed_mid_rollout_loses_no_event_and_leaks_no_process(
     assert final.status == pb.ROLLOUT_STATUS_FAILED
     assert final.result.error.kind == pb.ERROR_KIND_INTERNAL
     fetched = await b.GetRollout(pb.GetRolloutRequest(rollout_id=rollout_id))
+    assert fetched.rollout.status == pb.ROLLOUT_STATUS_FAILED
+    assert not _processes_with(f"sleep {marker}")
+
+
+async def test_a_replica_killed_for_good_is_taken_over_by_the_others(
+    replicas: tuple[ServerProcess, ServerProcess, ServerProcess],
+    stubs: tuple[pb_grpc.RolloutServiceAsyncStub, pb_grpc.RolloutServiceAsyncStub],
+) -> None:
+    *_, server_c = replicas
+    a, b = stubs
+    marker = "614.75"
+    async with grpc.aio.insecure_channel(server_c.target) as to_c:
+        c = pb_grpc.RolloutServiceStub(to_c)
+        spec = command_spec(f"echo replica-ready; exec sleep {marker}")
+        started = await c.StartRollout(pb.StartRolloutRequest(spec=spec))
+    rollout_id = started.rollout.id
+    on_b = b.WatchRollout(pb.WatchRolloutRequest(rollout_id=rollout_id))
+    seen: list[pb.RolloutEvent] = []
+    async for response in on_b:
+        seen.append(response.event)
+        if "replica-ready" in response.event.output.text:
+            break
+
+    assert server_c.stop(signal.SIGKILL) == -signal.SIGKILL
+    seen += [response.event async for response in on_b]  # ends when A or B has taken over
+
+    assert [event.seq for event in seen] == list(range(1, len(seen) + 1))
+    assert seen[-1].finished.status == pb.ROLLOUT_STATUS_FAILED
+    assert seen[-1].finished.result.error.kind == pb.ERROR_KIND_INTERNAL
+    fetched = await a.GetRollout(pb.GetRolloutRequest(rollout_id=rollout_id))
     assert fetched.rollout.status == pb.ROLLOUT_STATUS_FAILED
     assert not _processes_with(f"sleep {marker}")
 

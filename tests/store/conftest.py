@@ -59,7 +59,7 @@ def new_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], An
         path = tmp_path / "state" / "rollouts.db"
         return lambda: SqliteStore(path)
     url: str = request.getfixturevalue("postgres_url")
-    return lambda: PostgresStore(url, owner="this-server")
+    return lambda: PostgresStore(url, server="this-server")
 
 
 @pytest.fixture

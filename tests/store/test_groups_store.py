@@ -53,7 +53,8 @@ async def test_a_group_round_trips_and_restart_finds_the_unfinished(
         assert await store.get_group("g1") == running
         assert await store.get_group("g2") == done
         assert await store.get_group("nope") is None
-        assert await store.unfinished_groups() == [(running, True)]
+    async with new_store() as restarted:
+        assert await restarted.unfinished_groups() == [(running, True)]
 
 
 async def test_a_request_id_names_one_group_per_tenant(new_store: Callable[[], AnyStore]) -> None:

@@ -31,7 +31,7 @@ _TABLES = ("rollouts", "rollout_labels", "events", "groups")
 
 def test_matches_the_store_protocols() -> None:
     # mypy checks the shape.
-    store: Store = PostgresStore("postgresql://u@127.0.0.1:1/db", owner="a")
+    store: Store = PostgresStore("postgresql://u@127.0.0.1:1/db", server="a")
     assert isinstance(store, PostgresStore)
 
 
@@ -39,7 +39,7 @@ async def test_replicas_opening_a_fresh_database_together_migrate_it_once(
     postgres_server: PostgresServer,
 ) -> None:
     url = postgres_server.create_database()
-    stores = [PostgresStore(url, owner=name) for name in "abc"]
+    stores = [PostgresStore(url, server=name) for name in "abc"]
 
     await asyncio.gather(*(store.open() for store in stores))
     try:
@@ -77,8 +77,8 @@ async def test_a_follower_gets_another_stores_events_in_order_until_the_final_on
     # Only a notification can wake the follower: were NOTIFY lost, the test would time out.
     monkeypatch.setattr(postgres, "POLL_S", 3600.0)
     async with (
-        PostgresStore(postgres_url, owner="a") as writer,
-        PostgresStore(postgres_url, owner="b") as reader,
+        PostgresStore(postgres_url, server="a") as writer,
+        PostgresStore(postgres_url, server="b") as reader,
     ):
         owner = await writer.insert(rollout(1))
         other = await writer.insert(rollout(2))
@@ -106,8 +106,8 @@ async def test_a_phase_change_updates_the_row_every_server_reads_but_never_a_ter
     postgres_url: str,
 ) -> None:
     async with (
-        PostgresStore(postgres_url, owner="a") as writer,
-        PostgresStore(postgres_url, owner="b") as reader,
+        PostgresStore(postgres_url, server="a") as writer,
+        PostgresStore(postgres_url, server="b") as reader,
     ):
         queued = await writer.insert(rollout(1))
         agent = PhaseChanged(phase=Phase.AGENT, status=RolloutStatus.RUNNING)
@@ -128,18 +128,18 @@ async def test_a_phase_change_updates_the_row_every_server_reads_but_never_a_ter
 async def test_a_starting_replica_takes_over_only_what_a_dead_one_left_and_only_once(
     postgres_url: str,
 ) -> None:
-    async with PostgresStore(postgres_url, owner="a") as a:
+    async with PostgresStore(postgres_url, server="a") as a:
         queued = await a.insert(rollout(1))
         await a.insert_group(_group("g1"), secret_free=True)
-        async with PostgresStore(postgres_url, owner="b") as b:
+        async with PostgresStore(postgres_url, server="b") as b:
             assert await b.non_terminal() == []
             assert await b.unfinished_groups() == []
             # a's heartbeats stop (kill -9): its lease runs out.
             with psycopg.connect(postgres_url, autocommit=True) as conn:
                 conn.execute(
-                    "UPDATE servers SET heartbeat_at = now() - interval '1 hour' WHERE owner = 'a'"
+                    "UPDATE servers SET heartbeat_at = now() - interval '1 hour' WHERE server = 'a'"
                 )
-            async with PostgresStore(postgres_url, owner="c") as c:
+            async with PostgresStore(postgres_url, server="c") as c:
                 claims = await asyncio.gather(b.non_terminal(), c.non_terminal())
                 groups = await asyncio.gather(b.unfinished_groups(), c.unfinished_groups())
 
@@ -151,8 +151,8 @@ async def test_a_starting_replica_takes_over_only_what_a_dead_one_left_and_only_
 async def test_a_replica_that_stops_cleanly_leaves_its_rollouts_to_the_next_at_once(
     postgres_url: str,
 ) -> None:
-    async with PostgresStore(postgres_url, owner="b") as b:
-        async with PostgresStore(postgres_url, owner="a") as a:
+    async with PostgresStore(postgres_url, server="b") as b:
+        async with PostgresStore(postgres_url, server="a") as a:
             queued = await a.insert(rollout(1))
             assert await b.non_terminal() == []
 
@@ -162,7 +162,7 @@ async def test_a_replica_that_stops_cleanly_leaves_its_rollouts_to_the_next_at_o
 async def test_api_key_never_lands_in_the_database(postgres_url: str) -> None:
     secret = "sk-live-4f9c2e1d8b7a"
     leaky = full_rollout(api_key=secret)
-    async with PostgresStore(postgres_url, owner="a") as store:
+    async with PostgresStore(postgres_url, server="a") as store:
         inserted = await store.insert(leaky)
         await store.save(leaky)
         final = PhaseChanged(phase=Phase.DONE, status=RolloutStatus.FAILED)
@@ -189,7 +189,7 @@ async def test_api_key_never_lands_in_the_database(postgres_url: str) -> None:
 
 
 def test_the_url_password_is_never_shown() -> None:
-    store = PostgresStore("postgresql://rollout:hunter2-secret@127.0.0.1:5432/rollouts", owner="a")
+    store = PostgresStore("postgresql://rollout:hunter2-secret@127.0.0.1:5432/rollouts", server="a")
 
     assert "hunter2" not in repr(store)
     assert "hunter2" not in str(store)

@@ -238,11 +238,15 @@ async def test_list_page_size_zero_means_default_and_negative_is_rejected(
     assert [v.field for v in caught.value.violations] == ["page_size"]
 
 
-async def test_non_terminal_returns_queued_and_running_only(store: AnyStore) -> None:
-    for n, status in enumerate(RolloutStatus):
-        await store.insert(rollout(n, status=status))
+async def test_a_restart_finds_queued_and_running_only(
+    new_store: Callable[[], AnyStore],
+) -> None:
+    async with new_store() as store:
+        for n, status in enumerate(RolloutStatus):
+            await store.insert(rollout(n, status=status))
 
-    found = await store.non_terminal()
+    async with new_store() as restarted:
+        found = await restarted.non_terminal()
 
     assert [(r.id, r.status) for r in found] == [
         ("r0000", RolloutStatus.QUEUED),
