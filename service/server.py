@@ -82,7 +82,10 @@ async def serve(settings: Settings) -> None:
     settings.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     url = settings.database_url
     store = new_store(
-        url.get_secret_value() if url else None, settings.database_path, settings.state_dir
+        url.get_secret_value() if url else None,
+        settings.database_path,
+        state_dir=settings.state_dir,
+        lease_s=settings.database_lease_s,
     )
     await store.open()
     hub = EventHub(store)
@@ -101,15 +104,15 @@ async def serve(settings: Settings) -> None:
     resumed = await groups.recover()
     if resumed:
         log.warning("resumed %d groups interrupted by restart", resumed)
-
-    stop = _stop_on_signal()
-    server, port, health_servicer = _grpc_server(settings, security, manager, groups, hub, metrics)
     # Only a shared store has other servers whose work may need taking over.
     takeover = (
         asyncio.create_task(_take_over_gone_replicas(manager, groups, settings.database_lease_s))
         if settings.database_url
         else None
     )
+
+    stop = _stop_on_signal()
+    server, port, health_servicer = _grpc_server(settings, security, manager, groups, hub, metrics)
     if dashboard is not None:
         dashboard.attach(server)
     await server.start()
@@ -122,11 +125,11 @@ async def serve(settings: Settings) -> None:
     await stop.wait()
     log.info("shutting down: draining for up to %.0fs", settings.shutdown_grace_s)
     await health_servicer.enter_graceful_shutdown()
+    if takeover is not None:
+        takeover.cancel()
     await groups.shutdown()
     await manager.shutdown(settings.shutdown_grace_s)
     if dashboard is not None:
-    if takeover is not None:
-        takeover.cancel()
         await dashboard.stop()
     await server.stop(grace=1.0)
     await proxy.stop()
@@ -136,9 +139,6 @@ async def serve(settings: Settings) -> None:
     exported.shutdown()
 
 
-def _warn_if_opencode_unavailable(settings: Settings) -> None:
-    """Say at start, not at the first rollout, that opencode rollouts will be refused."""
-    installer = OpencodeInstaller(
 async def _take_over_gone_replicas(
     manager: RolloutManager, groups: GroupManager, lease_s: float
 ) -> None:
@@ -156,6 +156,9 @@ async def _take_over_gone_replicas(
             log.warning("took over %d rollouts and %d groups of a stopped replica", ended, resumed)
 
 
+def _warn_if_opencode_unavailable(settings: Settings) -> None:
+    """Say at start, not at the first rollout, that opencode rollouts will be refused."""
+    installer = OpencodeInstaller(
         Path(os.path.realpath(settings.cache_dir)), settings.opencode_version
     )
     reason = npm_missing(installer)
