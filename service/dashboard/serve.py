@@ -74,6 +74,9 @@ class Dashboard:
         self._channel = grpc.aio.insecure_channel(
             self.api_address, options=[("grpc.max_receive_message_length", limit)]
         )
+        # Listening now, so that a client who reads the URL is queued until hypercorn's task
+        # accepts it, rather than refused.
+        self._listener.listen()
         config = self._config(self._listener.detach())
         self._listener = None
         site = DashboardSite(self._channel, read_max_bytes=limit)
