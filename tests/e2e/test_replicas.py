@@ -171,6 +171,10 @@ async def test_a_replica_killed_for_good_is_taken_over_by_the_others(
     fetched = await a.GetRollout(pb.GetRolloutRequest(rollout_id=rollout_id))
     assert fetched.rollout.status == pb.ROLLOUT_STATUS_FAILED
     assert not _processes_with(f"sleep {marker}")
+    # What only its own host can free (its sandboxes' disk mounts) waits for its restart.
+    server_c.start()
+    mounts = Path("/proc/self/mounts").read_text()
+    assert str(server_c.state_dir) not in mounts
 
 
 def _processes_with(text: str) -> list[int]:
