@@ -32,6 +32,8 @@ from tests.fakes.llm_upstream import FakeUpstream, Reply
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
+# What the page shows waits on a loaded machine's server and browser: room, never a timing.
+expect.set_options(timeout=20_000)
 
 MODEL = "fake-policy-8b"
 LABELS = {"suite": "dashboard"}
