@@ -145,9 +145,7 @@ class ModelCalls:
         for entry in matched:
             self._hold(entry, selector)
         in_flight = sum(entry.gate.in_flight for entry in matched)
-        aborted = (
-            sum(entry.gate.abort_unanswered() for entry in matched) if abort_in_flight else 0
-        )
+        aborted = sum(entry.gate.abort_unanswered() for entry in matched) if abort_in_flight else 0
         await asyncio.gather(*(entry.gate.drained() for entry in matched))
         return DrainReport(len(matched), in_flight - aborted, aborted)
 
