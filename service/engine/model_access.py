@@ -33,7 +33,12 @@ from service.engine.model_calls import ModelCalls, Publish, RouteEntry
 from service.errors import FieldViolation, SandboxError, SpecError
 from service.models import CaptureMode, NetworkPolicy, RolloutSpec, Turn
 from service.models.model_access import ModelAccess
-from service.proxy.access import direct_access, host_socket_access, start_forwarder
+from service.proxy.access import (
+    direct_access,
+    host_socket_access,
+    start_forwarder,
+    stop_forwarder,
+)
 from service.proxy.capture.route import Route
 from service.proxy.endpoints import ResolvedEndpoint, resolve_endpoint
 from service.proxy.remote.in_sandbox import InSandboxProxy
@@ -162,8 +167,9 @@ class ModelRouter:
                 route = proxy.open_route(rollout_id, upstream, spec.capture, on_turn)
                 access = direct_access(route, public_url)
                 secrets: tuple[str, ...] = (route.token,)
+                forwarder = None
             else:
-                route = await _open_sandbox_route(
+                route, forwarder = await _open_sandbox_route(
                     proxy, sandbox, rollout_id, upstream, spec, on_turn
                 )
                 access, secrets = host_socket_access(), ()
@@ -176,6 +182,8 @@ class ModelRouter:
             finally:
                 calls.unregister(route.gate)
                 proxy.close_route(route)
+                if forwarder is not None:
+                    await stop_forwarder(sandbox, forwarder)
 
         return attach
 
@@ -213,7 +221,8 @@ async def _open_sandbox_route(
     upstream: ResolvedEndpoint,
     spec: RolloutSpec,
     on_turn: Callable[[Turn], None],
-) -> Route:
+) -> tuple[Route, int]:
+    """The sandbox's route on its own socket, and the pid of the forwarder to it."""
     if not isinstance(sandbox, SandboxProxySocket):
         raise SandboxError(f"the {spec.sandbox.backend} sandbox has no proxy directory")
     try:
@@ -223,11 +232,11 @@ async def _open_sandbox_route(
     except OSError as exc:
         raise SandboxError(f"could not bind the sandbox's capture proxy socket: {exc}") from exc
     try:
-        await start_forwarder(sandbox, sandbox.forwarder_argv)
+        forwarder = await start_forwarder(sandbox, sandbox.forwarder_argv)
     except BaseException:
         proxy.close_route(route)
         raise
-    return route
+    return route, forwarder
 
 
 async def _open_egress(sandbox: Sandbox, spec: RolloutSpec, url: str) -> None:

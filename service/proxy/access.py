@@ -7,6 +7,7 @@ own interpreter, whatever the image holds (`sandboxes.local.host_kit`).
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 from collections.abc import Sequence
 
@@ -23,6 +24,7 @@ __all__ = [
     "forwarder_command",
     "host_socket_access",
     "start_forwarder",
+    "stop_forwarder",
 ]
 
 DEFAULT_FORWARD_PORT = 48080
@@ -55,16 +57,29 @@ def forwarder_command(python_argv: Sequence[str], *, port: int = DEFAULT_FORWARD
 
 async def start_forwarder(
     sandbox: Sandbox, python_argv: Sequence[str], *, port: int = DEFAULT_FORWARD_PORT
-) -> None:
+) -> int:
     """Start the forwarder in `sandbox` as the service's plumbing, not the agent's command:
     if it cannot start, the rollout fails as SANDBOX (infrastructure), naming why, and no
-    agent runs against a dead port whose failure would be scored as the agent's."""
+    agent runs against a dead port whose failure would be scored as the agent's. Returns
+    its pid in the sandbox."""
     command = forwarder_command(python_argv, port=port)
     result = await sandbox.exec(command, timeout_s=_FORWARDER_START_TIMEOUT_S)
-    if result.exit_code != 0:
+    pid = result.stdout.strip().rsplit("\n", 1)[-1]
+    if result.exit_code != 0 or not pid.isdigit():
         how = "timed out" if result.timed_out else f"exit {result.exit_code}"
         detail = (result.stderr or result.stdout).strip()[-_FORWARDER_ERROR_CHARS:]
         raise SandboxError(f"the capture proxy's forwarder did not start ({how}): {detail}")
+    return int(pid)
+
+
+async def stop_forwarder(sandbox: Sandbox, pid: int) -> None:
+    """Stop the forwarder as the agent's model access ends, so what is still running when
+    the verifier takes the sandbox back is the agent's alone (`verifier.takeover` reports
+    it). A sandbox already gone has no forwarder left to stop."""
+    with contextlib.suppress(SandboxError):
+        await sandbox.exec(
+            f"kill -KILL {pid} 2>/dev/null; true", timeout_s=_FORWARDER_START_TIMEOUT_S
+        )
 
 
 def direct_access(route: Route, proxy_url: str) -> ModelAccess:

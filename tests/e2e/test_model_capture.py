@@ -152,6 +152,29 @@ async def test_sixteen_concurrent_rollouts_never_mix_turns(
     assert len(upstream.requests) == 16
 
 
+async def test_the_forwarder_is_stopped_before_the_verifier_takes_the_sandbox_back(
+    stub: pb_grpc.RolloutServiceAsyncStub, upstream: FakeUpstream
+) -> None:
+    """The service's own plumbing is gone when the agent's model access ends, so a
+    processes-killed notice speaks of the agent's processes only: none here, one daemon there."""
+    daemon = "(setsid sleep 300 >/dev/null 2>&1 &)"
+    found = []
+    for command in (CALL_MODEL.replace("MARKER", "x"), f"{daemon}\n{CALL_MODEL}"):
+        spec = pb.RolloutSpec(
+            task=pb.Task(instruction="call the model", verify=["true"]),
+            agent=pb.Agent(name="command", command=command.replace("MARKER", "x")),
+            endpoint=endpoint(upstream),
+        )
+        rollout = (await stub.RunRollout(pb.RunRolloutRequest(spec=spec))).rollout
+        assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error
+        assert len(rollout.result.turns) == 1
+        found.append(
+            [e.notice.message for e in await watch_all(stub, rollout.id) if e.HasField("notice")]
+        )
+    assert not any("processes" in message for message in found[0]), found[0]
+    assert any("killed 1 processes" in message for message in found[1]), found[1]
+
+
 async def test_every_call_failing_upstream_is_upstream_llm(
     stub: pb_grpc.RolloutServiceAsyncStub, upstream: FakeUpstream
 ) -> None:

@@ -4,9 +4,10 @@
 
 Agents such as opencode need an http:// URL, but a sandbox with a private network
 namespace reaches the capture proxy only through its Unix socket. This script binds the
-TCP port, checks that the socket answers, then daemonizes: the command returns (exit 0)
-only once the port is listening, so `forward ... && agent` never races the agent against
-the listener. On failure it prints why and exits 1. The daemon lives until the sandbox's
+TCP port, checks that the socket answers, then daemonizes: the command prints the daemon's
+pid and returns (exit 0) only once the port is listening, so the agent never races the
+listener. On failure it prints why and exits 1. The daemon lives until the service stops it
+as the agent's model access ends (`proxy.access.stop_forwarder`), or the sandbox's
 processes are killed.
 
 It lives with the local sandboxes, whose plumbing it is (the proxy's side is the socket),
@@ -70,8 +71,11 @@ def _check_socket(unix_path: str) -> None:
 
 
 def _daemonize() -> None:
-    """Return in a detached child; the parent exits 0 (the listener is already bound)."""
-    if os.fork():
+    """Return in a detached child; the parent prints its pid and exits 0 (the listener is
+    already bound)."""
+    child = os.fork()
+    if child:
+        print(child, flush=True)
         os._exit(0)
     os.setsid()
     devnull = os.open(os.devnull, os.O_RDWR)
