@@ -103,13 +103,14 @@ async def run_step(
     )
     results = [result async for result in batch]  # each member as it finishes
     advantages = group_advantages(results)
-    lines = 0
+    lines = trainable = 0
     with (args.output / f"step-{step:04d}.jsonl").open("w") as out:
         for result in results:
             if result.rollout_id not in advantages:
                 continue
             # One FULL rollout (every turn's ids and logprobs) in memory at a time.
             rollout = await client.get(result.rollout_id, view=pb.RESULT_VIEW_FULL)
+            trainable += sum(turn.trainable for turn in rollout.result.turns)
             for line in training_lines(rollout, result.task, advantages[result.rollout_id]):
                 out.write(json.dumps(line) + "\n")
                 lines += 1
@@ -126,6 +127,8 @@ async def run_step(
         "outcomes": dict(Counter(result.outcome for result in results)),
         "trained_rollouts": len(advantages),
         "lines": lines,
+        # A server that sends no token ids (llama-cpp-python) leaves nothing to train on.
+        "turns_without_tokens": trainable - lines,
         "policy_version": step + 1,
         "paused": {"rollouts": paused.rollouts, "calls_finished": paused.calls_finished,
                    "calls_aborted": paused.calls_aborted},

@@ -111,6 +111,7 @@ async def test_two_steps_of_groups_train_on_exact_tokens_and_sync_weights(
     for summary in steps:
         assert summary["rollouts"] == summary["trained_rollouts"] == len(TASKS) * GROUP
         assert summary["outcomes"] == {"scored": len(TASKS) * GROUP}
+        assert (summary["lines"], summary["turns_without_tokens"]) == (len(TASKS) * GROUP, 0)
         assert summary["policy_version"] == summary["step"] + 1
         # The steps do not overlap: nothing was live to hold, nothing was left held.
         assert summary["paused"] == {"rollouts": 0, "calls_finished": 0, "calls_aborted": 0}

@@ -296,4 +296,10 @@ async def test_train_loop_example_runs_a_step_on_the_real_model(
     for line in lines:
         assert_mask_lines_up(line)
     assert_group_normalised(lines)
-    print(f"\ntrain_loop: {summary} lines={len(lines)}")
+    trainable = [t for r in counted for t in r.result.turns if t.trainable]
+    assert summary["turns_without_tokens"] == len(trainable) - len(usable)
+    print(  # what the real server sent decides how much of a step is trainable, for the docs
+        f"\ntrain_loop: {summary} lines={len(lines)} trainable_turns={len(trainable)} "
+        f"with_ids={sum(t.token_ids_present for t in trainable)} "
+        f"with_logprobs={sum(t.logprobs_present for t in trainable)}"
+    )
