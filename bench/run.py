@@ -1,6 +1,6 @@
 """`make bench`: every benchmark in turn, each in its own process, figures printed as tables.
 
-Each script also writes its JSON to bench/results/; the README quotes these figures.
+Each script also writes its JSON to bench/results/; docs/benchmarks.md quotes these figures.
 """
 
 from __future__ import annotations

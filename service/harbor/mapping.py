@@ -1,4 +1,4 @@
-"""A Harbor task directory mapped onto a rollout spec (README "Harbor tasks" has the table).
+"""A Harbor task directory mapped onto a rollout spec (docs/harbor.md has the table).
 
     instruction.md            task.instruction (leading canary comment lines dropped)
     environment/Dockerfile    sandbox.image: built by the image store (`harbor.image`)

@@ -71,7 +71,8 @@ class HarborTasks:
 
     async def _check_upload_build(self, spec: RolloutSpec, image: str) -> None:
         """Refuse to build an uploaded task's Dockerfile unless the operator allows it: buildah
-        runs RUN steps as root on the host (README, Images). A built one is only reused."""
+        runs RUN steps as root on the host (docs/sandboxes.md, Images). A built one is only
+        reused."""
         assert spec.harbor_task is not None
         if not spec.harbor_task.archive or self._settings.harbor_upload_builds:
             return
