@@ -222,6 +222,8 @@ class Settings(BaseSettings):
     """Prometheus scrape endpoint: PORT (on 127.0.0.1) or HOST:PORT; empty: off."""
     dashboard_listen: str = ""
     """Web dashboard (HTTP, HTTPS with the API's tls_* files): HOST:PORT; empty: off."""
+    health_listen: str = ""
+    """Plaintext HOST:PORT serving only grpc.health.v1, for probes without TLS; empty: off."""
 
     instance_id: str = "default"
     """Names this service instance in remote sandbox metadata (orphan sweep)."""

@@ -29,6 +29,7 @@ from rollout.v1 import rollout_pb2 as pb
 from service.agents.opencode_install import OpencodeInstaller, npm_missing
 from service.api.auth import BearerAuthInterceptor, TokenTable, load_tokens
 from service.api.handlers import add_servicer
+from service.api.health_port import check_health_listen, open_health_server
 from service.api.servicer import RolloutServicer
 from service.api.transport import (
     check_exposure,
@@ -70,6 +71,7 @@ async def serve(settings: Settings) -> None:
     )
     check_proxy_exposure(settings)
     check_metrics_exposure(settings)
+    check_health_listen(settings)
     if not settings.listen_reuse_port:
         ensure_free(settings.listen, "ROLLOUT_LISTEN", _SHARE_HINT)
     exported = start_metrics_export(settings)  # refuses a metrics port in use
@@ -113,9 +115,14 @@ async def serve(settings: Settings) -> None:
 
     stop = _stop_on_signal()
     server, port, health_servicer = _grpc_server(settings, security, manager, groups, hub, metrics)
+    health_port = open_health_server(settings, health_servicer)
     if dashboard is not None:
         dashboard.attach(server)
     await server.start()
+    if health_port is not None:  # after the API, whose health ("") is SERVING from the start
+        await health_port[0].start()
+        health_host = settings.health_listen.rsplit(":", 1)[0]
+        print(f"rollout-service health (plaintext) at {health_host}:{health_port[1]}", flush=True)
     await _mark_serving(health_servicer)
     if dashboard is not None:
         print(f"rollout-service dashboard at {await dashboard.start()}", flush=True)
@@ -132,6 +139,8 @@ async def serve(settings: Settings) -> None:
     if dashboard is not None:
         await dashboard.stop()
     await server.stop(grace=1.0)
+    if health_port is not None:  # NOT_SERVING to probes for the whole drain
+        await health_port[0].stop(grace=1.0)
     await proxy.stop()
     await hub.stop()
     await store.close()
