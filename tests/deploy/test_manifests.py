@@ -1,11 +1,12 @@
 """deploy/: the Kubernetes manifests, validated offline, and the checks that keep them true to
-the server they run (its API port, its health service, its settings, its image).
+the server they run (its API port, its health port, its settings, its image).
 
 Schema validation is kubernetes-validate's bundled OpenAPI schemas for one fixed Kubernetes
 version, strict (an unknown field, say a misspelt `readinesProbe`, fails), so no cluster and
-no network are needed. The other checks are what a schema cannot see: probes on the port the
-server actually listens on, Services that select the server's pods, secrets referenced rather
-than written into the Deployment, one image name from the build script to the Deployment.
+no network are needed. The other checks are what a schema cannot see: probes on the health
+port the server serves (health only, in plaintext, beside a TLS API), Services that select
+the server's pods, secrets referenced rather than written into the Deployment, one image name
+from the build script to the Deployment.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from service.api.transport import (
+    check_exposure,
+    check_metrics_exposure,
+    check_proxy_exposure,
+)
 from service.config import Settings, load_settings
+from service.errors import ConfigError
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 K8S = DEPLOY / "k8s"
@@ -79,22 +86,67 @@ def test_everything_lives_in_the_kustomization_namespace() -> None:
             assert doc["metadata"].get("namespace") == namespace, doc["metadata"]["name"]
 
 
-def _api_port() -> int:
-    listen = _one("ConfigMap", "rollout-config")["data"]["ROLLOUT_LISTEN"]
+def _port(setting: str) -> int:
+    listen = _one("ConfigMap", "rollout-config")["data"][setting]
     return int(listen.rsplit(":", 1)[1])
+
+
+def _api_port() -> int:
+    return _port("ROLLOUT_LISTEN")
 
 
 def _containers(kind: str, name: str) -> list[dict[str, Any]]:
     return list(_one(kind, name)["spec"]["template"]["spec"]["containers"])
 
 
-def test_the_server_probes_the_grpc_health_service_on_the_api_port() -> None:
-    port = _api_port()
+def test_the_server_probes_the_grpc_health_service_on_the_health_port() -> None:
+    # The API speaks only TLS, which the kubelet's gRPC probe cannot: the probes go to
+    # ROLLOUT_HEALTH_LISTEN, which serves grpc.health.v1 alone (tests/e2e/test_health_listen.py).
+    health = _port("ROLLOUT_HEALTH_LISTEN")
+    assert health != _api_port()
     for container in _containers(*SERVER):
         named = {p["name"]: p["containerPort"] for p in container["ports"]}
-        assert named["grpc"] == port, "the grpc containerPort is where ROLLOUT_LISTEN listens"
+        assert named["grpc"] == _api_port(), "the grpc containerPort is where ROLLOUT_LISTEN is"
+        assert named["health"] == health, "the health containerPort is ROLLOUT_HEALTH_LISTEN's"
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            assert container[probe]["grpc"]["port"] == port, f"{container['name']} {probe}"
+            assert container[probe]["grpc"] == {"port": health}, f"{container['name']} {probe}"
+
+
+def test_no_service_exposes_the_health_port() -> None:
+    for name in ("rollout", "rollout-headless"):
+        ports = _one("Service", name)["spec"]["ports"]
+        assert "health" not in [p["targetPort"] for p in ports], name
+        assert _port("ROLLOUT_HEALTH_LISTEN") not in [p["port"] for p in ports], name
+
+
+def test_the_api_speaks_tls_from_the_mounted_rollout_tls_secret() -> None:
+    data = _one("ConfigMap", "rollout-config")["data"]
+    pod = _one(*SERVER)["spec"]["template"]["spec"]
+    volume = next(
+        v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "rollout-tls"
+    )
+    assert volume["secret"]["defaultMode"] == 0o400, "readable by the root server only"
+    [mount] = [
+        m for c in pod["containers"] for m in c["volumeMounts"] if m["name"] == volume["name"]
+    ]
+    examples = {s["metadata"]["name"]: s for s in _documents(EXAMPLE_SECRETS)}
+    for setting, key in (("ROLLOUT_TLS_CERT_FILE", "tls.crt"), ("ROLLOUT_TLS_KEY_FILE", "tls.key")):
+        assert Path(data[setting]) == Path(mount["mountPath"]) / key, setting
+        assert key in examples["rollout-tls"]["stringData"], key
+
+
+def test_allow_insecure_listen_is_needed_for_the_metrics_endpoint_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in _one("ConfigMap", "rollout-config")["data"].items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("ROLLOUT_ALLOW_INSECURE_LISTEN", "false")
+    settings = load_settings([])
+    # The API has TLS (the test above) and tokens; the proxy stays on loopback.
+    check_exposure(settings, encrypted=True, authenticated=True)
+    check_proxy_exposure(settings)
+    with pytest.raises(ConfigError, match="ROLLOUT_METRICS_LISTEN"):
+        check_metrics_exposure(settings)
 
 
 def test_the_health_probes_need_no_token() -> None:
