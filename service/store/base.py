@@ -79,3 +79,12 @@ class RolloutStore(Protocol):
         after_seq, in order, as that server stores them, until the final one. A store that
         tells no server of another's writes yields nothing."""
         ...
+
+    async def request_cancel(self, rollout_id: str, reason: str) -> bool:
+        """Ask the live server that runs this rollout (another one sharing this store) to
+        cancel it; False if none does (a store no other server shares: always)."""
+        ...
+
+    def on_cancel_request(self, handler: Callable[[str, str], None]) -> None:
+        """Have `handler(rollout_id, reason)` cancel what other servers ask this one to."""
+        ...

@@ -9,7 +9,9 @@ result written beside the full ones, so that a slim list reads no bulk.
 
 Cross-server watch: `append_events` notifies the rollouts it wrote to, and `follow_events`
 readers on every server wake up and read the new rows (`postgres_notify`). Leases say which
-server runs what, and what a dead one left (`postgres_leases`).
+server runs what, and what a dead one left (`postgres_leases`). `request_cancel` records a
+cancel of a rollout another live server runs and notifies that server's run, whose handler
+(`on_cancel_request`) cancels it there.
 
 The DSN may carry a password: it is never put in an error, a log line or a repr.
 """
@@ -44,7 +46,7 @@ from service.store.groups import StoredGroup
 from service.store.listing import page_query
 from service.store.pages import read_page
 from service.store.postgres_leases import Lease, claim_groups, claim_rollouts
-from service.store.postgres_notify import NOTIFY_SQL, POLL_S, Notices
+from service.store.postgres_notify import NOTIFY_SQL, POLL_S, CancelHandler, Notices
 from service.store.rows import (
     ROLLOUT_COLUMNS,
     decode_event,
@@ -67,6 +69,17 @@ _POOL_SIZE = 8
 _FOLLOW_PAGE = 500
 _SLIM_COLUMNS = ROLLOUT_COLUMNS.replace("spec, result", "slim_spec, slim_result")
 """ROLLOUT_COLUMNS with the slim documents: `decode_rollout` reads the slim rollout from it."""
+_CANCEL_NOTIFY_SQL = (
+    "SELECT pg_notify('rollout_cancel_' || rollouts.owner,"
+    " json_build_object('id', rollouts.id, 'reason', cancel_requests.reason)::text)"
+    " FROM rollouts JOIN cancel_requests ON cancel_requests.rollout_id = rollouts.id"
+    " JOIN servers ON servers.owner = rollouts.owner"
+    " WHERE rollouts.id = %(id)s AND rollouts.status <> ALL(%(terminal)s)"
+    " AND rollouts.owner <> %(owner)s"
+    " AND servers.heartbeat_at > now() - make_interval(secs => %(lease_s)s)"
+)
+"""Notify the live run that owns an unfinished rollout (`cancel_channel`) of its cancel
+request; one row if it did."""
 
 
 class PostgresStore:
@@ -79,7 +92,7 @@ class PostgresStore:
         self._lease = Lease(uuid.uuid4().hex, server, lease_s)
         self._owner = self._lease.owner
         self._pool: AsyncConnectionPool | None = None
-        self._notices = Notices()
+        self._notices = Notices(self._owner)
 
     def __repr__(self) -> str:
         return "PostgresStore(<url hidden>)"
@@ -275,6 +288,26 @@ class PostgresStore:
                     continue
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), POLL_S)
+
+    async def request_cancel(self, rollout_id: str, reason: str) -> bool:
+        """Ask the live server run that runs this unfinished rollout (not this one) to cancel
+        it: record the request (the first reason wins) and notify that run, in one transaction.
+        False if no live run owns it (its lease expired: the takeover ends it)."""
+        live = self._lease.params(
+            id=rollout_id, reason=reason, terminal=[status.value for status in TERMINAL_STATUSES]
+        )
+        async with self._connection() as conn, conn.transaction():
+            await conn.execute(
+                "INSERT INTO cancel_requests (rollout_id, reason) VALUES (%(id)s, %(reason)s)"
+                " ON CONFLICT DO NOTHING",
+                live,
+            )
+            cursor = await conn.execute(_CANCEL_NOTIFY_SQL, live)
+            return bool(await cursor.fetchall())
+
+    def on_cancel_request(self, handler: CancelHandler) -> None:
+        """Have `handler` cancel the rollouts other servers ask this run to cancel."""
+        self._notices.on_cancel = handler
 
     async def insert_group(self, group: Group, *, secret_free: bool) -> Group:
         """Insert a new group; if its tenant already used its request_id, that group instead."""

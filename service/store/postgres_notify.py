@@ -1,23 +1,28 @@
 """Cross-server wake-ups on PostgreSQL: NOTIFY names a rollout with new events, one LISTEN
-connection per store wakes that rollout's followers.
+connection per store wakes that rollout's followers; the same connection also listens on its
+run's own cancel channel (`cancel_channel`), where another server asks it to cancel a rollout
+it runs.
 
 `append_events` sends `NOTIFY_SQL` inside its transaction, so a notification is delivered at
 commit, in commit order, and never for rows that were rolled back. The rows stay the truth: a
 notification only says "look", and a follower also looks every POLL_S in case one was lost
-(the listening connection dropped).
+(the listening connection dropped). A lost cancel request is not made up: the server that
+sent it returns the rollout as it stands once its wait runs out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
-__all__ = ["NOTIFY_SQL", "POLL_S", "Notices"]
+__all__ = ["NOTIFY_SQL", "POLL_S", "CancelHandler", "Notices", "cancel_channel"]
 
 log = logging.getLogger(__name__)
 
@@ -27,17 +32,30 @@ NOTIFY_SQL = f"SELECT pg_notify('{_CHANNEL}', id) FROM unnest(%s::text[]) AS id"
 POLL_S = 5.0
 """A follower reads the store again after this long without a notification."""
 
+CancelHandler = Callable[[str, str], None]
+"""Called with (rollout_id, reason) when another server asks this one to cancel a rollout."""
+
+
+def cancel_channel(owner: str) -> str:
+    """The channel on which the server run `owner` (a uuid hex) hears cancel requests; the
+    store's NOTIFY builds the same name in SQL."""
+    return f"rollout_cancel_{owner}"
+
 
 class Notices:
     """The followers of each rollout, woken by the notifications one connection receives."""
 
-    def __init__(self) -> None:
+    def __init__(self, owner: str) -> None:
         self._followers: dict[str, set[asyncio.Event]] = {}
         self._listener: asyncio.Task[None] | None = None
+        self._cancels = cancel_channel(owner)
+        self.on_cancel: CancelHandler | None = None
+        """Receives this run's cancel requests; until it is set, they are dropped."""
 
     async def start(self, url: str) -> None:
         conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
         await conn.execute(f"LISTEN {_CHANNEL}")
+        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._cancels)))
         self._listener = asyncio.create_task(self._listen(conn), name="postgres-listen")
 
     async def stop(self) -> None:
@@ -65,7 +83,20 @@ class Notices:
         async with conn:
             try:
                 async for note in conn.notifies():
+                    if note.channel == self._cancels:
+                        self._cancel(note.payload)
+                        continue
                     for wake in self._followers.get(note.payload, ()):
                         wake.set()
             except psycopg.OperationalError as exc:
                 log.warning("stopped listening for other servers' events (%s); followers poll", exc)
+
+    def _cancel(self, payload: str) -> None:
+        """Hand a cancel request ({"id", "reason"}, written by the store's SQL) to its handler."""
+        try:
+            request = json.loads(payload)
+            if self.on_cancel is not None:
+                self.on_cancel(request["id"], request["reason"])
+        except Exception:
+            # One bad request must not stop this connection waking every follower.
+            log.exception("could not handle a cancel request")

@@ -163,6 +163,13 @@ class SqliteStore:
         return
         yield
 
+    async def request_cancel(self, rollout_id: str, reason: str) -> bool:
+        """False: no other server runs a rollout of a SQLite file this one can reach."""
+        return False
+
+    def on_cancel_request(self, handler: Callable[[str, str], None]) -> None:
+        """Nothing: no other server sends this one cancel requests."""
+
     async def insert_group(self, group: Group, *, secret_free: bool) -> Group:
         """Insert a new group; if its tenant already used its request_id, that group instead."""
         return await self._run(_in_transaction, groups.insert_group, group, secret_free)

@@ -1,6 +1,6 @@
 """What only the PostgreSQL store has: yoyo's migrations on a fresh database (replicas starting
-together), followers woken by another server's events, no secret in any table, and a URL that
-never shows its password."""
+together), followers woken by another server's events, cancel requests delivered to the live
+owner only, no secret in any table, and a URL that never shows its password."""
 
 from __future__ import annotations
 
@@ -53,7 +53,11 @@ async def test_replicas_opening_a_fresh_database_together_migrate_it_once(
         tables = conn.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
         ).fetchall()
-    assert sorted(applied) == [("0001.rollouts-events-groups",), ("0002.owners-and-leases",)]
+    assert sorted(applied) == [
+        ("0001.rollouts-events-groups",),
+        ("0002.owners-and-leases",),
+        ("0003.cancel-requests",),
+    ]
     assert set(_TABLES) <= {name for (name,) in tables}
 
 
@@ -100,6 +104,36 @@ async def test_a_follower_gets_another_stores_events_in_order_until_the_final_on
         await follower
 
     assert received == list(range(1, 25))
+
+
+async def test_a_cancel_request_is_recorded_and_reaches_only_the_live_owner(
+    postgres_url: str,
+) -> None:
+    async with (
+        PostgresStore(postgres_url, server="a") as owner,
+        PostgresStore(postgres_url, server="b") as other,
+    ):
+        heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        owner.on_cancel_request(lambda rollout_id, reason: heard.put_nowait((rollout_id, reason)))
+        other.on_cancel_request(lambda rollout_id, reason: heard.put_nowait(("b?", reason)))
+        running = await owner.insert(rollout(1))
+        finished = await owner.insert(full_rollout())
+
+        assert await other.request_cancel(running.id, "first") is True
+        assert await heard.get() == (running.id, "first")
+        assert await other.request_cancel(running.id, "second") is True
+        assert await heard.get() == (running.id, "first")  # the first reason wins, as locally
+        assert await owner.request_cancel(running.id, "own") is False  # it cancels locally
+        assert await other.request_cancel(finished.id, "late") is False
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE servers SET heartbeat_at = now() - interval '1 hour' WHERE server = 'a'"
+            )
+            assert await other.request_cancel(running.id, "dead") is False
+            rows = conn.execute("SELECT rollout_id, reason FROM cancel_requests").fetchall()
+
+    assert heard.empty()
+    assert sorted(rows) == sorted([(running.id, "first"), (finished.id, "late")])
 
 
 async def test_a_phase_change_updates_the_row_every_server_reads_but_never_a_terminal_one(
