@@ -38,6 +38,7 @@ from service.errors import (
 )
 from service.harbor.tasks import HarborTasks
 from service.models import (
+    TERMINAL_STATUSES,
     ErrorKind,
     EventPayload,
     Phase,
@@ -65,6 +66,9 @@ def _visible(rollout: Rollout, tenant: str | None) -> bool:
 
 _UNCANCELLABLE_PHASES = frozenset({Phase.TEARDOWN, Phase.DONE})
 """Teardown runs on every path: a cancel arriving then has nothing left to stop."""
+
+_REMOTE_CANCEL_WAIT_S = 10.0
+"""How long a CancelRollout for a rollout another server runs waits for its end."""
 
 
 Checked = tuple[SandboxBackend, Agent, ResolvedEndpoint | None]
@@ -117,6 +121,7 @@ class RolloutManager:
         self._metrics = metrics or Metrics()
         self._metrics.set_capacity(self.capacity)
         self._metrics.observe_sandboxes(self._live_sandboxes)
+        store.on_cancel_request(self._cancel_requested)
 
     def backend(self, name: str) -> SandboxBackend:
         """The backend called `name`, built once."""
@@ -422,10 +427,36 @@ class RolloutManager:
         """Cancel a live rollout and wait for its teardown; a terminal one is returned as is."""
         live = self._live.get(rollout_id)
         if live is None or not _visible(live.rollout, tenant):
-            return await self.get(rollout_id, tenant=tenant)
+            return await self._cancel_elsewhere(rollout_id, reason, tenant)
         self._request_cancel(live, reason or "cancelled by request")
         await live.done.wait()
         return live.rollout
+
+    async def _cancel_elsewhere(self, rollout_id: str, reason: str, tenant: str | None) -> Rollout:
+        """A rollout another server sharing the store runs: ask it to cancel, and follow the
+        events until the final one for up to _REMOTE_CANCEL_WAIT_S. One no live server runs
+        (its lease expired: the takeover ends it), or that outlasts the wait, is returned as
+        it stands."""
+        rollout = await self.get(rollout_id, tenant=tenant)
+        if rollout.status in TERMINAL_STATUSES or not await self._store.request_cancel(
+            rollout_id, reason or "cancelled by request"
+        ):
+            return rollout
+        final: Rollout | None = None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_REMOTE_CANCEL_WAIT_S):
+                async for event in self._store.follow_events(rollout_id, after_seq=0):
+                    if isinstance(event.payload, Rollout):
+                        final = event.payload
+        stored = await self.get(rollout_id, tenant=tenant)
+        # The owner stores the final event before its final save of the row.
+        return final if final is not None and stored.status not in TERMINAL_STATUSES else stored
+
+    def _cancel_requested(self, rollout_id: str, reason: str) -> None:
+        """Another server's CancelRollout of a rollout this one runs (it checked the tenant)."""
+        live = self._live.get(rollout_id)
+        if live is not None:
+            self._request_cancel(live, reason)
 
     @property
     def settings(self) -> Settings:

@@ -1,6 +1,7 @@
 """Three servers on one PostgreSQL (ROLLOUT_DATABASE_URL): any answers Get and List for a
-rollout another runs, a WatchRollout on another is live and complete, in order, and when the
-owner is killed (-9), restarted or not, the watcher on another gets the rollout's end.
+rollout another runs, a WatchRollout on another is live and complete, in order, a
+CancelRollout on another ends it on its owner, and when the owner is killed (-9), restarted or
+not, the watcher on another gets the rollout's end.
 
 The rollout's agent prints a line and then sleeps until cancelled, so that the watcher on the
 second server provably receives events while the rollout runs, not a replay after its end.
@@ -110,6 +111,42 @@ async def test_a_replayed_watch_on_the_other_replica_ends_with_the_final_event(
     assert replayed[-1].finished.status == pb.ROLLOUT_STATUS_SUCCEEDED
     fetched = await b.GetRollout(pb.GetRolloutRequest(rollout_id=done.rollout.id))
     assert fetched.rollout.result.reward == done.rollout.result.reward == 1.0
+
+
+async def test_a_cancel_sent_to_another_replica_reaches_the_owner_and_ends_its_rollout(
+    replicas: tuple[ServerProcess, ServerProcess, ServerProcess],
+    stubs: tuple[pb_grpc.RolloutServiceAsyncStub, pb_grpc.RolloutServiceAsyncStub],
+) -> None:
+    *_, server_c = replicas
+    a, b = stubs
+    marker = "612.5"
+    spec = command_spec(f"echo replica-ready; exec sleep {marker}")
+    started = await a.StartRollout(pb.StartRolloutRequest(spec=spec))
+    rollout_id = started.rollout.id
+    async with grpc.aio.insecure_channel(server_c.target) as to_c:
+        on_c = pb_grpc.RolloutServiceStub(to_c).WatchRollout(
+            pb.WatchRolloutRequest(rollout_id=rollout_id)
+        )
+        seen: list[pb.RolloutEvent] = []
+        async for response in on_c:
+            seen.append(response.event)
+            if "replica-ready" in response.event.output.text:
+                break
+        assert _processes_with(f"sleep {marker}"), "the agent's process is not to be found"
+
+        request = pb.CancelRolloutRequest(rollout_id=rollout_id, reason="asked on b")
+        cancelled = (await b.CancelRollout(request)).rollout
+        seen += [response.event async for response in on_c]
+
+    assert cancelled.status == pb.ROLLOUT_STATUS_CANCELLED
+    assert cancelled.result.error.kind == pb.ERROR_KIND_CANCELLED
+    assert cancelled.result.error.message == "cancelled: asked on b"
+    on_a = await a.GetRollout(pb.GetRolloutRequest(rollout_id=rollout_id))
+    assert on_a.rollout.status == pb.ROLLOUT_STATUS_CANCELLED
+    assert on_a.rollout.result.error.message == "cancelled: asked on b"
+    assert [event.seq for event in seen] == list(range(1, len(seen) + 1))
+    assert seen[-1].finished.status == pb.ROLLOUT_STATUS_CANCELLED
+    assert not _processes_with(f"sleep {marker}")
 
 
 async def test_a_replica_killed_mid_rollout_loses_no_event_and_leaks_no_process(
