@@ -55,7 +55,9 @@ for stream in (True, False):
         data=json.dumps(body).encode(),
         headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
                  "Content-Type": "application/json"})
-    print(urllib.request.urlopen(request, timeout=60).status, flush=True)
+    with urllib.request.urlopen(request, timeout=60) as response:
+        response.read()  # the whole answer, as an agent reads it
+    print(response.status, flush=True)
 PY"""
 
 
@@ -205,7 +207,9 @@ async def test_a_key_echoed_in_200_answers_is_stored_nowhere(
     rollout = (await stub.RunRollout(run)).rollout
     assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error
     assert len(rollout.result.turns) == 2
-    assert all("[redacted]" in turn.completion_text for turn in rollout.result.turns)
+    assert all("[redacted]" in turn.completion_text for turn in rollout.result.turns), [
+        turn.completion_text for turn in rollout.result.turns
+    ]
     events = await events_of(stub, rollout.id)
     got = await stub.GetRollout(pb.GetRolloutRequest(rollout_id=rollout.id))
     secret = KEY.encode()

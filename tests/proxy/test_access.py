@@ -81,7 +81,8 @@ async def test_the_sandbox_reaches_its_own_route_and_nothing_else(
     client.write_text(CLIENT)
     command = f"python3 /run/client.py {access.base_url} {access.api_key} {proxy.port}"
     forwarder = forwarder_command(PYTHON, port=48123)
-    code, out, err = await run_sandboxed(proxy_dir, f"{forwarder} || exit 70\n{command}", client)
+    quiet = f"{forwarder} >/dev/null || exit 70"  # it prints its pid
+    code, out, err = await run_sandboxed(proxy_dir, f"{quiet}\n{command}", client)
     assert code == 0, err
     result = json.loads(out)
     assert result["own"][0] == 200

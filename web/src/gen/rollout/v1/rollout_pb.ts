@@ -435,7 +435,7 @@ export type RolloutSpec = Message<"rollout.v1.RolloutSpec"> & {
   verifyTimeout?: Duration | undefined;
 
   /**
-   * A Harbor task directory to run instead of inline task fields (README "Harbor tasks"):
+   * A Harbor task directory to run instead of inline task fields (docs/harbor.md):
    * its instruction, tests, solution, image and task.toml settings fill `task`, `sandbox`
    * and the timeouts. Fields the caller sets explicitly win over task.toml. The rollout's
    * `spec` shows the resolved spec, with the archive cleared and its digest kept.
