@@ -57,8 +57,8 @@ class ImageRoots:
         (made at first use) nor in the store, by its name or an operator's alias, or if it
         sets a USER (`ImageConfig.user_refusal`)."""
         name = self.name(requested)
-        if name == HOST_IMAGE:
-            return
+        if name == HOST_IMAGE or qualify(name) in _BASE:
+            return  # the base is the service's own (no USER), made at first use: no query
         try:
             config = await self.store.config(name)
         except ImageError as exc:
