@@ -25,7 +25,7 @@ from service.config import Settings
 from service.engine.collect import collect_workdir
 from service.engine.groups.template import PreparedFilesystem
 from service.engine.output_cap import OutputCap
-from service.engine.output_scrub import OutputScrubber, scrub
+from service.engine.output_scrub import OutputScrubber
 from service.engine.staging import make_workdir, stage, staged_path, task_workdir
 from service.engine.validation import resolved_timeouts
 from service.errors import AgentInstallError, RolloutFailure, SandboxError, UpstreamError
@@ -46,6 +46,7 @@ from service.models import (
     Turn,
 )
 from service.proxy.capture.gate import CallGate
+from service.proxy.capture.record import scrub_text
 from service.proxy.capture.tally import CallTally
 from service.sandboxes.base import Sandbox, SandboxBackend, SandboxRequest, in_workdir
 from service.sandboxes.seal import SystemSeal
@@ -322,7 +323,7 @@ class RolloutRun:
                 self.rollout.result.timings.paused_s = gate.paused_s() - paused_before
         result = self.rollout.result
         result.agent_exit_code = outcome.exit_code
-        result.agent_log_tail = scrub(outcome.log_tail or cap.tail(), scrubber.secrets)[
+        result.agent_log_tail = scrub_text(outcome.log_tail or cap.tail(), scrubber.secrets)[
             -self._settings.agent_log_tail_bytes :
         ]
         calls = None if self._attachment is None else self._attachment.calls

@@ -11,21 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from service.models import AgentOutput, AgentOutputKind
+from service.proxy.capture.record import REDACTED, scrub_text
 
-__all__ = ["REDACTED", "OutputScrubber", "scrub"]
+__all__ = ["REDACTED", "OutputScrubber"]
 
-REDACTED = "[redacted]"
 _MIN_SECRET_CHARS = 8
 """Shorter "secrets" (a caller's placeholder key) would mangle ordinary output."""
 _RAW = (AgentOutputKind.STDOUT, AgentOutputKind.STDERR)
-
-
-def scrub(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every secret replaced."""
-    for secret in secrets:
-        if secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
 
 
 class OutputScrubber:
@@ -41,7 +33,7 @@ class OutputScrubber:
             self._emit(output)
             return
         text = self._held.pop(output.kind, "") + output.text
-        text = scrub(text, self.secrets)
+        text = scrub_text(text, self.secrets)
         if output.kind in _RAW:
             keep = self._partial_secret_at_end(text)
             if keep:
