@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import uuid
+from pathlib import Path
 
 import grpc
 import pytest
@@ -61,10 +62,24 @@ async def _group_killed_mid_run(
         # the test needs member 0 counted before the kill; an infrastructure failure here
         # (seen once under CI's load) would make it another test, so say what it was
         assert finished.status == pb.ROLLOUT_STATUS_SUCCEEDED, finished.result.error
-        await eventually(lambda: processes_with(marker), timeout_s=60)
+        # the sleep itself, not a shell whose command line merely names it (every member's
+        # does, before its model call): only then is member 1 past its call and running
+        await eventually(lambda: _sleeping(marker), timeout_s=60)
     server.stop(signal.SIGKILL)
     server.start()
     return group, finished
+
+
+def _sleeping(marker: str) -> bool:
+    """Whether a `sleep 600.<marker>` process runs (its argv, not a shell's text)."""
+    argv = [b"sleep", f"600.{marker}".encode()]
+    for pid in processes_with(marker):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2] == argv:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 async def test_a_restart_keeps_finished_members_and_refills_the_interrupted(
