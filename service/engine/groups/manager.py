@@ -35,7 +35,7 @@ from service.errors import (
     SpecError,
 )
 from service.models import Rollout, RolloutSpec
-from service.models.group import Group, GroupSpec
+from service.models.group import GROUP_LABEL, Group, GroupSpec
 from service.store.base import RolloutStore
 from service.store.groups import GroupStore
 
@@ -246,12 +246,21 @@ class GroupManager:
         self._live.pop(group_id, None)
 
     async def _member_rollouts(self, group: Group) -> dict[str, Rollout]:
+        """Every member rollout of `group` in the store: those its record names, and those
+        it missed (started by a server killed before it saved the group), by their label."""
         found = {}
         for member in group.members:
             rollout = await self._store.get(member.rollout_id)
             if rollout is not None:
                 found[rollout.id] = rollout
-        return found
+        token = ""
+        while True:
+            page, token = await self._store.list(
+                labels={GROUP_LABEL: group.id}, statuses=(), page_size=0, page_token=token
+            )
+            found.update((rollout.id, rollout) for rollout in page if rollout.id not in found)
+            if not token:
+                return found
 
     async def _ended_members(self, group: Group) -> list[Rollout]:
         rollouts = [r for r in (await self._member_rollouts(group)).values() if r.terminal]

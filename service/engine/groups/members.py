@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from service.models import ErrorKind, Rollout, RolloutSpec, RolloutStatus
 from service.models.group import GROUP_LABEL, INFRASTRUCTURE_KINDS, GroupMember, GroupStats
 
-__all__ = ["group_stats", "member_of", "member_seed", "member_spec", "refillable"]
+__all__ = ["adopt", "group_stats", "member_of", "member_seed", "member_spec", "refillable"]
 
 _SEED_MASK = 2**63 - 1
 """Seeds stay in a signed 64-bit integer, which every upstream accepts."""
@@ -63,6 +63,28 @@ def member_of(rollout: Rollout) -> GroupMember:
         and kind not in INFRASTRUCTURE_KINDS
     )
     return member
+
+
+def adopt(members: list[GroupMember], rollouts: Iterable[Rollout]) -> list[str]:
+    """Add to `members` the member rollouts its record missed (a server killed between
+    starting a member and saving the group), oldest first, and return their ids; each one
+    replaces the member of its index the infrastructure failed, if nothing replaced it yet."""
+    known = {member.rollout_id for member in members}
+    missed = sorted(
+        (rollout for rollout in rollouts if rollout.id not in known),
+        key=lambda rollout: rollout.create_time,
+    )
+    for rollout in missed:
+        for member in members:
+            if (
+                member.index == rollout.member_index
+                and refillable(member)
+                and not member.replaced_by
+            ):
+                member.replaced_by = rollout.id
+                break
+        members.append(member_of(rollout))
+    return [rollout.id for rollout in missed]
 
 
 def refillable(member: GroupMember) -> bool:

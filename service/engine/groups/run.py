@@ -2,10 +2,13 @@
 when enough count, at the deadline or on cancel.
 
     set up once (`template`; a failing setup fails the group, no member starts) ->
-    start n members from its snapshot -> as each ends: record it, publish it, refill it if
-    the infrastructure failed it (budget allowing) -> COMPLETED once `needed` members
-    count, FAILED when none is left running short of that -> the members still running are
-    cancelled (reported so) -> the snapshot is released.
+    start n members from its snapshot (saved as they start) -> as each ends: save it, then
+    publish it, then refill it if the infrastructure failed it (budget allowing) -> COMPLETED
+    once `needed` members count, FAILED when none is left running short of that -> the
+    members still running are cancelled (reported so) -> the snapshot is released.
+
+The store is written before a watcher is told: a server killed just after a watcher saw a
+member end restarts with that member ended and counted, never started again.
 
 A cancel or the deadline cancels the members still running and waits for their teardown, so
 the group is terminal only when nothing of it is left. A server shutting down interrupts the
@@ -21,7 +24,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from service.engine.groups.members import group_stats, member_of, member_spec, refillable
+from service.engine.groups.members import (
+    adopt,
+    group_stats,
+    member_of,
+    member_spec,
+    refillable,
+)
 from service.engine.groups.template import PreparedFilesystem
 from service.errors import RolloutFailure
 from service.models import ErrorKind, Rollout, RolloutError, RolloutSpec
@@ -78,6 +87,7 @@ class GroupRun:
         self._prepared = await self._ops.prepare()
         for index in range(self._spec.n):
             await self._start(index)
+            await self._save()
         self._release()
 
     def _release(self) -> None:
@@ -87,17 +97,29 @@ class GroupRun:
 
     async def resume(self, member_rollouts: dict[str, Rollout], *, secret_free: bool) -> None:
         """Take a group back after a restart: members that ended are kept; members the old
-        server was running are started again (`secret_free`) or reported as they ended."""
+        server was running, or had started without saving the group, are started again
+        (`secret_free`; a restart is no fault of theirs, so not charged to the refill
+        budget) or reported as they ended."""
         done = [r for r in member_rollouts.values() if r.terminal]
         done.sort(key=lambda rollout: rollout.finish_time or rollout.create_time)
         self.finished.extend(rollout.slim() for rollout in done)
+        unsettled = {m.rollout_id for m in self.group.members if not m.terminal}
+        for member in self.group.members:
+            if member.rollout_id in unsettled and member.rollout_id in member_rollouts:
+                _refresh(member, member_rollouts[member.rollout_id])
+        unsettled.update(adopt(self.group.members, member_rollouts.values()))
+        self._refills_left = self._spec.refill_budget - group_stats(self.group.members).refills
+        if not secret_free:
+            return
         for member in list(self.group.members):
-            if member.terminal:
-                continue
-            _refresh(member, member_rollouts[member.rollout_id])
-            if secret_free and not member.counted:
+            if member.rollout_id in unsettled and not (member.counted or member.replaced_by):
                 member.replaced_by = (await self._start(member.index)).rollout_id
-                self._refills_left += 1  # a restart is no fault of the member's: not charged
+                self._refills_left += 1
+        begun = {member.index for member in self.group.members}
+        if begun:  # else `execute` starts them all
+            for index in range(self._spec.n):
+                if index not in begun:
+                    await self._start(index)
 
     async def execute(self) -> None:
         """Run until terminal (or interrupted by shutdown); never raises but cancellation."""
@@ -129,6 +151,8 @@ class GroupRun:
                 self._finish()
                 await self._release_snapshot()
             await self._save()
+            if not self.interrupted:
+                self._publish(self.group)
 
     async def _release_snapshot(self) -> None:
         """Free the members' common layer, now that none is left (on shutdown the backend
@@ -175,6 +199,8 @@ class GroupRun:
 
     async def _ended(self, member: GroupMember, rollout: Rollout) -> None:
         _refresh(member, rollout)
+        self.group.stats = group_stats(self.group.members)
+        await self._save()
         self._publish(rollout.slim())
         if refillable(member) and self._refills_left > 0 and not self._enough():
             self._refills_left -= 1
@@ -209,7 +235,6 @@ class GroupRun:
     def _finish(self) -> None:
         self.group.stats = group_stats(self.group.members)
         self.group.finish_time = datetime.now(UTC)
-        self._publish(self.group)
 
     def _publish(self, entry: Rollout | Group) -> None:
         self.finished.append(entry)

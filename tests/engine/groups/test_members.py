@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from service.engine.groups.members import group_stats, member_of, member_seed, member_spec
+from service.engine.groups.members import (
+    adopt,
+    group_stats,
+    member_of,
+    member_seed,
+    member_spec,
+)
 from service.models import (
     ErrorKind,
     Rollout,
@@ -111,3 +117,33 @@ def test_statistics_cover_the_counted_members_only() -> None:
     assert stats.refills == 1
     empty = group_stats([])
     assert (empty.reward_mean, empty.reward_stddev, empty.counted) == (None, None, 0)
+
+
+def _member_rollout(rollout_id: str, index: int, kind: ErrorKind | None, age_s: int) -> Rollout:
+    return Rollout(
+        id=rollout_id,
+        spec=RolloutSpec(task=TaskSpec(instruction="x")),
+        status=RolloutStatus.SUCCEEDED if kind is None else RolloutStatus.FAILED,
+        result=RolloutResult(error=None if kind is None else RolloutError(kind=kind)),
+        create_time=datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=age_s),
+        member_index=index,
+    )
+
+
+def test_adopt_adds_the_members_a_record_missed_each_replacing_its_index() -> None:
+    """A server killed between starting members and saving the group: the next one finds
+    them by their label and takes them in, oldest first, refills linked to what they replace."""
+    recorded = _member_rollout("a", 0, None, 0)
+    failed = _member_rollout("b", 1, ErrorKind.SANDBOX, 1)
+    refill = _member_rollout("c", 1, ErrorKind.INTERNAL, 3)
+    other = _member_rollout("d", 2, None, 2)
+    members = [member_of(recorded)]
+    added = adopt(members, [refill, recorded, other, failed])
+    assert added == ["b", "d", "c"]
+    assert [(m.rollout_id, m.index, m.replaced_by) for m in members] == [
+        ("a", 0, ""),
+        ("b", 1, "c"),
+        ("d", 2, ""),
+        ("c", 1, ""),
+    ]
+    assert adopt(members, [recorded, failed, refill, other]) == []
