@@ -21,7 +21,7 @@ from service.proxy.capture.history import (
     RequestDelta,
 )
 from service.proxy.capture.prompt_ids import PromptIdCache
-from service.proxy.capture.record import RecordBounds, Recorder, scrub_text
+from service.proxy.capture.record import REDACTED, RecordBounds, Recorder, scrub_text
 from service.proxy.capture.request_parse import RequestParser
 from service.proxy.capture.rewrite import is_trainable, upstream_headers
 from service.proxy.capture.tally import CallTally
@@ -283,7 +283,7 @@ class Exchange:
         """Bytes for the agent without the upstream API key (a server may echo it anywhere)."""
         for secret in self.route.secret_bytes:
             if secret in data:
-                data = data.replace(secret, b"[redacted]")
+                data = data.replace(secret, REDACTED.encode())
         return data
 
     def mark_first_token(self) -> None:

@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from service.errors import SandboxError
 from service.models import CaptureSpec, Turn
 from service.models.model_access import ModelAccess
+from service.proxy.capture.record import scrub_text
 from service.proxy.capture.rewrite import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS
 from service.proxy.capture.route import OnTurn
 from service.proxy.capture.tally import CallTally
@@ -204,4 +205,4 @@ class InSandboxProxy:
 
     def _scrub(self, text: str) -> str:
         key = self._upstream.api_key
-        return text.replace(key, "[redacted]") if key else text
+        return scrub_text(text, (key,) if key else ())
