@@ -70,10 +70,9 @@ async def test_every_member_and_the_group_are_saved_before_a_watcher_sees_them()
     spec = GroupSpec(spec=RolloutSpec(task=TaskSpec(instruction="x")), n=2)
     run = GroupRun(Group(id="g", spec=spec, create_time=datetime.now(UTC)), spec, ops, reserved=2)
     run.task = asyncio.create_task(run.execute())
-    while len(members.ends) < 2:
+    for _ in range(100):  # then the run is idle: nothing more happens until a member ends
         await asyncio.sleep(0)
-    for _ in range(100):  # the run is idle now: nothing more happens until a member ends
-        await asyncio.sleep(0)
+    assert len(members.ends) == 2, "both members started"
     assert members.saved, "the run started its members and saved nothing"
     assert [m.rollout_id for m in members.saved[-1].members] == ["m0-0", "m1-1"]
 
