@@ -73,7 +73,7 @@ def decode_page_token(token: str) -> tuple[int, str]:
 
 
 def _bad_token() -> SpecError:
-    return SpecError([FieldViolation("page_token", "not a page token returned by ListRollouts")])
+    return SpecError([FieldViolation("page_token", "not a next_page_token this server returned")])
 
 
 @functools.cache

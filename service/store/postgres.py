@@ -22,7 +22,7 @@ import asyncio
 import builtins
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import TracebackType
@@ -42,6 +42,7 @@ from service.models import (
 from service.models.group import Group, GroupStatus
 from service.store.base import RolloutPage, TakeRollout
 from service.store.codec import decode_model, encode_model
+from service.store.group_listing import POSTGRES_LABEL_MATCH, GroupPage, group_page_query
 from service.store.groups import StoredGroup
 from service.store.listing import page_query
 from service.store.pages import read_page
@@ -358,6 +359,33 @@ class PostgresStore:
         params = self._lease.params(running=GroupStatus.RUNNING.value)
         rows = await self._claim(claim_groups(), params)
         return [(decode_model(Group, row[2]), row[3]) for row in sorted(rows, key=lambda r: r[:2])]
+
+    async def list_groups(
+        self,
+        *,
+        labels: Mapping[str, str],
+        statuses: Sequence[GroupStatus],
+        page_size: int,
+        page_token: str,
+        tenant: str | None = None,
+        take: Callable[[Group], bool] | None = None,
+    ) -> GroupPage:
+        """Groups newest first, of one tenant or (None) of all (`read_page`).
+
+        Raises SpecError naming "page_size" or "page_token".
+        """
+
+        async def page_keys(after: tuple[int, str] | None, limit: int) -> list[tuple[int, str]]:
+            query, params = group_page_query(
+                labels, statuses, after, limit, tenant=tenant, label_match=POSTGRES_LABEL_MATCH
+            )
+            return [(key[0], key[1]) for key in await self._all(_placeholders(query), *params)]
+
+        async def read(group_id: str) -> Group:
+            row = await self._one("SELECT document FROM groups WHERE id = %s", group_id)
+            return decode_model(Group, row[0])
+
+        return await read_page(page_size, page_token, page_keys, read, take)
 
     def _connection(self) -> AbstractAsyncContextManager[AsyncConnection[Any]]:
         """A pooled connection (autocommit) for the `async with` block."""

@@ -21,9 +21,10 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from service.errors import NotFoundError
 from service.models import TERMINAL_STATUSES, Rollout, RolloutEvent, RolloutStatus
-from service.models.group import Group
+from service.models.group import Group, GroupStatus
 from service.store import groups
 from service.store.base import RolloutPage, TakeRollout
+from service.store.group_listing import GroupPage, sqlite_listed_group, sqlite_page_keys
 from service.store.listing import page_query
 from service.store.pages import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, read_page
 from service.store.rows import (
@@ -186,6 +187,29 @@ class SqliteStore:
     async def unfinished_groups(self) -> builtins.list[groups.StoredGroup]:
         """Groups a previous server left running, oldest first."""
         return await self._run(groups.unfinished_groups)
+
+    async def list_groups(
+        self,
+        *,
+        labels: Mapping[str, str],
+        statuses: Sequence[GroupStatus],
+        page_size: int,
+        page_token: str,
+        tenant: str | None = None,
+        take: Callable[[Group], bool] | None = None,
+    ) -> GroupPage:
+        """Groups newest first, of one tenant or (None) of all (`read_page`).
+
+        Raises SpecError naming "page_size" or "page_token".
+        """
+
+        async def page_keys(after: tuple[int, str] | None, limit: int) -> list[tuple[int, str]]:
+            return await self._run(sqlite_page_keys, dict(labels), statuses, tenant, after, limit)
+
+        async def read(group_id: str) -> Group:
+            return await self._run(sqlite_listed_group, group_id)
+
+        return await read_page(page_size, page_token, page_keys, read, take)
 
     async def _run(
         self, fn: Callable[Concatenate[sqlite3.Connection, P], T], *args: P.args, **kwargs: P.kwargs
