@@ -34,27 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from tests.e2e.specs import model_calls
 from tests.fakes.llm_upstream import FakeUpstream, Reply
 from tests.server_process import ServerProcess
 
 RESULTS = Path(__file__).parent / "results"
 MODEL = "bench-policy"
-
-
-def agent(rounds: int) -> str:
-    """`rounds` chat calls in turn, each announced on stdout first."""
-    return f"""python3 - <<'PY'
-import json, os, urllib.request
-for i in range({rounds}):
-    print("calling", i, flush=True)
-    request = urllib.request.Request(
-        os.environ["OPENAI_BASE_URL"] + "/chat/completions",
-        data=json.dumps({{"model": os.environ["OPENAI_MODEL"],
-                         "messages": [{{"role": "user", "content": "call %d" % i}}]}}).encode(),
-        headers={{"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
-                 "Content-Type": "application/json"}})
-    urllib.request.urlopen(request, timeout=600).read()
-PY"""
 
 
 class TimedUpstream(FakeUpstream):
@@ -141,7 +126,7 @@ async def measure(target: str, rollouts: int, rounds: int, delay_s: float) -> di
         watcher = asyncio.ensure_future(announced.follow(stub, labels))
         spec = pb.RolloutSpec(
             task=pb.Task(instruction="call the model"),
-            agent=pb.Agent(name="command", command=agent(rounds)),
+            agent=pb.Agent(name="command", command=model_calls(rounds, timeout_s=600)),
             endpoint=pb.Endpoint(base_url=upstream.base_url, model=MODEL),
             labels=labels,
         )

@@ -7,7 +7,7 @@ from typing import Any
 from google.protobuf import json_format
 from rollout.v1 import rollout_pb2 as pb
 
-__all__ = ["command_spec", "terminal"]
+__all__ = ["command_spec", "model_calls", "terminal"]
 
 
 def command_spec(
@@ -28,6 +28,25 @@ def command_spec(
         else:
             document[key] = value
     return json_format.ParseDict(document, pb.RolloutSpec())
+
+
+def model_calls(count: int, *, timeout_s: int = 120) -> str:
+    """A scripted agent's command: `count` chat calls in turn through the proxy, each announced
+    on stdout first and its answer printed after; then a file `done`."""
+    return f"""python3 - <<'PY'
+import json, os, sys, urllib.request
+for i in range({count}):
+    print("calling", i, flush=True)
+    request = urllib.request.Request(
+        os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+        data=json.dumps({{"model": os.environ["OPENAI_MODEL"],
+                         "messages": [{{"role": "user", "content": "call %d" % i}}]}}).encode(),
+        headers={{"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+                 "Content-Type": "application/json"}})
+    body = json.loads(urllib.request.urlopen(request, timeout={timeout_s}).read())
+    print("answer:", body["choices"][0]["message"]["content"], flush=True)
+open("done", "w").write("ok")
+PY"""
 
 
 TERMINAL = {

@@ -22,31 +22,13 @@ from rollout_client import AsyncRolloutClient, InvalidArgumentError, RolloutClie
 
 from tests.e2e.auth_support import ADMIN_TOKEN, TENANT_A_TOKEN, TENANT_B_TOKEN, bearer
 from tests.e2e.bad_request import violated_fields
-from tests.e2e.specs import command_spec
+from tests.e2e.specs import command_spec, model_calls
 from tests.fakes.llm_upstream import FakeUpstream, Reply
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "policy-under-training"
-
-
-def agent_calls(count: int) -> str:
-    """A scripted agent: `count` chat calls in turn through the proxy, each announced first."""
-    return f"""python3 - <<'PY'
-import json, os, sys, urllib.request
-for i in range({count}):
-    print("calling", i, flush=True)
-    request = urllib.request.Request(
-        os.environ["OPENAI_BASE_URL"] + "/chat/completions",
-        data=json.dumps({{"model": os.environ["OPENAI_MODEL"],
-                         "messages": [{{"role": "user", "content": "call %d" % i}}]}}).encode(),
-        headers={{"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
-                 "Content-Type": "application/json"}})
-    body = json.loads(urllib.request.urlopen(request, timeout=120).read())
-    print("answer:", body["choices"][0]["message"]["content"], flush=True)
-open("done", "w").write("ok")
-PY"""
 
 
 @pytest.fixture
@@ -65,7 +47,7 @@ def by_labels(labels: dict[str, str]) -> pb.ModelCallSelector:
 
 def spec(upstream: FakeUpstream, calls: int, **fields: Any) -> pb.RolloutSpec:
     return command_spec(
-        agent_calls(calls),
+        model_calls(calls),
         verify=("test -f done",),
         endpoint={"base_url": upstream.base_url, "model": MODEL},
         **fields,
