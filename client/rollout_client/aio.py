@@ -18,7 +18,7 @@ from rollout_client.batch.results import BatchResult
 from rollout_client.batch.runner import BatchOptions, BatchSource, open_batch
 from rollout_client.connection import auth_metadata, default_target
 from rollout_client.errors import translate_errors
-from rollout_client.messages import SpecLike, StatusLike, ViewLike
+from rollout_client.messages import GroupStatusLike, SpecLike, StatusLike, ViewLike
 from rollout_client.specfile import SpecOverrides
 
 __all__ = ["AsyncRolloutClient"]
@@ -229,6 +229,41 @@ class AsyncRolloutClient:
             return (
                 await self._stub.GetGroup(request, timeout=self.timeout, metadata=self._metadata)
             ).group
+
+    async def list_groups(
+        self,
+        *,
+        labels: Mapping[str, str] | None = None,
+        statuses: Iterable[GroupStatusLike] = (),
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> pb.ListGroupsResponse:
+        """One page of groups, newest first; see `list_all_groups` for every page."""
+        request = messages.list_groups_request(labels, statuses, page_size, page_token)
+        with translate_errors():
+            return await self._stub.ListGroups(
+                request, timeout=self.timeout, metadata=self._metadata
+            )
+
+    async def list_all_groups(
+        self,
+        *,
+        labels: Mapping[str, str] | None = None,
+        statuses: Iterable[GroupStatusLike] = (),
+        page_size: int = 0,
+    ) -> AsyncGenerator[pb.Group, None]:
+        """Every matching group, newest first, fetching pages as the iteration goes."""
+        statuses = tuple(statuses)
+        token = ""
+        while True:
+            page = await self.list_groups(
+                labels=labels, statuses=statuses, page_size=page_size, page_token=token
+            )
+            for group in page.groups:
+                yield group
+            token = page.next_page_token
+            if not token:
+                return
 
     async def cancel_group(self, group_id: str, reason: str = "") -> pb.Group:
         """Cancel a group and its running members; a terminal group is returned unchanged."""

@@ -13,7 +13,7 @@ from rollout.v1 import rollout_pb2_grpc
 from rollout_client import messages
 from rollout_client.connection import auth_metadata, default_target
 from rollout_client.errors import translate_errors
-from rollout_client.messages import SpecLike, StatusLike, ViewLike
+from rollout_client.messages import GroupStatusLike, SpecLike, StatusLike, ViewLike
 
 __all__ = ["RolloutClient"]
 
@@ -198,6 +198,38 @@ class RolloutClient:
         request = pb.GetGroupRequest(group_id=group_id)
         with translate_errors():
             return self._stub.GetGroup(request, timeout=self.timeout, metadata=self._metadata).group
+
+    def list_groups(
+        self,
+        *,
+        labels: Mapping[str, str] | None = None,
+        statuses: Iterable[GroupStatusLike] = (),
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> pb.ListGroupsResponse:
+        """One page of groups, newest first; see `list_all_groups` for every page."""
+        request = messages.list_groups_request(labels, statuses, page_size, page_token)
+        with translate_errors():
+            return self._stub.ListGroups(request, timeout=self.timeout, metadata=self._metadata)
+
+    def list_all_groups(
+        self,
+        *,
+        labels: Mapping[str, str] | None = None,
+        statuses: Iterable[GroupStatusLike] = (),
+        page_size: int = 0,
+    ) -> Generator[pb.Group, None, None]:
+        """Every matching group, newest first, fetching pages as the iteration goes."""
+        statuses = tuple(statuses)
+        token = ""
+        while True:
+            page = self.list_groups(
+                labels=labels, statuses=statuses, page_size=page_size, page_token=token
+            )
+            yield from page.groups
+            token = page.next_page_token
+            if not token:
+                return
 
     def cancel_group(self, group_id: str, reason: str = "") -> pb.Group:
         """Cancel a group and its running members; a terminal group is returned unchanged."""

@@ -31,6 +31,7 @@ __all__ = [
     "AGENT_NAMES",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_TARGET",
+    "GroupStatusLike",
     "SpecLike",
     "StatusLike",
     "ViewLike",
@@ -38,8 +39,10 @@ __all__ = [
     "channel_options",
     "get_request",
     "group_spec",
+    "list_groups_request",
     "list_request",
     "model_call_selector",
+    "parse_group_status",
     "parse_network",
     "parse_status",
     "parse_view",
@@ -61,6 +64,7 @@ SpecLike: TypeAlias = pb.RolloutSpec | Mapping[str, Any]
 # An enum value, its full name ("ROLLOUT_STATUS_FAILED") or its short name ("failed").
 StatusLike: TypeAlias = pb.RolloutStatus | int | str
 ViewLike: TypeAlias = pb.ResultView | int | str
+GroupStatusLike: TypeAlias = pb.GroupStatus | int | str
 
 
 def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
@@ -174,6 +178,11 @@ def parse_status(value: StatusLike) -> pb.RolloutStatus:
     return cast(pb.RolloutStatus, _parse_enum(pb.RolloutStatus, "ROLLOUT_STATUS_", value))
 
 
+def parse_group_status(value: GroupStatusLike) -> pb.GroupStatus:
+    """A GroupStatus from its value or name ("RUNNING", "completed", "GROUP_STATUS_FAILED")."""
+    return cast(pb.GroupStatus, _parse_enum(pb.GroupStatus, "GROUP_STATUS_", value))
+
+
 def parse_network(value: pb.NetworkPolicy | int | str) -> pb.NetworkPolicy:
     """A NetworkPolicy from its value or name ("FULL", "none", "NETWORK_POLICY_FULL")."""
     return cast(pb.NetworkPolicy, _parse_enum(pb.NetworkPolicy, "NETWORK_POLICY_", value))
@@ -215,6 +224,20 @@ def list_request(
         page_size=page_size,
         page_token=page_token,
         view=parse_view(view),
+    )
+
+
+def list_groups_request(
+    labels: Mapping[str, str] | None,
+    statuses: Iterable[GroupStatusLike],
+    page_size: int,
+    page_token: str,
+) -> pb.ListGroupsRequest:
+    return pb.ListGroupsRequest(
+        labels=labels,
+        statuses=[parse_group_status(s) for s in statuses],
+        page_size=page_size,
+        page_token=page_token,
     )
 
 

@@ -36,11 +36,13 @@ from service.models import (
     SandboxSpec,
     TaskSpec,
 )
+from service.models.group import GroupStatus
 
 __all__ = [
     "after_seq_from_proto",
     "cancel_reason_from_proto",
     "group_deadline_from_proto",
+    "group_statuses_from_proto",
     "label_filter_from_proto",
     "rollout_id_from_proto",
     "slim_view",
@@ -260,13 +262,23 @@ def group_deadline_from_proto(message: pb.GroupSpec) -> float | None:
 
 def statuses_from_proto(values: Iterable[int]) -> list[RolloutStatus]:
     """A status filter; UNSPECIFIED and undefined numbers are refused, not read as QUEUED."""
+    return _status_filter(values, pb.RolloutStatus.DESCRIPTOR, RolloutStatus)
+
+
+def group_statuses_from_proto(values: Iterable[int]) -> list[GroupStatus]:
+    """A group status filter, refusing what `statuses_from_proto` refuses."""
+    return _status_filter(values, pb.GroupStatus.DESCRIPTOR, GroupStatus)
+
+
+def _status_filter(values: Iterable[int], descriptor: EnumDescriptor, domain: type[E]) -> list[E]:
     violations = _Violations()
     statuses = []
     for index, number in enumerate(values):
         field = f"statuses[{index}]"
-        status = _enum(number, pb.RolloutStatus.DESCRIPTOR, RolloutStatus, field, violations)
+        status = _enum(number, descriptor, domain, field, violations)
         if status is None and number == 0:
-            violations.add(field, "ROLLOUT_STATUS_UNSPECIFIED is no status to filter by")
+            unspecified = descriptor.values_by_number[0].name
+            violations.add(field, f"{unspecified} is no status to filter by")
         if status is not None:
             statuses.append(status)
     violations.raise_any()

@@ -1,4 +1,5 @@
-"""Responses sized in bytes: ListRollouts pages, and one rollout (GetRollout, RunRollout).
+"""Responses sized in bytes: ListRollouts and ListGroups pages, and one rollout (GetRollout,
+RunRollout).
 
 A page holds at most `page_size` rollouts and at most the byte budget of them, measured as
 they are encoded in the response, whichever ends it first. A rollout too large for any page
@@ -18,9 +19,11 @@ from __future__ import annotations
 from rollout.v1 import rollout_pb2 as pb
 
 from service.api.convert import rollout_to_proto
+from service.api.group_convert import group_to_proto
 from service.models import Rollout
+from service.models.group import Group
 
-__all__ = ["RolloutPageBuilder"]
+__all__ = ["GroupPageBuilder", "RolloutPageBuilder"]
 
 _RESPONSE_RESERVE_BYTES = 4096
 """Kept out of the budget for next_page_token and the response's own framing."""
@@ -57,6 +60,29 @@ class RolloutPageBuilder:
         message = rollout_to_proto(rollout, slim=slim)
         _drop_turns_over(message, limit_bytes - _RESPONSE_RESERVE_BYTES)
         return message
+
+
+class GroupPageBuilder:
+    """Converts groups for one ListGroupsResponse while they fit (a group's members are small
+    and never left out: a group too large for any page still gets one of its own)."""
+
+    def __init__(self, *, limit_bytes: int) -> None:
+        self._budget_bytes = limit_bytes - _RESPONSE_RESERVE_BYTES
+        self._used_bytes = 0
+        self._messages: list[pb.Group] = []
+
+    def take(self, group: Group) -> bool:
+        """Add `group` if it fits in what is left of the budget; the first always fits."""
+        message = group_to_proto(group)
+        size = _repeated_field_bytes(message.ByteSize())
+        if self._messages and self._used_bytes + size > self._budget_bytes:
+            return False
+        self._messages.append(message)
+        self._used_bytes += size
+        return True
+
+    def response(self, next_page_token: str) -> pb.ListGroupsResponse:
+        return pb.ListGroupsResponse(groups=self._messages, next_page_token=next_page_token)
 
 
 def _drop_turns_over(message: pb.Rollout, budget_bytes: int) -> None:

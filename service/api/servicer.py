@@ -21,6 +21,7 @@ from service.api.group_convert import (
 from service.api.inbound import (
     after_seq_from_proto,
     cancel_reason_from_proto,
+    group_statuses_from_proto,
     label_filter_from_proto,
     rollout_id_from_proto,
     slim_view,
@@ -28,7 +29,7 @@ from service.api.inbound import (
     statuses_from_proto,
 )
 from service.api.model_calls_in import selector_from_proto, version_from_proto
-from service.api.paging import RolloutPageBuilder
+from service.api.paging import GroupPageBuilder, RolloutPageBuilder
 from service.api.watch import EncodedEvents, FallingBehind, write_events
 from service.engine.events import EventHub
 from service.engine.groups.manager import GroupManager
@@ -156,6 +157,21 @@ class RolloutServicer(pb_grpc.RolloutServiceServicer):
         group_id = group_id_from_proto(request.group_id)
         group = await self._groups.get(group_id, tenant=caller_tenant())
         return pb.GetGroupResponse(group=group_to_proto(group))
+
+    @translate_errors
+    async def ListGroups(
+        self, request: pb.ListGroupsRequest, context: Context
+    ) -> pb.ListGroupsResponse:
+        page = GroupPageBuilder(limit_bytes=self._manager.settings.max_message_bytes)
+        _, token = await self._groups.list_groups(
+            labels=label_filter_from_proto(request.labels),
+            statuses=group_statuses_from_proto(request.statuses),
+            page_size=min(request.page_size or _DEFAULT_PAGE_SIZE, _MAX_PAGE_SIZE),
+            page_token=request.page_token,
+            tenant=caller_tenant(),
+            take=page.take,
+        )
+        return page.response(token)
 
     @translate_errors
     async def CancelGroup(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import uuid
 from pathlib import Path
 
 import grpc
@@ -26,7 +27,7 @@ SPEC = {
     "task": {"instruction": "x", "setup": ["echo hi > a.txt"], "verify": ["test -f b.txt"]},
     "agent": {"name": "command", "command": "cp a.txt b.txt"},
 }
-GROUP_RPCS = {"RunGroup", "StartGroup", "WatchGroup", "GetGroup", "CancelGroup"}
+GROUP_RPCS = {"RunGroup", "StartGroup", "WatchGroup", "GetGroup", "ListGroups", "CancelGroup"}
 
 
 def test_the_sync_client_runs_watches_gets_and_cancels_groups(server_target: str) -> None:
@@ -50,6 +51,25 @@ async def test_the_async_client_starts_and_follows_a_group(server_target: str) -
         assert (await client.get_group(started.id)).status == group.status
         member = await client.get(group.members[0].rollout_id)
         assert member.group_id == started.id
+
+
+async def test_the_clients_list_groups_by_label_and_status(server_target: str) -> None:
+    labels = {"suite": uuid.uuid4().hex}
+    spec = group_spec({**SPEC, "labels": labels}, 1)
+    with RolloutClient(server_target) as client:
+        older, newer = client.run_group(spec), client.run_group(spec)
+        everything = list(client.list_all_groups(labels=labels, page_size=1))
+        assert [group.id for group in everything] == [newer.id, older.id]
+        assert everything[0] == newer
+        assert not client.list_groups(labels=labels, statuses=["running"]).groups
+        with pytest.raises(ValueError, match="unknown group_status 'done'"):
+            client.list_groups(statuses=["done"])
+    async with AsyncRolloutClient(server_target) as aclient:
+        page = await aclient.list_groups(labels=labels, statuses=["COMPLETED"], page_size=1)
+        assert [group.id for group in page.groups] == [newer.id]
+        assert page.next_page_token
+        listed = [group.id async for group in aclient.list_all_groups(labels=labels)]
+        assert listed == [newer.id, older.id]
 
 
 def test_the_command_line_runs_and_shows_a_group(server_target: str, tmp_path: Path) -> None:

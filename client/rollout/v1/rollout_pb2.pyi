@@ -1015,6 +1015,33 @@ class GetGroupResponse(_message.Message):
     group: Group
     def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ...) -> None: ...
 
+class ListGroupsRequest(_message.Message):
+    __slots__ = ("labels", "statuses", "page_size", "page_token")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    labels: _containers.ScalarMap[str, str]
+    statuses: _containers.RepeatedScalarFieldContainer[GroupStatus]
+    page_size: int
+    page_token: str
+    def __init__(self, labels: _Optional[_Mapping[str, str]] = ..., statuses: _Optional[_Iterable[_Union[GroupStatus, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListGroupsResponse(_message.Message):
+    __slots__ = ("groups", "next_page_token")
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[Group]
+    next_page_token: str
+    def __init__(self, groups: _Optional[_Iterable[_Union[Group, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
 class CancelGroupRequest(_message.Message):
     __slots__ = ("group_id", "reason")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]

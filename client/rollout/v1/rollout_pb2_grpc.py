@@ -90,6 +90,11 @@ class RolloutServiceStub:
                 request_serializer=rollout_dot_v1_dot_rollout__pb2.GetGroupRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_rollout__pb2.GetGroupResponse.FromString,
                 _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/rollout.v1.RolloutService/ListGroups',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
         self.CancelGroup = channel.unary_unary(
                 '/rollout.v1.RolloutService/CancelGroup',
                 request_serializer=rollout_dot_v1_dot_rollout__pb2.CancelGroupRequest.SerializeToString,
@@ -197,6 +202,13 @@ class RolloutServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListGroups(self, request, context):
+        """ListGroups returns groups, newest first, filtered by their spec's labels and status.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CancelGroup(self, request, context):
         """CancelGroup cancels a group that is not terminal and every member still running;
         cancelling a terminal group returns it unchanged.
@@ -284,6 +296,11 @@ def add_RolloutServiceServicer_to_server(servicer, server):
                     servicer.GetGroup,
                     request_deserializer=rollout_dot_v1_dot_rollout__pb2.GetGroupRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_rollout__pb2.GetGroupResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.ListGroupsRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.ListGroupsResponse.SerializeToString,
             ),
             'CancelGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelGroup,
@@ -582,6 +599,33 @@ class RolloutService:
             '/rollout.v1.RolloutService/GetGroup',
             rollout_dot_v1_dot_rollout__pb2.GetGroupRequest.SerializeToString,
             rollout_dot_v1_dot_rollout__pb2.GetGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutService/ListGroups',
+            rollout_dot_v1_dot_rollout__pb2.ListGroupsRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.ListGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -70,6 +70,8 @@ class RolloutServiceStub:
     """
     GetGroup: _grpc.UnaryUnaryMultiCallable[_rollout_pb2.GetGroupRequest, _rollout_pb2.GetGroupResponse]
     """GetGroup returns one group by id."""
+    ListGroups: _grpc.UnaryUnaryMultiCallable[_rollout_pb2.ListGroupsRequest, _rollout_pb2.ListGroupsResponse]
+    """ListGroups returns groups, newest first, filtered by their spec's labels and status."""
     CancelGroup: _grpc.UnaryUnaryMultiCallable[_rollout_pb2.CancelGroupRequest, _rollout_pb2.CancelGroupResponse]
     """CancelGroup cancels a group that is not terminal and every member still running;
     cancelling a terminal group returns it unchanged.
@@ -132,6 +134,8 @@ class RolloutServiceAsyncStub(RolloutServiceStub):
     """
     GetGroup: _aio.UnaryUnaryMultiCallable[_rollout_pb2.GetGroupRequest, _rollout_pb2.GetGroupResponse]  # type: ignore[assignment]
     """GetGroup returns one group by id."""
+    ListGroups: _aio.UnaryUnaryMultiCallable[_rollout_pb2.ListGroupsRequest, _rollout_pb2.ListGroupsResponse]  # type: ignore[assignment]
+    """ListGroups returns groups, newest first, filtered by their spec's labels and status."""
     CancelGroup: _aio.UnaryUnaryMultiCallable[_rollout_pb2.CancelGroupRequest, _rollout_pb2.CancelGroupResponse]  # type: ignore[assignment]
     """CancelGroup cancels a group that is not terminal and every member still running;
     cancelling a terminal group returns it unchanged.
@@ -251,6 +255,14 @@ class RolloutServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_rollout_pb2.GetGroupResponse, _abc.Awaitable[_rollout_pb2.GetGroupResponse]]:
         """GetGroup returns one group by id."""
+
+    @_abc_1.abstractmethod
+    def ListGroups(
+        self,
+        request: _rollout_pb2.ListGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rollout_pb2.ListGroupsResponse, _abc.Awaitable[_rollout_pb2.ListGroupsResponse]]:
+        """ListGroups returns groups, newest first, filtered by their spec's labels and status."""
 
     @_abc_1.abstractmethod
     def CancelGroup(

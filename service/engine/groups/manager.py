@@ -12,7 +12,7 @@ import asyncio
 import functools
 import logging
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -35,8 +35,9 @@ from service.errors import (
     SpecError,
 )
 from service.models import Rollout, RolloutSpec
-from service.models.group import GROUP_LABEL, Group, GroupSpec
+from service.models.group import GROUP_LABEL, Group, GroupSpec, GroupStatus
 from service.store.base import RolloutStore
+from service.store.group_listing import GroupLister, GroupPage
 from service.store.groups import GroupStore
 
 __all__ = ["GroupManager"]
@@ -46,7 +47,7 @@ log = logging.getLogger(__name__)
 _MAX_REFILLS_PER_MEMBER = 10
 
 
-class Store(RolloutStore, GroupStore, Protocol):
+class Store(RolloutStore, GroupStore, GroupLister, Protocol):
     """The store groups need: rollouts and groups."""
 
 
@@ -104,6 +105,33 @@ class GroupManager:
         if group is None or (tenant is not None and group.tenant != tenant):
             raise NotFoundError(f"no group {group_id!r}")
         return group
+
+    async def list_groups(
+        self,
+        *,
+        labels: Mapping[str, str],
+        statuses: Sequence[GroupStatus],
+        page_size: int,
+        page_token: str,
+        take: Callable[[Group], bool],
+        tenant: str | None = None,
+    ) -> GroupPage:
+        """A page of groups (of `tenant` only, unless None) as `take` accepts them, the ones
+        this server runs as they are now."""
+
+        def fresh(group: Group) -> Group:
+            run = self._live.get(group.id)
+            return run.group if run is not None else group
+
+        groups, token = await self._store.list_groups(
+            labels=labels,
+            statuses=statuses,
+            page_size=page_size,
+            page_token=page_token,
+            tenant=tenant,
+            take=lambda group: take(fresh(group)),
+        )
+        return [fresh(group) for group in groups], token
 
     async def cancel(self, group_id: str, reason: str = "", *, tenant: str | None = None) -> Group:
         """Cancel a live group and wait until every member has torn down."""
