@@ -112,6 +112,22 @@ class ImageStore:
 
         return await self._once(base_key(), BASE_NAMES[0], produce, on_progress)
 
+    def made_base(self) -> Image | None:
+        """The base as made and unpacked ahead (`base`), found from the store's own files
+        alone: for an unprivileged server, which can run no tool on a root's container
+        storage. None if it was not made, or not unpacked yet."""
+        try:
+            image_id = (self.directory / "builds" / base_key()).read_text().strip()
+            config = read_config(self.unpacked / image_id)
+        except (FileNotFoundError, PermissionError):
+            return None
+        if config is None:
+            return None
+        rootfs = self.unpacked / image_id / ROOTFS_DIR
+        return Image(
+            id=image_id, names=[qualify(n) for n in BASE_NAMES], rootfs=rootfs, config=config
+        )
+
     async def resolve(self, name: str) -> tuple[str, str | None] | None:
         """(stored name, image id) that `name` stands for: itself if held, else the first
         alias target held; the id is None for the base not made yet. None if neither."""

@@ -30,6 +30,8 @@ from typing import Any
 from service.config import Settings
 from service.errors import FieldViolation, SandboxError, SpecError
 from service.images import Image, ImageStore
+from service.images.base import BASE_NAMES
+from service.images.names import qualify
 from service.models import NetworkPolicy, Resources, SandboxSpec
 from service.sandboxes.base import HOME, WORKDIR, Sandbox, SandboxRequest
 from service.sandboxes.local.bwrap import (
@@ -43,6 +45,7 @@ from service.sandboxes.local.bwrap import (
 from service.sandboxes.local.cgroup import MemoryCgroups
 from service.sandboxes.local.disk import make_disk
 from service.sandboxes.local.image import (
+    BASE_NOT_MADE,
     HOST_IMAGE,
     ImageRoots,
     UidBlocks,
@@ -84,6 +87,7 @@ def _quiet(_: str) -> None:
 
 _log = logging.getLogger(__name__)
 _ROLLOUT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_BASE_NAMES = {qualify(name) for name in BASE_NAMES}
 _ID_BLOCKS = Path("/run/rollout-service/id-blocks")
 """Lock files of the host id blocks image sandboxes hold, shared by every server here."""
 
@@ -114,16 +118,36 @@ class LocalBackend:
             timeout_s=settings.image_build_timeout_s,
             aliases=settings.image_aliases,
         )
-        self._images = ImageRoots(store, settings.sandbox_image)
+        self._images = ImageRoots(store, settings.sandbox_image, tools=self._privileged)
         self._id_blocks = UidBlocks(_ID_BLOCKS)
         self._image_holds: dict[int, int] = {}
         """An image sandbox's id block -> its hold on the image (`ImageStore.hold`)."""
         if not self._privileged:
-            _log.warning(
-                "local sandboxes have no disk quota and run on the host's root: mounting "
-                "their filesystems and images needs a server running as root"
-            )
+            self._unprivileged_start()
+
+    def _unprivileged_start(self) -> None:
+        """Say in one line what a server not running as root goes without; fall back to
+        the host's root when the default image cannot be had."""
+        base = self._images.store.made_base()
+        images = (
+            "the Debian base made ahead only, read-only but for home, workdir, /tmp and new "
+            "top-level directories; no build, import or unpack"
+            if base is not None
+            else f"none ({BASE_NOT_MADE})"
+        )
+        fallback = ""
+        default = self._images.default
+        if default != HOST_IMAGE and (base is None or qualify(default) not in _BASE_NAMES):
             self._images.default = HOST_IMAGE
+            fallback = f"; default image {default!r} unavailable, using host"
+        _log.warning(
+            "running unprivileged (uid %d): off: disk quota (spec.sandbox.resources.disk_mb "
+            "refused; only each file is bounded), memory cgroup (per-process rlimits only), "
+            "per-sandbox host uids, group snapshots; images: %s%s",
+            os.geteuid(),
+            images,
+            fallback,
+        )
 
     def check_ready(self) -> None:
         """Always ready: bwrap was found when the backend was built."""
@@ -131,10 +155,9 @@ class LocalBackend:
     async def check_spec(self, spec: SandboxSpec) -> None:
         """Refuse an image the store lacks (the default base is made at first use), and a
         verifier under FULL this host cannot give (before the agent runs for nothing)."""
-        if not self._privileged and self._images.name(spec.image) != HOST_IMAGE:
-            raise SpecError(
-                [FieldViolation("spec.sandbox.image", "images need a server running as root")]
-            )
+        if not self._privileged and spec.resources.disk_mb > 0:
+            why = "a disk quota needs a server running as root (a loop-mounted filesystem)"
+            raise SpecError([FieldViolation("spec.sandbox.resources.disk_mb", why)])
         opens = spec.network is NetworkPolicy.NONE and spec.verifier_policy is NetworkPolicy.FULL
         if opens and not has_network_tools():
             why = f"FULL: {MISSING_TOOLS}; set NONE to verify offline"
@@ -230,16 +253,25 @@ class LocalBackend:
         cgroup = None if group is None else SandboxCgroup(self._cgroups, group)
         mounts = None if image is None else image_mount_args(self._view, layout)
         command = None if image is None else image_holder_command(image.config)
-        holder = holder_argv(self._bwrap, self._view, layout, mounts=mounts, command=command)
+        own_user = image is not None and not self._privileged
+        holder = holder_argv(
+            self._bwrap,
+            self._view,
+            layout,
+            mounts=mounts,
+            command=command,
+            unshare_user=layout.uid is None and not own_user,
+        )
         setup = SpawnerSetup(
             holder=holder,
-            user_namespace=layout.uid is None,
+            user_namespace=layout.uid is None and not own_user,
             cgroup=None if group is None else str(group),
             uid=layout.uid,
             disk=str(layout.disk) if self._privileged else None,
             network=network,
             overlays=overlays,
-            image=image is not None,
+            image=image is not None and self._privileged,
+            own_user_namespace=own_user,
         )
         try:
             spawner = await self._forks.spawner(setup)
@@ -327,12 +359,15 @@ class LocalBackend:
             os.close(hold)
 
     def _sandbox_uid(self, name: str, image: Image | None) -> int | None:
-        """The host uid of a host-root sandbox, or the first id of an image sandbox's block."""
+        """The host uid of a host-root sandbox, or the first id of an image sandbox's block;
+        None (the server's own) when not running as root."""
+        if not self._privileged:
+            return None
         if image is not None:
             first = self._id_blocks.claim(f"{self._state_dir}\0{name}")
             self._image_holds[first] = self._images.store.hold(image.id)  # prune leaves it
             return first
-        return sandbox_uid(self._state_dir, name) if self._privileged else None
+        return sandbox_uid(self._state_dir, name)
 
     async def _prepared(
         self, layout: SandboxLayout, prepare: Callable[[], list[dict[str, Any]]]

@@ -286,11 +286,15 @@ def holder_argv(
     *,
     mounts: list[str] | None = None,
     command: list[str] | None = None,
+    unshare_user: bool | None = None,
 ) -> list[str]:
     """The argv of a sandbox's holder: bwrap making its namespaces, then waiting in them.
 
     `mounts` replaces the host root's (`_mounts`) and `command` the host's sh and sleep:
     an image sandbox's, which runs the host's from a private prefix (`image_view`).
+    bwrap makes a user namespace when `unshare_user` (default: without a sandbox uid),
+    never for an unprivileged server's image sandbox, whose spawner made one already
+    (`overlay_start.enter_own_user_namespace`).
 
     bwrap's own init is pid 1 (it reaps orphans); the holder, pid 2, prints `ready` once
     the mounts are in place and sleeps. It stays root (without any capability, as bwrap
@@ -300,7 +304,7 @@ def holder_argv(
     # A network namespace of its own whatever the policy: bwrap brings up loopback only;
     # under FULL the spawner connects it to the internet (`network`).
     args += ["--hostname", "sandbox", "--unshare-net"]
-    if layout.uid is None:
+    if layout.uid is None if unshare_user is None else unshare_user:
         args.append("--unshare-user")
     args += _mounts(view, layout) if mounts is None else mounts
     args += ["--chdir", WORKDIR, "--clearenv", "--"]

@@ -53,7 +53,12 @@ from service.sandboxes.local.holder_start import (
     start_holder,
 )
 from service.sandboxes.local.network_start import connect_network
-from service.sandboxes.local.overlay_start import ID_SPAN, UserNamespaces, mount_overlay
+from service.sandboxes.local.overlay_start import (
+    ID_SPAN,
+    UserNamespaces,
+    enter_own_user_namespace,
+    mount_overlay,
+)
 from service.sandboxes.local.seccomp import forbid_namespaces, forbid_user_namespaces
 from service.sandboxes.local.wire import receive, send
 
@@ -130,6 +135,8 @@ class _Spawner:
         try:
             if setup["disk"] is not None:
                 leave_other_disks(setup["disk"])
+            if setup["own_user_namespace"]:
+                enter_own_user_namespace()
             self._mount_overlays(setup)
             bwrap, pipes = start_holder(setup["holder"])
             try:

@@ -29,10 +29,29 @@ from service.images.names import qualify
 from service.sandboxes.local.bwrap import SandboxLayout
 from service.sandboxes.local.overlay_start import ID_SPAN
 
-__all__ = ["HOST_IMAGE", "ImageRoots", "UidBlocks", "image_dirs", "image_overlay", "prepare_upper"]
+__all__ = [
+    "BASE_NOT_MADE",
+    "HOST_IMAGE",
+    "UNPRIVILEGED_IMAGES",
+    "ImageRoots",
+    "UidBlocks",
+    "image_dirs",
+    "image_overlay",
+    "prepare_upper",
+]
 
 HOST_IMAGE = "host"
 """The name that keeps the host's root, read-only (no image)."""
+UNPRIVILEGED_IMAGES = (
+    "a server not running as root runs only the Debian base (rollout/base) made ahead by "
+    "root, or host; it cannot build, import or unpack images (buildah, skopeo and mmdebstrap "
+    "need root here)"
+)
+BASE_NOT_MADE = (
+    "the Debian base was not made ahead: a server not running as root cannot make it; run "
+    "`python -m service.images base` as root with the same ROLLOUT_CACHE_DIR (readable by the "
+    "server's user)"
+)
 _FIELD = "spec.sandbox.image"
 _BASE = {qualify(name) for name in BASE_NAMES}
 _BLOCKS_FIRST = 0x2000_0000
@@ -43,9 +62,12 @@ _BLOCKS = 8192
 class ImageRoots:
     """Resolves image names to the store's ready images for one backend."""
 
-    def __init__(self, store: ImageStore, default: str) -> None:
+    def __init__(self, store: ImageStore, default: str, *, tools: bool = True) -> None:
         self.store = store
         self.default = default
+        self.tools = tools
+        """Whether the store's tools may run (buildah, mmdebstrap: a root server's); without
+        them only the base made ahead is found (`ImageStore.made_base`)."""
         self._base: Image | None = None
         self._by_id: dict[str, Image] = {}
 
@@ -57,7 +79,15 @@ class ImageRoots:
         (made at first use) nor in the store, by its name or an operator's alias, or if it
         sets a USER (`ImageConfig.user_refusal`)."""
         name = self.name(requested)
-        if name == HOST_IMAGE or qualify(name) in _BASE:
+        if name == HOST_IMAGE:
+            return
+        if not self.tools:
+            if qualify(name) not in _BASE:
+                raise SpecError([FieldViolation(_FIELD, f"{name!r}: {UNPRIVILEGED_IMAGES}")])
+            if self.store.made_base() is None:
+                raise SpecError([FieldViolation(_FIELD, f"{name!r}: {BASE_NOT_MADE}")])
+            return
+        if qualify(name) in _BASE:
             return  # the base is the service's own (no USER), made at first use: no query
         try:
             config = await self.store.config(name)
@@ -77,6 +107,12 @@ class ImageRoots:
             return None
         if qualify(name) in _BASE and self._base is not None and self._base.rootfs.is_dir():
             return self._base
+        if not self.tools:
+            image = self.store.made_base() if qualify(name) in _BASE else None
+            if image is None:
+                raise SandboxError(f"image {name!r}: {BASE_NOT_MADE}")
+            self._base = self._by_id[image.id] = image
+            return image
 
         def progress(event: ImageProgress) -> None:
             report(f"image {event.image}: {event.step}: {event.message}"[:500])
@@ -146,15 +182,20 @@ def prepare_upper(
     home), owned by its root; `mount_points` are where bwrap binds what the host shares,
     made with their parents in the upper layer, as the image has them or else owned by
     the sandbox's root, so bwrap never makes one its root cannot enter.
+
+    Without an id block (`layout.uid` None: an unprivileged server, whose uid is the
+    sandbox's root) they keep the server's owner, and /tmp is made too: the image's own
+    belongs to ids the sandbox's namespace does not map (`overlay_start`), so nothing
+    could be written under it.
     """
     dirs = image_dirs(layout)
-    assert layout.uid is not None
     for key in ("lower", "root"):
         os.makedirs(dirs[key], mode=0o700, exist_ok=True)
     os.mkdir(dirs["work"], 0o700)
     upper = Path(dirs["upper"])
     _mirror(image.rootfs, upper, layout.uid, ".")
-    for path in (*made, *mount_points):
+    own_tmp = ("/tmp",) if layout.uid is None else ()
+    for path in (*made, *own_tmp, *mount_points):
         relative = PurePosixPath(path).relative_to("/")
         for depth in range(1, len(relative.parts) + 1):
             _mirror(image.rootfs, upper, layout.uid, str(PurePosixPath(*relative.parts[:depth])))
@@ -164,17 +205,19 @@ def image_overlay(
     layout: SandboxLayout, image: Image, top: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The sandbox's root for its spawner (`local_overlay_start.mount_overlay`): the
-    image's rootfs under `top` if given (a group member's snapshot), then its own writes."""
-    assert layout.uid is not None
+    image's rootfs under `top` if given (a group member's snapshot), then its own writes;
+    the rootfs is id-mapped into the sandbox's block, or as it is without one."""
     dirs = image_dirs(layout)
-    rootfs = {"source": str(image.rootfs), "at": dirs["lower"], "map": [0, layout.uid, ID_SPAN]}
+    mapping = None if layout.uid is None else [0, layout.uid, ID_SPAN]
+    rootfs = {"source": str(image.rootfs), "at": dirs["lower"], "map": mapping}
     lowers = [rootfs] if top is None else [top, rootfs]
     return {"target": dirs["root"], "upper": dirs["upper"], "work": dirs["work"], "lowers": lowers}
 
 
-def _mirror(rootfs: Path, upper: Path, first_id: int, relative: str) -> None:
+def _mirror(rootfs: Path, upper: Path, first_id: int | None, relative: str) -> None:
     """Make upper/relative a directory as rootfs has it (ids shifted into the sandbox's
-    block), or 0755 owned by the sandbox's root if the image lacks it."""
+    block; the server's own without one), or 0755 owned by the sandbox's root if the
+    image lacks it."""
     target = upper / relative
     if target.is_dir():
         return
@@ -186,5 +229,8 @@ def _mirror(rootfs: Path, upper: Path, first_id: int, relative: str) -> None:
         raise OSError(f"the image has a non-directory at /{relative}, where a mount goes")
     mode, uid, gid = (0o755, 0, 0) if found is None else (found.st_mode, found.st_uid, found.st_gid)
     target.mkdir()
-    os.chmod(target, stat.S_IMODE(mode))
-    os.chown(target, first_id + uid, first_id + gid)
+    if first_id is None:  # no root's override here: its owner (the server) must write in it
+        os.chmod(target, stat.S_IMODE(mode) | stat.S_IWUSR)
+    else:
+        os.chmod(target, stat.S_IMODE(mode))
+        os.chown(target, first_id + uid, first_id + gid)

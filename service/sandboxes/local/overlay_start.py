@@ -14,6 +14,13 @@ A group member's (`snapshot`) has one lower more, on top: what its group's templ
 sandbox wrote, frozen, id-mapped from the template's ids to the member's own. On the
 host's root a member's home and /tmp are such overlays, with that one lower each.
 
+An unprivileged server's image sandbox (`enter_own_user_namespace`) has none of that: its
+spawner makes a user namespace mapping only its own uid (as root inside) and a mount
+namespace it owns, and mounts the overlay there (Linux 5.11+), the lower as it is on disk
+(no id-mapped mount: that needs root over the image's filesystem). The image's files then
+belong to ids the namespace does not map (shown as nobody), so they are read-only to the
+sandbox; what it writes goes to directories its upper layer has ready (`image.prepare_upper`).
+
 Every mount lives in the spawner's private mount namespace only (`leave_other_disks` made
 it): the host never sees them, and they vanish with the sandbox's namespaces on every
 path, a crash of the server included; nothing is left to unmount.
@@ -28,11 +35,19 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["ID_SPAN", "UserNamespaces", "make_user_namespace", "mount_overlay"]
+__all__ = [
+    "ID_SPAN",
+    "UserNamespaces",
+    "enter_own_user_namespace",
+    "make_user_namespace",
+    "mount_overlay",
+]
 
 ID_SPAN = 65536
 """Ids mapped inside an image sandbox: 0 (root) up to 65535 (nogroup, apt's `_apt` ...)."""
 _CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNS = 0x00020000
+_MS_REC, _MS_PRIVATE = 0x4000, 0x40000
 _SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442
 _OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC = 1, 0o2000000
 _AT_FDCWD, _AT_EMPTY_PATH, _AT_RECURSIVE = -100, 0x1000, 0x8000
@@ -97,6 +112,18 @@ def make_user_namespace(inside: int, outside: int, span: int) -> int:
         os.waitpid(child, 0)
 
 
+def enter_own_user_namespace() -> None:
+    """Move into a new user namespace where our uid and gid are root (the only ids it
+    maps), and a new mount namespace it owns, private: an unprivileged server's spawner,
+    before it mounts an image sandbox's overlay and starts bwrap (as root there)."""
+    uid, gid = os.getuid(), os.getgid()
+    _check(_libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unsharing the user namespace")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as mapping:
+            mapping.write(text + "\n")
+    _check(_libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "making mounts private")
+
+
 class UserNamespaces:
     """One user namespace per id map, made at first use; `close` drops those not kept."""
 
@@ -123,15 +150,17 @@ def mount_overlay(overlay: dict[str, Any], user_namespace: Callable[[Sequence[in
 
     `overlay`: {"target", "upper", "work": paths, "lowers": [{"source", "at": paths,
     "map": [inside, outside, span]}]}: a lower's on-disk id `inside + k` is seen as the
-    host's `outside + k`.
+    host's `outside + k`. A lower whose map is None is used as it is (`source`).
     """
-    named = [overlay["upper"], overlay["work"], *(lower["at"] for lower in overlay["lowers"])]
+    at = [lower["at"] if lower["map"] else lower["source"] for lower in overlay["lowers"]]
+    named = [overlay["upper"], overlay["work"], *at]
     unsafe = [path for path in named if _OPTION_UNSAFE & set(path)]
     if unsafe:
         raise OSError(f"an overlay cannot name {unsafe[0]!r} (',', ':' or '\\')")
     for lower in overlay["lowers"]:
-        _mount_id_mapped(lower["source"], lower["at"], user_namespace(lower["map"]))
-    lowers = ":".join(lower["at"] for lower in overlay["lowers"])
+        if lower["map"]:
+            _mount_id_mapped(lower["source"], lower["at"], user_namespace(lower["map"]))
+    lowers = ":".join(at)
     options = f"lowerdir={lowers},upperdir={overlay['upper']},workdir={overlay['work']}"
     _check(
         _libc.mount(

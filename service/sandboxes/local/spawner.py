@@ -126,6 +126,9 @@ class SpawnerSetup:
     image: bool = False
     """An image sandbox: `uid` is the first host id of its block, and every command runs
     as root in a user namespace mapping the block."""
+    own_user_namespace: bool = False
+    """An unprivileged server's image sandbox: the spawner makes a user namespace of its
+    own before its overlay and bwrap (`overlay_start.enter_own_user_namespace`)."""
 
 
 @dataclass

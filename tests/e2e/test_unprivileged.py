@@ -1,0 +1,221 @@
+"""A server running as an ordinary user runs a rollout on an image (the Debian base).
+
+The test (root) makes a user of its own, a state and cache directory it owns, and the base
+in the shared cache (a hit once built on this machine); it starts the real server as that
+user with no capability (`setpriv`), the base's store directory bound read-only at its
+cache's `images/` in a mount namespace of the server's own (as a Kubernetes pod would mount
+a volume a root filled ahead). Everything else is the server's own doing: each image
+sandbox's spawner makes a user namespace, mounts the overlay there and starts bwrap.
+Skipped only where the host forbids unprivileged user namespaces, saying why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from rollout.v1 import rollout_pb2 as pb
+from rollout.v1 import rollout_pb2_grpc as pb_grpc
+
+from service.config import Settings
+from service.images import ImageStore
+from tests.e2e.specs import command_spec
+from tests.server_process import ServerProcess
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        os.geteuid() != 0, reason="makes a user, and the base image, as root (needs root)"
+    ),
+]
+_BASE: dict[str, Any] = {"sandbox": {"image": "rollout/base"}}
+
+
+@pytest.fixture(scope="module")
+def user() -> Iterator[pwd.struct_passwd]:
+    """An ordinary user of the test's own, removed after."""
+    name = f"rollout-up-{uuid.uuid4().hex[:6]}"
+    subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True)
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        subprocess.run(["userdel", name], check=True)
+
+
+def _as_user(user: pwd.struct_passwd) -> list[str]:
+    return [
+        "setpriv",
+        f"--reuid={user.pw_uid}",
+        f"--regid={user.pw_gid}",
+        "--init-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--",
+    ]
+
+
+@pytest.fixture(scope="module")
+def user_namespaces(user: pwd.struct_passwd) -> None:
+    """Skip, saying why, if the host lets the user make no user namespace."""
+    probe = subprocess.run(
+        [*_as_user(user), "unshare", "--user", "--map-root-user", "--mount", "true"],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"the host forbids unprivileged user namespaces: {probe.stderr.strip()}")
+
+
+@pytest.fixture(scope="module")
+def home(user: pwd.struct_passwd) -> Iterator[Path]:
+    """The user's own directory for the server's state and cache (outside root's 0700 tmp)."""
+    directory = Path(tempfile.mkdtemp(prefix="rollout-unprivileged-", dir="/tmp"))
+    for path in (directory, directory / "state", directory / "cache", directory / "cache/images"):
+        path.mkdir(exist_ok=True)
+        os.chown(path, user.pw_uid, user.pw_gid)
+    yield directory
+    shutil.rmtree(directory)
+
+
+@pytest.fixture(scope="module")
+def server(user: pwd.struct_passwd, user_namespaces: None, home: Path) -> Iterator[ServerProcess]:
+    store = ImageStore(Path(Settings().cache_dir))
+    asyncio.run(store.base())
+    cache = home / "cache"
+    mount = f'mount --bind -o ro {store.directory} {cache / "images"} && exec "$@"'
+    command = [
+        "unshare",
+        "--mount",
+        "--propagation=private",
+        "--",
+        "sh",
+        "-c",
+        mount,
+        "sh",
+        *_as_user(user),
+        sys.executable,
+        "-m",
+        "service.server",
+    ]
+    env = {
+        "ROLLOUT_CACHE_DIR": str(cache),
+        "ROLLOUT_SANDBOX_IMAGE": "rollout/base",
+        "HOME": str(home),
+    }
+    server = ServerProcess(home / "state", env=env, command=command)
+    server.start()
+    yield server
+    assert server.stop() == 0, server.text()
+
+
+async def _run(target: str, spec: pb.RolloutSpec) -> pb.Rollout:
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = pb_grpc.RolloutServiceStub(channel)
+        return (await stub.RunRollout(pb.RunRolloutRequest(spec=spec))).rollout
+
+
+async def _refusal(target: str, spec: pb.RolloutSpec) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await _run(target, spec)
+    return raised.value
+
+
+def _processes_of(uid: int) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and entry.stat().st_uid == uid:
+                found.append((entry / "stat").read_text())
+        except OSError:
+            continue  # gone meanwhile
+    return found
+
+
+def _mounts_under(directory: Path) -> list[str]:
+    """Mount lines naming `directory` in any process's mount table."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit():
+                text = (entry / "mountinfo").read_text()
+                found += [line for line in text.splitlines() if str(directory) in line]
+        except OSError:
+            continue
+    return found
+
+
+async def test_an_unprivileged_server_runs_an_image_rollout(
+    server: ServerProcess, user: pwd.struct_passwd, home: Path
+) -> None:
+    assert "running unprivileged" in server.text()
+    spec = command_spec(
+        "id -u > uid.txt; head -1 /etc/os-release > os.txt; echo made > /tmp/made; "
+        "cp /tmp/made made.txt; mkdir /app && echo app > /app/a; "
+        "echo changed > /etc/motd 2> etc.txt || echo refused >> etc.txt",
+        setup=("echo staged > /home/user/workdir/staged.txt",),
+        verify=('test "$(cat made.txt)" = made && test -s staged.txt && test -s /app/a',),
+        **_BASE,
+    )
+    rollout = await _run(server.target, spec)
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, (
+        rollout.result.error.message,
+        server.text(),
+    )
+    assert rollout.result.reward == 1.0
+    files = rollout.result.files
+    assert files["uid.txt"] == b"0\n"  # root inside, the server's uid outside
+    assert b"bookworm" in files["os.txt"]  # the image's root, not the host's
+    assert files["etc.txt"].endswith(b"refused\n")  # the image's own files are read-only
+
+
+async def test_what_needs_root_is_refused_naming_the_field(server: ServerProcess) -> None:
+    disk = await _refusal(
+        server.target, command_spec("true", sandbox={"resources": {"diskMb": 128}})
+    )
+    assert disk.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "spec.sandbox.resources.disk_mb" in (disk.details() or "")
+    other = await _refusal(server.target, command_spec("true", sandbox={"image": "task/other"}))
+    assert other.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "spec.sandbox.image" in (other.details() or "")
+    assert "cannot build, import" in (other.details() or "")
+
+
+async def test_nothing_is_left_after_the_server_stops(
+    server: ServerProcess, user: pwd.struct_passwd, home: Path
+) -> None:
+    rollout = await _run(server.target, command_spec("sleep 1000 &", **_BASE))
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error
+    assert server.stop() == 0, server.text()
+    for _ in range(200):  # its spawners see the server's sockets close, and exit
+        if not _processes_of(user.pw_uid):
+            break
+        await asyncio.sleep(0.05)
+    assert _processes_of(user.pw_uid) == []
+    assert _mounts_under(home) == []
+    assert list((home / "state" / "sandboxes").iterdir()) == []
+    server.start()  # for the module fixture's own stop
+
+
+async def test_network_full_reaches_the_internet_not_the_host(server: ServerProcess) -> None:
+    port = server.target.rsplit(":", 1)[1]
+    spec = command_spec(
+        "(exec 3<>/dev/tcp/deb.debian.org/80 && echo reached) > net.txt 2>&1; "
+        f"(exec 3<>/dev/tcp/127.0.0.1/{port} && echo reached) > host.txt 2>&1; true",
+        sandbox={"image": "rollout/base", "network": "NETWORK_POLICY_FULL"},
+    )
+    rollout = await _run(server.target, spec)
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
+    files = rollout.result.files
+    assert files["net.txt"] == b"reached\n"  # pasta, started by the unprivileged spawner
+    assert b"reached" not in files["host.txt"]  # the server's port: the sandbox's own loopback
