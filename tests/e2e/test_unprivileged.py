@@ -219,3 +219,15 @@ async def test_network_full_reaches_the_internet_not_the_host(server: ServerProc
     files = rollout.result.files
     assert files["net.txt"] == b"reached\n"  # pasta, started by the unprivileged spawner
     assert b"reached" not in files["host.txt"]  # the server's port: the sandbox's own loopback
+
+
+async def test_the_verifier_network_opens_after_an_offline_agent(server: ServerProcess) -> None:
+    spec = command_spec(
+        "(exec 3<>/dev/tcp/deb.debian.org/80 && echo reached) > agent.txt 2>&1; true",
+        verify=("exec 3<>/dev/tcp/deb.debian.org/80",),
+        sandbox={"image": "rollout/base", "verifierNetwork": "NETWORK_POLICY_FULL"},
+    )
+    rollout = await _run(server.target, spec)
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
+    assert b"reached" not in rollout.result.files["agent.txt"]
+    assert rollout.result.reward == 1.0  # pasta attached to the sandbox's namespace for it

@@ -43,7 +43,7 @@ from service.sandboxes.local.bwrap import (
     sandbox_uid,
 )
 from service.sandboxes.local.cgroup import MemoryCgroups
-from service.sandboxes.local.disk import make_disk
+from service.sandboxes.local.disk_pool import DiskPool
 from service.sandboxes.local.image import (
     BASE_NOT_MADE,
     HOST_IMAGE,
@@ -111,7 +111,10 @@ class LocalBackend:
         self._cgroups = MemoryCgroups(key)
         self._sandboxes: dict[str, LocalSandbox] = {}
         self._forks = ForkServer()
-        self._reaper = Reaper()
+        pooled = settings.local_disk_pool if self._privileged else 0
+        default_disk = Limits.resolve(Resources(), settings).disk_bytes
+        self._disks = DiskPool(self._state_dir, pooled, default_disk)
+        self._reaper = Reaper(self._disks.recycle)
         self._warm = WarmPool(settings.local_warm_sandboxes, self._build)
         store = ImageStore(
             Path(settings.cache_dir),
@@ -140,11 +143,13 @@ class LocalBackend:
         if default != HOST_IMAGE and (base is None or qualify(default) not in _BASE_NAMES):
             self._images.default = HOST_IMAGE
             fallback = f"; default image {default!r} unavailable, using host"
+        memory = "" if self._cgroups.enabled else "memory cgroup (per-process rlimits only), "
         _log.warning(
             "running unprivileged (uid %d): off: disk quota (spec.sandbox.resources.disk_mb "
-            "refused; only each file is bounded), memory cgroup (per-process rlimits only), "
-            "per-sandbox host uids, group snapshots; images: %s%s",
+            "refused; only each file is bounded), %sper-sandbox host uids, group snapshots; "
+            "images: %s%s",
             os.geteuid(),
+            memory,
             images,
             fallback,
         )
@@ -244,6 +249,7 @@ class LocalBackend:
             network = self._network(key.network, layout)
             if self._has_leftovers(name):
                 await self._discard(name)  # a crashed run's, under the same id
+            self._disks.fill(key.disk_bytes)
             prepare = functools.partial(self._prepare, layout, key, image, snapshot)
             overlays = await self._prepared(layout, prepare)
         except BaseException:
@@ -402,10 +408,10 @@ class LocalBackend:
             os.makedirs(shared, exist_ok=True)
         self._root.mkdir(parents=True, exist_ok=True)
         os.chmod(self._root, 0o700)  # sandbox files must not be reachable by host users
-        layout.root.mkdir(mode=0o700)
         if self._privileged and key.disk_bytes > 0:
-            make_disk(layout, key.disk_bytes, self._state_dir / "disk-images")
+            self._disks.provide(layout, key.disk_bytes)  # makes layout.root too
         else:
+            layout.root.mkdir(mode=0o700)
             layout.disk.mkdir()
         layout.proxy_dir.mkdir(mode=0o755)  # the server's: the sandbox user cannot write it
         layout.resolv_conf.write_text(resolv_conf())  # for a verifier under FULL too
@@ -470,6 +476,7 @@ class LocalBackend:
             return 0
         orphans = names - live_rollout_ids - self._sandboxes.keys()
         await asyncio.to_thread(self._remove_unheld_snapshots)
+        await asyncio.to_thread(self._disks.sweep)
         for name in orphans:
             _log.info("removing orphaned local sandbox %s", name)
             try:
@@ -502,6 +509,7 @@ class LocalBackend:
         self._sandboxes.clear()
         await asyncio.gather(*(sandbox.kill() for sandbox in sandboxes))
         await self._reaper.drain()
+        await self._disks.close()
         await asyncio.to_thread(self._forks.close)
         self._snapshots.clear()
         await asyncio.to_thread(self._remove_unheld_snapshots)
