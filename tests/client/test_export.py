@@ -9,13 +9,11 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 from rollout_client.cli import EXIT_ERROR, app
-from rollout_client.export.atif import ATIF_VERSION, to_atif
 from rollout_client.export.command import ExportFormat, render
 from rollout_client.export.train import to_train_records
 from typer.testing import CliRunner
@@ -23,7 +21,7 @@ from typer.testing import CliRunner
 from tests.e2e.processes import eventually
 from tests.e2e.specs import command_spec
 from tests.export.atif_spec import Trajectory
-from tests.fakes.llm_replies import SentReply
+from tests.export.checks import agent_steps, assert_exact_tokens, assert_train_records, valid_atif
 from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 
 pytestmark = pytest.mark.e2e
@@ -100,7 +98,7 @@ def post(messages):
         headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
                  "Content-Type": "application/json"})
     return json.loads(urllib.request.urlopen(request, timeout=60).read())["choices"][0]["message"]
-messages = [{"role": "user", "content": [{"type": "text", "text": "odd "},
+messages = [{"role": "user", "content": [{"type": "text", "text": "odd"},
                                          {"type": "text", "text": "calls"}]}]
 message = post(messages)
 messages += [message,
@@ -136,44 +134,6 @@ async def _run(stub: pb_grpc.RolloutServiceAsyncStub, spec: pb.RolloutSpec) -> p
     return rollout
 
 
-def _valid_atif(rollout: pb.Rollout) -> dict[str, Any]:
-    """The ATIF export, written as `rollout export` writes it and validated against the spec."""
-    text = render(rollout, ExportFormat.ATIF)
-    Trajectory.model_validate_json(text)
-    document: dict[str, Any] = json.loads(text)
-    assert document == to_atif(rollout)
-    assert document["schema_version"] == ATIF_VERSION == "ATIF-v1.4"
-    return document
-
-
-def _agent_steps(document: dict[str, Any]) -> list[dict[str, Any]]:
-    return [step for step in document["steps"] if step["source"] == "agent"]
-
-
-def _assert_exact_tokens(metrics: dict[str, Any], sent: SentReply) -> None:
-    assert metrics["prompt_token_ids"] == sent.prompt_token_ids
-    assert metrics["completion_token_ids"] == sent.completion_token_ids
-    assert metrics["logprobs"] == sent.logprobs  # exact: the decimals the upstream sent
-    assert metrics["completion_tokens"] == len(sent.completion_token_ids)
-
-
-def _assert_train_records(rollout: pb.Rollout, sent: list[SentReply]) -> None:
-    records = to_train_records(rollout)
-    assert [r["turn_index"] for r in records] == list(range(len(sent)))
-    for record, reply, turn in zip(records, sent, rollout.result.turns, strict=True):
-        prompt, completion = reply.prompt_token_ids, reply.completion_token_ids
-        assert record["prompt_token_ids"] == prompt
-        assert record["completion_token_ids"] == completion
-        assert record["logprobs"] == reply.logprobs
-        assert record["trainable"] is turn.trainable
-        assert record["loss_mask"] == [0] * len(prompt) + [int(turn.trainable)] * len(completion)
-        assert record["rollout_id"] == rollout.id
-        has_reward = rollout.result.HasField("reward")
-        assert record["reward"] == (rollout.result.reward if has_reward else None)
-    lines = render(rollout, ExportFormat.TRAIN).splitlines()
-    assert [json.loads(line) for line in lines] == records
-
-
 @pytest.mark.parametrize("path", sorted(DIALECTS))
 async def test_each_dialect_exports_a_valid_trajectory_with_exact_tokens(
     stub: pb_grpc.RolloutServiceAsyncStub, upstream: FakeUpstream, path: str
@@ -184,7 +144,7 @@ async def test_each_dialect_exports_a_valid_trajectory_with_exact_tokens(
     rollout = await _run(stub, spec)
     assert [t.dialect for t in rollout.result.turns] == [DIALECTS[path]] * 2
 
-    document = _valid_atif(rollout)
+    document = valid_atif(rollout)
 
     assert document["session_id"] == rollout.id
     assert document["agent"] == {"name": "command", "version": "unknown", "model_name": MODEL}
@@ -192,7 +152,7 @@ async def test_each_dialect_exports_a_valid_trajectory_with_exact_tokens(
         ("system", SYSTEM),
         ("user", QUESTION),
     ]
-    asked, answered = _agent_steps(document)
+    asked, answered = agent_steps(document)
     [call] = asked["tool_calls"]
     assert (call["function_name"], call["arguments"]) == ("lookup", {"q": "x"})
     assert asked["observation"] == {
@@ -201,7 +161,7 @@ async def test_each_dialect_exports_a_valid_trajectory_with_exact_tokens(
     assert answered["message"] == ANSWER
     assert len(document["steps"]) == 4  # the assistant echo in the 2nd request is no step
     for step, sent in zip((asked, answered), upstream.sent, strict=True):
-        _assert_exact_tokens(step["metrics"], sent)
+        assert_exact_tokens(step["metrics"], sent)
         assert step["extra"]["trainable"] is True
         assert "policy_version_start" not in step["extra"]  # no version was ever set
         assert step["extra"]["dialect"] == pb.Dialect.Name(DIALECTS[path]).removeprefix("DIALECT_")
@@ -210,7 +170,7 @@ async def test_each_dialect_exports_a_valid_trajectory_with_exact_tokens(
     )
     assert document["extra"]["reward"] == 1.0
     assert "policy_version_min" not in document["extra"]
-    _assert_train_records(rollout, upstream.sent)
+    assert_train_records(rollout, upstream.sent)
 
 
 async def test_odd_calls_and_missing_logprobs_still_export_valid_files(
@@ -223,11 +183,11 @@ async def test_odd_calls_and_missing_logprobs_still_export_valid_files(
     first = rollout.result.turns[0]
     assert not first.logprobs_present
 
-    document = _valid_atif(rollout)
+    document = valid_atif(rollout)
 
-    asked, answered = _agent_steps(document)
+    asked, answered = agent_steps(document)
     assert (answered["message"], answered["reasoning_content"]) == (ANSWER, "the result says 42")
-    _assert_exact_tokens(answered["metrics"], upstream.sent[1])  # reasoning tokens included
+    assert_exact_tokens(answered["metrics"], upstream.sent[1])  # reasoning tokens included
     [call] = asked["tool_calls"]
     assert call["arguments"] == {}
     assert asked["extra"]["unparsed_tool_arguments"] == {call["tool_call_id"]: "not json"}
@@ -240,7 +200,7 @@ async def test_odd_calls_and_missing_logprobs_still_export_valid_files(
     assert asked["metrics"]["completion_token_ids"] == upstream.sent[0].completion_token_ids
     ghost = next(s for s in document["steps"] if s["extra"].get("tool_call_id") == "call_ghost")
     assert (ghost["source"], ghost["message"]) == ("user", "ghost")
-    assert document["steps"][0]["message"] == "odd calls"  # text parts joined
+    assert document["steps"][0]["message"] == "odd\ncalls"  # text parts, one per line
 
     record = to_train_records(rollout)[0]
     # Never invented: fewer logprobs than tokens (the capture may keep none), each one sent.
@@ -257,7 +217,7 @@ async def test_a_rollout_without_model_calls_exports_its_task_alone(
 ) -> None:
     rollout = await _run(stub, command_spec("true"))
 
-    document = _valid_atif(rollout)
+    document = valid_atif(rollout)
 
     assert [(s["source"], s["message"]) for s in document["steps"]] == [("user", "do the task")]
     assert "no model calls" in document["notes"]
@@ -281,17 +241,17 @@ async def test_policy_versions_reach_both_exports(
     rollout = await running
 
     versions = [(7, 8), (8, 8)]
-    document = _valid_atif(rollout)
+    document = valid_atif(rollout)
     got = [
         (s["extra"]["policy_version_start"], s["extra"]["policy_version_end"])
-        for s in _agent_steps(document)
+        for s in agent_steps(document)
     ]
     assert got == versions
     assert document["extra"]["policy_version_min"] == 7
     assert document["extra"]["policy_version_max"] == 8
     records = to_train_records(rollout)
     assert [(r["policy_version_start"], r["policy_version_end"]) for r in records] == versions
-    _assert_train_records(rollout, upstream.sent)
+    assert_train_records(rollout, upstream.sent)
 
 
 @pytest.mark.opencode
@@ -309,10 +269,10 @@ async def test_opencode_exports_a_valid_trajectory_and_masks_its_title_call(
     turns = list(rollout.result.turns)
     assert [t.trainable for t in turns].count(False) == 1  # the title call
 
-    document = _valid_atif(rollout)
+    document = valid_atif(rollout)
 
     assert document["agent"]["name"] == "opencode"
-    steps = _agent_steps(document)
+    steps = agent_steps(document)
     assert [s["extra"]["trainable"] for s in steps] == [t.trainable for t in turns]
     title_index = next(t.index for t in turns if not t.trainable)
     title_steps = [s for s in document["steps"] if s["extra"]["turn_index"] == title_index]
@@ -320,14 +280,14 @@ async def test_opencode_exports_a_valid_trajectory_and_masks_its_title_call(
     assert {s["extra"]["trainable"] for s in title_steps} == {False}
     by_ids = {tuple(s.prompt_token_ids): s for s in upstream.sent}  # calls may interleave
     for step in steps:
-        _assert_exact_tokens(step["metrics"], by_ids[tuple(step["metrics"]["prompt_token_ids"])])
+        assert_exact_tokens(step["metrics"], by_ids[tuple(step["metrics"]["prompt_token_ids"])])
     writes = [c for s in steps for c in s.get("tool_calls", ()) if c["function_name"] == "write"]
     assert [c["arguments"] for c in writes] == [json.loads(arguments)]
     assert any(
         s["source"] == "user" and "Create hello.txt." in s["message"] for s in document["steps"]
     )
     ordered = [by_ids[tuple(t.prompt_token_ids)] for t in turns]
-    _assert_train_records(rollout, ordered)
+    assert_train_records(rollout, ordered)
     title = next(r for r in to_train_records(rollout) if not r["trainable"])
     assert title["completion_token_ids"]
     assert set(title["loss_mask"]) == {0}

@@ -12,8 +12,9 @@ written. How a rollout maps onto it:
 |                         | does not record its harness's version)                              |
 | system / user step      | a request message with role system or developer / user, in the      |
 |                         | order turns first sent them (`request_messages` hold only what is   |
-|                         | new since the lane's previous call, so nothing repeats); extra:     |
-|                         | turn_index and trainable of the turn that sent it                   |
+|                         | new since the lane's previous call, so nothing repeats); content    |
+|                         | parts' texts one per line; extra: turn_index and trainable of the   |
+|                         | turn that sent it                                                   |
 | agent step              | one per turn: completion_text, reasoning_text, tool_calls, and      |
 |                         | metrics (usage, exact token ids, logprobs)                          |
 | observation             | a `tool` message, on the agent step that made that call             |
@@ -111,12 +112,14 @@ def _add_tool_result(
 
 
 def _text(message: dict[str, Any]) -> str:
-    """A chat message's content as text: a string, or the text of its text parts."""
+    """A chat message's content as text: a string, or its text parts one per line, as vLLM
+    renders them into the prompt (an Anthropic message's text blocks, a Responses message's
+    input_text parts: claude-code's reminders, codex's instructions)."""
     content = message.get("content")
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(
+        return "\n".join(
             part["text"]
             for part in content
             if isinstance(part, dict) and isinstance(part.get("text"), str)
