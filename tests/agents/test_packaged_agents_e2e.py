@@ -1,8 +1,11 @@
 """Each packaged agent through the real server: a real local sandbox, the real capture proxy, a
-scripted upstream that asks for a file write; reward 1, exact token data, no key anywhere.
+scripted upstream that asks for a file write; reward 1, exact token data, no key anywhere, and
+the rollout's ATIF file valid against the spec (tests/export/atif_spec.py) with the ids and
+logprobs the upstream sent, its training records lined up.
 
 One server for the module, with the console span exporter on, so its output holds its logs
-and every span: the upstream key must appear in none of them.
+and every span: the upstream key must appear in none of them. Each agent runs once; the export
+is checked on that same rollout.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ from collections.abc import AsyncIterator, Iterator
 
 import grpc
 import pytest
+from google.protobuf import json_format
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.sandboxes.base import WORKDIR
 from tests.e2e.processes import eventually
+from tests.export.checks import agent_steps, assert_exact_tokens, assert_train_records, valid_atif
 from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 from tests.server_process import ServerProcess
 
@@ -25,6 +30,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.agents, pytest.mark.timeout(900)]
 UPSTREAM_KEY = "sk-agents-upstream-secret-61f0"
 UPSTREAM_MODEL = "fake-policy-agents"
 CONTENT = "hello from a packaged agent"
+INSTRUCTION = f"Write '{CONTENT}' into hello.txt."
+THOUGHT = "The task wants one file written."
 
 
 @pytest.fixture(scope="module")
@@ -50,16 +57,18 @@ async def upstream() -> AsyncIterator[FakeUpstream]:
         yield upstream
 
 
-def _bash(command: str) -> Reply:
+def _bash(command: str, reasoning: str = "") -> Reply:
     return Reply(
-        text="On it.", tool_calls=[ToolCallReply("bash", json.dumps({"command": command}))]
+        text="On it.",
+        reasoning=reasoning,
+        tool_calls=[ToolCallReply("bash", json.dumps({"command": command}))],
     )
 
 
 def _spec(upstream: FakeUpstream, agent: str) -> pb.RolloutSpec:
     return pb.RolloutSpec(
         task=pb.Task(
-            instruction=f"Write '{CONTENT}' into hello.txt.",
+            instruction=INSTRUCTION,
             verify=[f"grep -qx '{CONTENT}' hello.txt"],
         ),
         agent=pb.Agent(name=agent),
@@ -75,8 +84,8 @@ async def _run(
     started = await stub.StartRollout(pb.StartRolloutRequest(spec=spec))
     request = pb.WatchRolloutRequest(rollout_id=started.rollout.id)
     events = [response.event async for response in stub.WatchRollout(request)]
-    got = await stub.GetRollout(pb.GetRolloutRequest(rollout_id=started.rollout.id))
-    return got, events
+    get = pb.GetRolloutRequest(rollout_id=started.rollout.id, view=pb.RESULT_VIEW_FULL)
+    return await stub.GetRollout(get), events
 
 
 def _assert_exact_token_data(turns: list[pb.Turn], upstream: FakeUpstream) -> None:
@@ -87,6 +96,57 @@ def _assert_exact_token_data(turns: list[pb.Turn], upstream: FakeUpstream) -> No
         assert list(turn.prompt_token_ids) == sent.prompt_token_ids
         assert list(turn.completion_token_ids) == sent.completion_token_ids
         assert list(turn.logprobs) == pytest.approx(sent.logprobs, abs=1e-6)  # float32
+
+
+def _has_lines(text: str, part: str) -> bool:
+    """`part` is whole lines of `text`."""
+    lines, wanted = text.splitlines(), part.splitlines()
+    return any(lines[i : i + len(wanted)] == wanted for i in range(len(lines) - len(wanted) + 1))
+
+
+def _assert_valid_export(
+    rollout: pb.Rollout, upstream: FakeUpstream, write: Reply, observed: str
+) -> None:
+    """The ATIF file: valid; one agent step per turn with the upstream's exact ids and
+    logprobs; every system and user request message a step of its own, in order, its text
+    parts one per line; the scripted write a tool call whose result is its observation.
+    The training records: one per turn, exact, the loss mask lined up."""
+    document = valid_atif(rollout)
+    agent = rollout.spec.agent.name
+    assert document["agent"] == {"name": agent, "version": "unknown", "model_name": UPSTREAM_MODEL}
+    turns = list(rollout.result.turns)
+    steps = agent_steps(document)
+    assert [s["extra"]["turn_index"] for s in steps] == [t.index for t in turns]
+    for step, turn, sent in zip(steps, turns, upstream.sent, strict=True):
+        assert_exact_tokens(step["metrics"], sent)
+        assert step["extra"]["dialect"] == pb.Dialect.Name(turn.dialect).removeprefix("DIALECT_")
+        assert step["extra"]["trainable"] is True
+    prompts = [s for s in document["steps"] if s["source"] != "agent"]
+    messages = [
+        message
+        for message in (json_format.MessageToDict(m) for t in turns for m in t.request_messages)
+        if message["role"] in ("system", "developer", "user")
+    ]
+    assert [s["source"] for s in prompts] == [
+        "user" if m["role"] == "user" else "system" for m in messages
+    ]
+    for step, message in zip(prompts, messages, strict=True):
+        content = message["content"]
+        texts = (
+            [p["text"] for p in content if "text" in p] if isinstance(content, list) else [content]
+        )
+        assert all(_has_lines(step["message"], text) for text in texts), (step, message)
+    assert any(INSTRUCTION in s["message"] for s in prompts if s["source"] == "user")
+
+    [call] = steps[0]["tool_calls"]
+    [scripted] = write.tool_calls
+    assert call["function_name"] == scripted.name
+    assert call["arguments"] == json.loads(scripted.arguments)
+    [result] = steps[0]["observation"]["results"]
+    assert result["source_call_id"] == call["tool_call_id"]
+    assert observed in result["content"]
+    assert steps[0]["reasoning_content"] == write.reasoning
+    assert_train_records(rollout, upstream.sent)
 
 
 async def _assert_no_key_anywhere(
@@ -101,7 +161,7 @@ async def _assert_no_key_anywhere(
 async def test_mini_swe_agent_writes_the_file_and_reaches_reward_one(
     stub: pb_grpc.RolloutServiceAsyncStub, traced_server: ServerProcess, upstream: FakeUpstream
 ) -> None:
-    write = _bash(f"printf '%s\\n' '{CONTENT}' > hello.txt")
+    write = _bash(f"printf '%s\\n' '{CONTENT}' > hello.txt", reasoning=THOUGHT)
     upstream.script(write, _bash("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"), match=has_tools)
 
     got, events = await _run(stub, _spec(upstream, "mini-swe-agent"))
@@ -118,10 +178,11 @@ async def test_mini_swe_agent_writes_the_file_and_reaches_reward_one(
     assert CONTENT in calls[0].text
     assert all(r.headers["authorization"] == f"Bearer {UPSTREAM_KEY}" for r in upstream.requests)
     await _assert_no_key_anywhere(got, events, traced_server)
+    _assert_valid_export(rollout, upstream, write, observed='"returncode": 0')
 
 
 def _call(name: str, **arguments: str) -> Reply:
-    return Reply(tool_calls=[ToolCallReply(name, json.dumps(arguments))])
+    return Reply(reasoning=THOUGHT, tool_calls=[ToolCallReply(name, json.dumps(arguments))])
 
 
 TRANSLATED_WRITES = {
@@ -129,10 +190,16 @@ TRANSLATED_WRITES = {
     "claude-code": (
         pb.DIALECT_MESSAGES,
         _call("Write", file_path=f"{WORKDIR}/hello.txt", content=f"{CONTENT}\n"),
+        "File created successfully",
     ),
     # codex speaks Responses; its shell tool is exec_command.
-    "codex": (pb.DIALECT_RESPONSES, _call("exec_command", cmd=f"echo '{CONTENT}' > hello.txt")),
+    "codex": (
+        pb.DIALECT_RESPONSES,
+        _call("exec_command", cmd=f"echo '{CONTENT}' > hello.txt"),
+        "exited with code 0",
+    ),
 }
+"""Per agent: the dialect it speaks, the scripted write, and what its tool result says."""
 
 
 @pytest.mark.parametrize("agent", sorted(TRANSLATED_WRITES))
@@ -142,7 +209,7 @@ async def test_a_translated_agent_writes_the_file_and_reaches_reward_one(
     upstream: FakeUpstream,
     agent: str,
 ) -> None:
-    dialect, write = TRANSLATED_WRITES[agent]
+    dialect, write, observed = TRANSLATED_WRITES[agent]
     upstream.script(write, match=has_tools)
 
     got, events = await _run(stub, _spec(upstream, agent))
@@ -165,3 +232,4 @@ async def test_a_translated_agent_writes_the_file_and_reaches_reward_one(
     assert all(r.path == "/v1/chat/completions" for r in upstream.requests)
     assert all(r.headers["authorization"] == f"Bearer {UPSTREAM_KEY}" for r in upstream.requests)
     await _assert_no_key_anywhere(got, events, traced_server)
+    _assert_valid_export(rollout, upstream, write, observed)
