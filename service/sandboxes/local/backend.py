@@ -249,7 +249,7 @@ class LocalBackend:
             network = self._network(key.network, layout)
             if self._has_leftovers(name):
                 await self._discard(name)  # a crashed run's, under the same id
-            self._disks.fill(key.disk_bytes)
+            self._disks.first_use(key.disk_bytes)
             prepare = functools.partial(self._prepare, layout, key, image, snapshot)
             overlays = await self._prepared(layout, prepare)
         except BaseException:
@@ -343,9 +343,11 @@ class LocalBackend:
             self._cgroups.limit(group, limits.memory_bytes)
 
     async def warm_up(self, network: NetworkPolicy = NetworkPolicy.NONE) -> None:
-        """Make the warm sandboxes of this kind now and wait for them (rather than after
-        the first rollout that asks for one)."""
+        """Make the warm sandboxes of this kind, and the disk pool's disks, now and wait for
+        them (rather than after the first rollout that asks for one)."""
         disk_bytes = Limits.resolve(Resources(), self._settings).disk_bytes
+        self._disks.fill(disk_bytes)
+        await self._disks.filled()
         image = await self._images.resolve("", _quiet)
         key = WarmKey(network, disk_bytes, "" if image is None else image.id)
         self._warm.refill(key)

@@ -8,10 +8,12 @@ from __future__ import annotations
 import ctypes
 import os
 
-__all__ = ["SANDBOX_DISK", "detach", "mount_points_below", "sandbox_disks"]
+__all__ = ["DISK_POOL", "SANDBOX_DISK", "detach", "mount_points_below", "sandbox_disks"]
 
 SANDBOX_DISK = "disk"
 """A sandbox's disk is mounted at `<state_dir>/sandboxes/<name>/disk` (`bwrap.SandboxLayout`)."""
+DISK_POOL = "disk-pool"
+"""A ready disk waits at `<state_dir>/disk-pool/<random>/disk` (`disk_pool`)."""
 
 _MNT_DETACH = 2
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -40,11 +42,12 @@ def mount_points_below(path: str) -> list[str]:
 
 
 def sandbox_disks() -> list[str]:
-    """The mount points of every local sandbox's disk on this host, whichever server's."""
+    """The mount points of every local sandbox's disk on this host, whichever server's,
+    pooled ones too."""
     found = []
     for point in _mount_points():
         parts = point.split("/")
-        if len(parts) > 3 and parts[-1] == SANDBOX_DISK and parts[-3] == "sandboxes":
+        if len(parts) > 3 and parts[-1] == SANDBOX_DISK and parts[-3] in {"sandboxes", DISK_POOL}:
             found.append(point)
     return found
 

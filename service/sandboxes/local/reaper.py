@@ -11,7 +11,8 @@ directory (mounts follow it), and it is removed in the background:
                                        and a server that crashed before removing it
                                        sweeps it at start, as any unknown directory
 
-Shutdown waits for the removals under way (`drain`).
+A disk pool may keep the directory's disk instead (`recycle`, `disk_pool`). Shutdown
+waits for the removals under way (`drain`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import asyncio
 import logging
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from service.sandboxes.local.removal import remove_tree
@@ -33,8 +35,10 @@ _GONE = ".gone-"
 class Reaper:
     """Removes the directories of torn-down sandboxes in the background."""
 
-    def __init__(self) -> None:
+    def __init__(self, recycle: Callable[[Path], bool] | None = None) -> None:
         self._removing: set[asyncio.Task[None]] = set()
+        self._recycle = recycle
+        """Keeps a moved-aside directory's disk, in a thread: True if it took the directory."""
 
     async def remove(self, root: Path) -> None:
         """Move `root` aside and remove it in the background; in place if it cannot be
@@ -50,9 +54,13 @@ class Reaper:
             )
             await asyncio.to_thread(remove_tree, root)
             return
-        task = asyncio.get_running_loop().create_task(asyncio.to_thread(remove_tree, gone))
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(self._dispose, gone))
         self._removing.add(task)
         task.add_done_callback(self._removing.discard)
+
+    def _dispose(self, gone: Path) -> None:
+        if self._recycle is None or not self._recycle(gone):
+            remove_tree(gone)
 
     async def drain(self) -> None:
         """Wait until every removal under way has finished."""
