@@ -88,3 +88,8 @@ class RolloutStore(Protocol):
     def on_cancel_request(self, handler: Callable[[str, str], None]) -> None:
         """Have `handler(rollout_id, reason)` cancel what other servers ask this one to."""
         ...
+
+    def follow_others(self) -> AsyncIterator[RolloutEvent]:
+        """Events other servers sharing this store store from now on, in order per rollout,
+        until cancelled (label-wide watchers); a store no other server shares yields none."""
+        ...

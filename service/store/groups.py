@@ -8,6 +8,7 @@ members' spec needed no API key, so that a restarted server knows it may start n
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 from service.models.group import Group, GroupStatus
@@ -42,6 +43,20 @@ class GroupStore(Protocol):
 
     async def unfinished_groups(self) -> list[StoredGroup]:
         """Groups not terminal (a previous server was running them), oldest first."""
+        ...
+
+    def follow_group(self, group_id: str) -> AsyncIterator[Group]:
+        """The stored group, then again as other servers sharing the store save it, until it
+        is terminal; a store no other server shares yields it once."""
+        ...
+
+    async def request_group_cancel(self, group_id: str, reason: str) -> bool:
+        """Ask the live server that runs this group (another one sharing this store) to cancel
+        it; False if none does."""
+        ...
+
+    def on_group_cancel_request(self, handler: Callable[[str, str], None]) -> None:
+        """Have `handler(group_id, reason)` cancel the groups other servers ask this one to."""
         ...
 
 

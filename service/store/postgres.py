@@ -11,7 +11,9 @@ Cross-server watch: `append_events` notifies the rollouts it wrote to, and `foll
 readers on every server wake up and read the new rows (`postgres_notify`). Leases say which
 server runs what, and what a dead one left (`postgres_leases`). `request_cancel` records a
 cancel of a rollout another live server runs and notifies that server's run, whose handler
-(`on_cancel_request`) cancels it there.
+(`on_cancel_request`) cancels it there; `request_group_cancel` does the same for a group.
+`save_group` notifies the group, so that `follow_group` readers on every server see it change;
+`follow_others` hands a label-wide watcher the events other servers store.
 
 The DSN may carry a password: it is never put in an error, a log line or a repr.
 """
@@ -47,7 +49,13 @@ from service.store.groups import StoredGroup
 from service.store.listing import page_query
 from service.store.pages import read_page
 from service.store.postgres_leases import Lease, claim_groups, claim_rollouts
-from service.store.postgres_notify import NOTIFY_SQL, POLL_S, CancelHandler, Notices
+from service.store.postgres_notify import (
+    GROUP_NOTIFY_SQL,
+    NOTIFY_SQL,
+    POLL_S,
+    CancelHandler,
+    Notices,
+)
 from service.store.rows import (
     ROLLOUT_COLUMNS,
     decode_event,
@@ -81,6 +89,16 @@ _CANCEL_NOTIFY_SQL = (
 )
 """Notify the live run that owns an unfinished rollout (`cancel_channel`) of its cancel
 request; one row if it did."""
+_GROUP_CANCEL_NOTIFY_SQL = (
+    "SELECT pg_notify('rollout_cancel_' || groups.owner,"
+    " json_build_object('group', groups.id, 'reason', %(reason)s::text)::text)"
+    " FROM groups JOIN servers ON servers.owner = groups.owner"
+    " WHERE groups.id = %(id)s AND groups.status = %(running)s AND groups.owner <> %(owner)s"
+    " AND servers.heartbeat_at > now() - make_interval(secs => %(lease_s)s)"
+)
+"""Notify the live run that owns a running group of a cancel request; one row if it did."""
+_ENDED_KEPT = 10_000
+"""Ended rollouts `follow_others` remembers, so that a late notification reads nothing again."""
 
 
 class PostgresStore:
@@ -310,6 +328,44 @@ class PostgresStore:
         """Have `handler` cancel the rollouts other servers ask this run to cancel."""
         self._notices.on_cancel = handler
 
+    async def follow_others(self) -> AsyncIterator[RolloutEvent]:
+        """The events other server runs store from now on, in order per rollout, as they store
+        them; runs until cancelled. A rollout this run owns is left out (its events are this
+        server's own); one that was running at the call starts after the events stored by then.
+        A notification lost while the listening connection was down is not made up."""
+        terminal = [status.value for status in TERMINAL_STATUSES]
+        with self._notices.following_all() as ids:
+            rows = await self._all(
+                "SELECT events.rollout_id, max(events.seq) FROM events"
+                " JOIN rollouts ON rollouts.id = events.rollout_id"
+                " WHERE rollouts.status <> ALL(%s) GROUP BY events.rollout_id",
+                terminal,
+            )
+            after: dict[str, int] = {rollout_id: seq for rollout_id, seq in rows}
+            ended: dict[str, None] = {}
+            while True:
+                rollout_id = await ids.get()
+                if rollout_id in ended:
+                    continue
+                row = await self._one("SELECT owner FROM rollouts WHERE id = %s", rollout_id)
+                if row is None or row[0] == self._owner:
+                    continue
+                while True:
+                    page = await self.events(
+                        rollout_id, after_seq=after.get(rollout_id, 0), limit=_FOLLOW_PAGE
+                    )
+                    for event in page:
+                        yield event
+                    if not page:
+                        break
+                    after[rollout_id] = page[-1].seq
+                    if page[-1].is_final:
+                        del after[rollout_id]
+                        ended[rollout_id] = None
+                        if len(ended) > _ENDED_KEPT:
+                            del ended[next(iter(ended))]
+                        break
+
     async def insert_group(self, group: Group, *, secret_free: bool) -> Group:
         """Insert a new group; if its tenant already used its request_id, that group instead."""
         request_id = group.spec.spec.request_id or None
@@ -336,11 +392,45 @@ class PostgresStore:
         return existing
 
     async def save_group(self, group: Group) -> None:
-        async with self._connection() as conn:
+        """Overwrite the group and notify its followers on every server, in one transaction."""
+        async with self._connection() as conn, conn.transaction():
             await conn.execute(
                 "UPDATE groups SET status = %s, document = %s WHERE id = %s",
                 (group.status.value, encode_model(group), group.id),
             )
+            await conn.execute(GROUP_NOTIFY_SQL, (group.id,))
+
+    async def follow_group(self, group_id: str) -> AsyncIterator[Group]:
+        """The stored group now, then again each time a server saves a change to it, until it
+        is terminal (read on each notification, and every POLL_S in case one was lost)."""
+        with self._notices.following(group_id) as wake:
+            last = None
+            while True:
+                wake.clear()
+                row = await self._one("SELECT document FROM groups WHERE id = %s", group_id)
+                if row is None:
+                    return
+                group = decode_model(Group, row[0])
+                if row[0] != last:
+                    last = row[0]
+                    yield group
+                if group.terminal:
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), POLL_S)
+
+    async def request_group_cancel(self, group_id: str, reason: str) -> bool:
+        """Ask the live server run that runs this group (not this one) to cancel it; False if
+        no live run does (its lease expired: the takeover resumes it, and it can be cancelled
+        there)."""
+        params = self._lease.params(id=group_id, reason=reason, running=GroupStatus.RUNNING.value)
+        async with self._connection() as conn:
+            cursor = await conn.execute(_GROUP_CANCEL_NOTIFY_SQL, params)
+            return bool(await cursor.fetchall())
+
+    def on_group_cancel_request(self, handler: CancelHandler) -> None:
+        """Have `handler` cancel the groups other servers ask this run to cancel."""
+        self._notices.on_group_cancel = handler
 
     async def get_group(self, group_id: str) -> Group | None:
         row = await self._one("SELECT document FROM groups WHERE id = %s", group_id)

@@ -1,7 +1,8 @@
-"""Cross-server wake-ups on PostgreSQL: NOTIFY names a rollout with new events, one LISTEN
-connection per store wakes that rollout's followers; the same connection also listens on its
-run's own cancel channel (`cancel_channel`), where another server asks it to cancel a rollout
-it runs.
+"""Cross-server wake-ups on PostgreSQL: NOTIFY names a rollout with new events (or a group
+saved, on its own channel), one LISTEN connection per store wakes that rollout's (or group's)
+followers and hands every rollout id to the label-wide followers (`following_all`); the same
+connection also listens on its run's own cancel channel (`cancel_channel`), where another
+server asks it to cancel a rollout or a group it runs.
 
 `append_events` sends `NOTIFY_SQL` inside its transaction, so a notification is delivered at
 commit, in commit order, and never for rows that were rolled back. The rows stay the truth: a
@@ -22,18 +23,29 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-__all__ = ["NOTIFY_SQL", "POLL_S", "CancelHandler", "Notices", "cancel_channel"]
+__all__ = [
+    "GROUP_NOTIFY_SQL",
+    "NOTIFY_SQL",
+    "POLL_S",
+    "CancelHandler",
+    "Notices",
+    "cancel_channel",
+]
 
 log = logging.getLogger(__name__)
 
 _CHANNEL = "rollout_events"
 NOTIFY_SQL = f"SELECT pg_notify('{_CHANNEL}', id) FROM unnest(%s::text[]) AS id"
 """Notify each rollout id of the one parameter (a list), once."""
+_GROUP_CHANNEL = "rollout_groups"
+GROUP_NOTIFY_SQL = f"SELECT pg_notify('{_GROUP_CHANNEL}', %s)"
+"""Notify the group id of the one parameter (its row was just written)."""
 POLL_S = 5.0
 """A follower reads the store again after this long without a notification."""
 
 CancelHandler = Callable[[str, str], None]
-"""Called with (rollout_id, reason) when another server asks this one to cancel a rollout."""
+"""Called with (rollout_id, reason) when another server asks this one to cancel a rollout (or
+(group_id, reason), a group)."""
 
 
 def cancel_channel(owner: str) -> str:
@@ -49,12 +61,16 @@ class Notices:
         self._followers: dict[str, set[asyncio.Event]] = {}
         self._listener: asyncio.Task[None] | None = None
         self._cancels = cancel_channel(owner)
+        self._everyone: set[asyncio.Queue[str]] = set()
         self.on_cancel: CancelHandler | None = None
         """Receives this run's cancel requests; until it is set, they are dropped."""
+        self.on_group_cancel: CancelHandler | None = None
+        """Receives this run's group cancel requests; until it is set, they are dropped."""
 
     async def start(self, url: str) -> None:
         conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
         await conn.execute(f"LISTEN {_CHANNEL}")
+        await conn.execute(f"LISTEN {_GROUP_CHANNEL}")
         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._cancels)))
         self._listener = asyncio.create_task(self._listen(conn), name="postgres-listen")
 
@@ -79,6 +95,17 @@ class Notices:
             if not followers:
                 self._followers.pop(rollout_id, None)
 
+    @contextlib.contextmanager
+    def following_all(self) -> Iterator[asyncio.Queue[str]]:
+        """A queue of the rollout id of every notification while the block runs (a rollout
+        that stores events in several transactions comes once per transaction)."""
+        ids: asyncio.Queue[str] = asyncio.Queue()
+        self._everyone.add(ids)
+        try:
+            yield ids
+        finally:
+            self._everyone.discard(ids)
+
     async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
         async with conn:
             try:
@@ -86,16 +113,23 @@ class Notices:
                     if note.channel == self._cancels:
                         self._cancel(note.payload)
                         continue
+                    if note.channel == _CHANNEL:
+                        for ids in self._everyone:
+                            ids.put_nowait(note.payload)
                     for wake in self._followers.get(note.payload, ()):
                         wake.set()
             except psycopg.OperationalError as exc:
                 log.warning("stopped listening for other servers' events (%s); followers poll", exc)
 
     def _cancel(self, payload: str) -> None:
-        """Hand a cancel request ({"id", "reason"}, written by the store's SQL) to its handler."""
+        """Hand a cancel request ({"id", "reason"} or {"group", "reason"}, written by the store's
+        SQL) to its handler."""
         try:
             request = json.loads(payload)
-            if self.on_cancel is not None:
+            if "group" in request:
+                if self.on_group_cancel is not None:
+                    self.on_group_cancel(request["group"], request["reason"])
+            elif self.on_cancel is not None:
                 self.on_cancel(request["id"], request["reason"])
         except Exception:
             # One bad request must not stop this connection waking every follower.

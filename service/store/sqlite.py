@@ -171,6 +171,24 @@ class SqliteStore:
     def on_cancel_request(self, handler: Callable[[str, str], None]) -> None:
         """Nothing: no other server sends this one cancel requests."""
 
+    async def follow_others(self) -> AsyncIterator[RolloutEvent]:
+        """Nothing: SQLite tells no server of another's writes."""
+        return
+        yield
+
+    async def follow_group(self, group_id: str) -> AsyncIterator[Group]:
+        """The stored group, once: no other server tells this one of its changes."""
+        group = await self.get_group(group_id)
+        if group is not None:
+            yield group
+
+    async def request_group_cancel(self, group_id: str, reason: str) -> bool:
+        """False: no other server runs a group of a SQLite file this one can reach."""
+        return False
+
+    def on_group_cancel_request(self, handler: Callable[[str, str], None]) -> None:
+        """Nothing: no other server sends this one cancel requests."""
+
     async def insert_group(self, group: Group, *, secret_free: bool) -> Group:
         """Insert a new group; if its tenant already used its request_id, that group instead."""
         return await self._run(_in_transaction, groups.insert_group, group, secret_free)
