@@ -11,6 +11,8 @@ a write that never completes (a client that stopped reading) would otherwise nev
 What stays in memory after a rollout ends is bounded in bytes: its final event carries the
 slim rollout (no files, no turns), and label-wide watchers share one feed of recent events
 held to a byte budget (`EventFeed`); whatever left memory is read back from the store.
+While any label-wide watcher reads, the events other servers sharing the store store join that
+feed too (`RolloutStore.follow_others`), so a label-wide watch on one replica sees them all.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, ItemsView, Mapping
+from collections.abc import AsyncIterator, Callable, ItemsView, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -154,6 +156,9 @@ class EventHub:
         self._persisted_changed = asyncio.Condition()
         self._writer: asyncio.Task[None] | None = None
         self._feed = EventFeed(_FEED_BYTES)
+        self._others: asyncio.Task[None] | None = None
+        """Appends other servers' events to the feed while label-wide watchers read it."""
+        self._others_readers = 0
 
     async def start(self) -> None:
         self._writer = asyncio.create_task(self._write_loop(), name="event-writer")
@@ -277,7 +282,7 @@ class EventHub:
         feed = self._feed
         cursor = feed.end
         last_seq: dict[str, int] = {}
-        with feed.reading():
+        with feed.reading(), self._others_in_feed():
             while True:
                 changed = feed.changed
                 while cursor < feed.end:
@@ -294,6 +299,28 @@ class EventHub:
                         last_seq[event.rollout_id] = event.seq
                         yield event
                 await changed.wait()
+
+    @contextlib.contextmanager
+    def _others_in_feed(self) -> Iterator[None]:
+        """Feed other servers' events while the block runs (the first reader starts, the last
+        one stops)."""
+        if self._others is None or self._others.done():
+            self._others = asyncio.create_task(self._feed_others(), name="feed-others")
+        self._others_readers += 1
+        try:
+            yield
+        finally:
+            self._others_readers -= 1
+            if not self._others_readers and self._others is not None:
+                self._others.cancel()
+                self._others = None
+
+    async def _feed_others(self) -> None:
+        try:
+            async for event in self._store.follow_others():
+                self._feed.append(event)
+        except Exception:  # the next label-wide watcher to start tries again
+            log.exception("following other servers' events failed")
 
     async def _catch_up(
         self, last_seq: dict[str, int], wanted: _Wanted, *, since: int

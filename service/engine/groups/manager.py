@@ -4,11 +4,16 @@ A group takes n places at once or none: it is admitted while the rollout manager
 is held and every one of its n members fits (else RESOURCE_EXHAUSTED naming the places); a
 group larger than the server could ever hold is INVALID_ARGUMENT. A refill takes the place
 of the member it replaces. Tenancy is as for rollouts: another tenant's group is "not found".
+
+A group runs on the server that admitted it (or took it over); on a store shared with other
+servers, WatchGroup elsewhere follows the group as its server saves it, and CancelGroup
+elsewhere asks that server through the store.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import uuid
@@ -45,6 +50,9 @@ __all__ = ["GroupManager"]
 log = logging.getLogger(__name__)
 
 _MAX_REFILLS_PER_MEMBER = 10
+_REMOTE_CANCEL_WAIT_S = 30.0
+"""How long a CancelGroup for a group another server runs waits for its end (its members'
+teardown included)."""
 
 
 class Store(RolloutStore, GroupStore, GroupLister, Protocol):
@@ -58,6 +66,7 @@ class GroupManager:
         self._rollouts = rollouts
         self._store = store
         self._live: dict[str, GroupRun] = {}
+        store.on_group_cancel_request(self._cancel_requested)
 
     async def submit(self, spec: GroupSpec, *, tenant: str | None = None) -> Group:
         """Admit a group and start its members; idempotent on the tenant's request_id."""
@@ -138,12 +147,31 @@ class GroupManager:
         group = await self.get(group_id, tenant=tenant)
         run = self._live.get(group_id)
         if run is None or run.task is None:
-            return group
+            return await self._cancel_elsewhere(group, reason or "cancelled by request")
         if not run.cancel_reason:
             run.cancel_reason = reason or "cancelled by request"
             run.task.cancel()
         await asyncio.wait([run.task])
         return run.group
+
+    async def _cancel_elsewhere(self, group: Group, reason: str) -> Group:
+        """A group another server sharing the store runs: ask it to cancel, and follow the
+        group for up to _REMOTE_CANCEL_WAIT_S until it is terminal. One no live server runs,
+        or that outlasts the wait, is returned as it stands."""
+        if group.terminal or not await self._store.request_group_cancel(group.id, reason):
+            return group
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_REMOTE_CANCEL_WAIT_S):
+                async for stored in self._store.follow_group(group.id):
+                    group = stored
+        return group
+
+    def _cancel_requested(self, group_id: str, reason: str) -> None:
+        """Another server's CancelGroup of a group this one runs (it checked the tenant)."""
+        run = self._live.get(group_id)
+        if run is not None and run.task is not None and not run.cancel_reason:
+            run.cancel_reason = reason
+            run.task.cancel()
 
     async def watch(
         self, group_id: str, *, tenant: str | None = None
@@ -152,9 +180,8 @@ class GroupManager:
         group = await self.get(group_id, tenant=tenant)
         run = self._live.get(group_id)
         if run is None:
-            for rollout in await self._ended_members(group):
-                yield rollout
-            yield group
+            async for entry in self._watch_stored(group):
+                yield entry
             return
         index = 0
         while True:
@@ -166,6 +193,21 @@ class GroupManager:
                 if isinstance(entry, Group):
                     return
             await changed.wait()
+
+    async def _watch_stored(self, group: Group) -> AsyncIterator[Rollout | Group]:
+        """A group this server does not run, from the store: as another server sharing it
+        saves the group, the members that ended since, then the group once terminal (a store
+        no other server shares: what is stored, once)."""
+        told: set[str] = set()
+        async for stored in self._store.follow_group(group.id):
+            group = stored
+            for rollout in await self._ended_members(group):
+                if rollout.id not in told:
+                    told.add(rollout.id)
+                    yield rollout
+            if group.terminal:
+                break
+        yield group
 
     async def recover(self) -> int:
         """Resume the groups a previous server left running (after the rollout manager has
@@ -181,6 +223,7 @@ class GroupManager:
             run = self._run_of(group, spec, parts)
             members = await self._member_rollouts(group)
             await run.resume(members, secret_free=secret_free)
+            await self._store.save_group(run.group)  # every server now reads its new members
             self._execute(run)
         return len(unfinished)
 
