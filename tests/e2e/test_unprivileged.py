@@ -231,3 +231,16 @@ async def test_the_verifier_network_opens_after_an_offline_agent(server: ServerP
     assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
     assert b"reached" not in rollout.result.files["agent.txt"]
     assert rollout.result.reward == 1.0  # pasta attached to the sandbox's namespace for it
+
+
+async def test_the_tampering_check_reads_the_unprivileged_overlay(server: ServerProcess) -> None:
+    site = "/home/user/.local/lib/python3.11/site-packages"
+    spec = command_spec(
+        f"mkdir -p {site} && echo 'import os' > {site}/hook.pth",
+        verify=("true",),
+        **_BASE,
+    )
+    rollout = await _run(server.target, spec)
+    assert rollout.status == pb.ROLLOUT_STATUS_FAILED
+    assert rollout.result.error.kind == pb.ERROR_KIND_TAMPERED, rollout.result.error.message
+    assert rollout.result.reward == 0.0
