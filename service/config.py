@@ -209,6 +209,9 @@ class Settings(BaseSettings):
 
     opencode_version: str = "1.18.33"
     """Pinned opencode-ai npm version."""
+    opencode_empty_models_cache: bool = True
+    """Give opencode an empty models.dev cache, so each start skips parsing the copy in its
+    binary (~0.8 s of CPU; the rollout's model is in its config). Off: to measure the baseline."""
 
     e2b_template: str = "base"
     """E2B template when the spec names none."""

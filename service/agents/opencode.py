@@ -47,12 +47,14 @@ class OpencodeHarness:
     def __init__(self, settings: Settings) -> None:
         self.package = opencode_package(settings.opencode_version)
         self._tools_dir = _ripgrep_dir()
+        self._empty_models_cache = settings.opencode_empty_models_cache
 
     def option_violations(self, options: Mapping[str, Any]) -> list[FieldViolation]:
         return option_violations(options)
 
     def files(self, entry: str, context: AgentContext) -> dict[str, bytes]:
-        return seed_files(context.instruction) | {LAUNCHER: launcher_script(entry, self._tools_dir)}
+        seeds = seed_files(context.instruction, empty_models_cache=self._empty_models_cache)
+        return seeds | {LAUNCHER: launcher_script(entry, self._tools_dir)}
 
     def env(self, model: ModelAccess, options: Mapping[str, Any]) -> dict[str, str]:
         return opencode_env(model, options)

@@ -7,16 +7,18 @@ import asyncio
 import dataclasses
 import json
 import os
+import re
 import uuid
+from typing import Any
 
 import pytest
 
 from service.agents.base import AgentContext
 from service.agents.opencode import OpencodeAgent
-from service.agents.opencode_config import LAUNCHER
+from service.agents.opencode_config import LAUNCHER, MODELS_CACHE, XDG_ROOT
 from service.config import Settings
 from service.errors import AgentError
-from service.models import AgentOutputKind, NetworkPolicy, SandboxSpec
+from service.models import AgentOutput, AgentOutputKind, NetworkPolicy, SandboxSpec
 from service.proxy.capture.rewrite import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS
 from service.sandboxes.base import WORKDIR, SandboxRequest
 from service.sandboxes.local.backend import LocalBackend
@@ -75,6 +77,48 @@ async def test_a_tool_call_writes_a_file_and_the_title_call_is_not_trainable(
     assert all(r.headers["authorization"] == f"Bearer {UPSTREAM_KEY}" for r in upstream.requests)
     assert not any(UPSTREAM_KEY in o.text for o in rig.outputs)
     assert UPSTREAM_KEY not in outcome.log_tail
+
+
+async def test_the_empty_models_cache_changes_nothing_opencode_sends_or_prints(
+    rig: Rig, upstream: FakeUpstream
+) -> None:
+    # The same task twice in one sandbox, opencode's state and the file wiped in between:
+    # once as before the empty models.dev cache, once with it (the default).
+    baseline = rig.settings.model_copy(update={"opencode_empty_models_cache": False})
+    runs = []
+    for settings in (baseline, rig.settings):
+        await rig.sandbox.exec(f"rm -rf {XDG_ROOT} {WORKDIR}/hello.txt", timeout_s=30)
+        arguments = json.dumps({"filePath": "hello.txt", "content": CONTENT})
+        upstream.script(Reply(tool_calls=[ToolCallReply("write", arguments)]), match=has_tools)
+        first_request = len(upstream.requests)
+        outputs: list[AgentOutput] = []
+        agent = OpencodeAgent(settings)
+        context = rig.context("Create hello.txt.")
+        await agent.prepare(rig.sandbox, context)
+        cache = await rig.sandbox.read_file(MODELS_CACHE, max_bytes=1024)
+        outcome = await agent.run(rig.sandbox, context, outputs.append)
+        assert outcome.exit_code == 0, outcome.log_tail
+        requests = [_without_ids(r.body or {}) for r in upstream.requests[first_request:]]
+        runs.append(
+            (cache, requests, [(o.kind, o.tool_name, _without_ids(o.text)) for o in outputs])
+        )
+
+    (before, before_requests, before_outputs), (after, after_requests, after_outputs) = runs
+    assert (before, after) == (None, b"{}")
+    assert len(after_requests) == 3  # the title, the write, the answer to its result
+    assert after_requests == before_requests
+    assert after_outputs == before_outputs
+
+
+def _without_ids(value: Any) -> Any:
+    """`value` with what differs between any two runs blanked: ids, session and times."""
+    if isinstance(value, str):
+        return re.sub(r"\b(call|ses|msg|prt)_[A-Za-z0-9]+|\b1[0-9]{12}\b", "<id>", value)
+    if isinstance(value, dict):
+        return {key: _without_ids(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_ids(item) for item in value]
+    return value
 
 
 async def test_options_disable_tools_and_set_the_system_prompt(
