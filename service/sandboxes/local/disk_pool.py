@@ -10,16 +10,19 @@ directory of its own that a sandbox takes by renaming it to its own (`provide`):
                                   /disk       its filesystem, mounted, holding nothing but
                                               an empty lost+found, as a new one does
 
-The first sandbox of that size starts making the pool's disks in the background; after that
-the pool is kept full by the disks of torn-down sandboxes (`recycle`, in the reaper's thread
-once every process of the sandbox is dead, after the rollout has its result): everything on
-the filesystem is removed without following a link (`removal`), its lost+found must be empty
-and its root as made, and its freed blocks go back to the host (FITRIM: the loop device
-punches them out of the image), so a ready disk holds its metadata only. Anything unexpected
-(another mount below the directory, an entry that would not go, no FITRIM) and the disk is
-removed instead. A disk of another size is made on the rollout's path and removed after, as
-without the pool. What one rollout leaves for the next is nothing in the filesystem's tree;
-its counters (inode numbers, where free blocks lie) are not reset.
+The first sandbox of that size starts making a few disks in the background (`warm_up`: the
+whole pool); the pool grows to its size, and stays there, with the disks of torn-down
+sandboxes (`recycle`, in the reaper's thread once every process of the sandbox is dead,
+after the rollout has its result), so it makes no more disks than there would be without it.
+
+Wiping a disk: everything on the filesystem is removed without following a link
+(`removal`), its lost+found must be empty and its root as made, and its freed blocks go
+back to the host (FITRIM: the loop device punches them out of the image), so a ready disk
+holds its metadata only. Anything unexpected (another mount below the directory, an entry
+that would not go, no FITRIM) and the disk is removed instead. What one rollout leaves for
+the next is nothing in the filesystem's tree; its counters (inode numbers, where free
+blocks lie) are not reset. A disk of another size is made on the rollout's path and
+removed after, as without the pool.
 
 Shutdown removes the ready disks (`close`); a server killed leaves them mounted, and the
 start-up sweep removes every directory of the pool it does not hold (`sweep`).
@@ -50,6 +53,8 @@ _FITRIM = 0xC0185879
 _LOST_FOUND = "lost+found"
 _ROOT_MODE = 0o755
 """The filesystem's root as mkfs made it (root's, 0755): no sandbox can change it."""
+_AHEAD = 2
+"""Disks made ahead at a size's first use; the pool's others are torn-down sandboxes'."""
 
 
 class DiskPool:
@@ -84,20 +89,22 @@ class DiskPool:
         make_disk(layout, size_bytes, self._templates)
 
     def first_use(self, size_bytes: int) -> None:
-        """The first time a sandbox asks for the pool's size, start making its disks; after
-        that, torn-down sandboxes' disks keep the pool full (making more whenever it ran
-        short would make disks that are removed when the ones lent come back)."""
+        """The first time a sandbox asks for the pool's size, start making a few disks; after
+        that, torn-down sandboxes' disks fill the pool (making more whenever it ran short
+        would make disks that are removed when the ones lent come back)."""
         if not self._filled:
-            self.fill(size_bytes)
+            self.fill(size_bytes, min(_AHEAD, self._size))
 
-    def fill(self, size_bytes: int) -> None:
-        """Start making disks until the pool is full, if `size_bytes` is its size."""
+    def fill(self, size_bytes: int, count: int | None = None) -> None:
+        """Start making disks until `count` (the pool's size if None) are ready, if
+        `size_bytes` is its size."""
         if self._size == 0 or size_bytes != self._disk_bytes:
             return
         if self._filling is not None and not self._filling.done():
             return
         self._filled = True
-        self._filling = asyncio.get_running_loop().create_task(asyncio.to_thread(self._fill))
+        making = asyncio.to_thread(self._fill, self._size if count is None else count)
+        self._filling = asyncio.get_running_loop().create_task(making)
         self._filling.add_done_callback(_log_failure)
 
     async def filled(self) -> None:
@@ -155,12 +162,11 @@ class DiskPool:
             self._closed = True
             ready, self._ready = self._ready, []
         await self.filled()
-        for path in ready:
-            await asyncio.to_thread(remove_tree, path)
+        await asyncio.gather(*(asyncio.to_thread(remove_tree, path) for path in ready))
 
-    def _fill(self) -> None:
+    def _fill(self, count: int) -> None:
         self._directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        while self._has_room():
+        while self._has_room() and len(self.held()) < count:
             path = self._directory / uuid.uuid4().hex
             path.mkdir(mode=0o700)
             try:

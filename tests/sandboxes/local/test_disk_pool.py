@@ -4,15 +4,22 @@ is visible to the second; the quota holds; shutdown and the start-up sweep leave
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
 import pytest
+from rollout.v1 import rollout_pb2 as pb
+from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.config import Settings
 from service.models import Resources, SandboxSpec
 from service.sandboxes.base import SandboxRequest
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
+from tests.e2e.processes import eventually
+from tests.e2e.specs import command_spec
+from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="disk quotas need a root server")
 
@@ -148,3 +155,33 @@ async def test_close_and_the_start_up_sweep_leave_no_pooled_disk(
     await restarted.close()
     assert _pooled(pool_settings) == []
     assert _mounts_below(pool_settings.state_dir) == []
+
+
+async def _run_rollout(target: str) -> None:
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = pb_grpc.RolloutServiceStub(channel)
+        done = await stub.RunRollout(pb.RunRolloutRequest(spec=command_spec("echo x > f")))
+    assert done.rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, done.rollout.result.error
+
+
+@pytest.mark.e2e
+async def test_a_killed_servers_pooled_disks_are_swept_and_a_stopped_one_leaves_none(
+    tmp_path: Path,
+) -> None:
+    env = {"ROLLOUT_LOCAL_DISK_POOL": "2", "ROLLOUT_SANDBOX_DISK_MB": str(_QUOTA_MB)}
+    server = ServerProcess(tmp_path / "state", env=env)
+    state = Path(os.path.realpath(tmp_path / "state"))
+    pool = state / "disk-pool"
+    await _run_rollout(server.start())
+    await eventually(lambda: len(_mounts_below(pool)) == 2)  # made ahead and given back
+    server.stop(signal.SIGKILL)
+    assert len(_mounts_below(pool)) == 2  # a crash leaves them mounted
+
+    target = server.start()
+    await eventually(lambda: _mounts_below(pool) == [])  # the start-up sweep
+    assert list(pool.iterdir()) == []
+    await _run_rollout(target)
+    await eventually(lambda: len(_mounts_below(pool)) == 2)
+    assert server.stop() == 0
+    assert _mounts_below(state) == []
+    assert list(pool.iterdir()) == []
