@@ -3,7 +3,8 @@
 The endpoints are made from the proto's service descriptor (no generated Connect code to keep
 in step): every method of READ_METHODS, unary or server-streaming, becomes a call on a gRPC
 channel with the caller's `authorization` header as metadata and the caller's Connect timeout
-as deadline. A gRPC status comes back as the Connect error of the same code and message.
+as deadline. A gRPC status comes back as the Connect error of the same code and message, with
+the same google.rpc details (the BadRequest that names a bad field, RetryInfo).
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from typing import Any, NoReturn
 
 import grpc
 from connectrpc.code import Code
-from connectrpc.errors import ConnectError
+from connectrpc.errors import ConnectError, ErrorDetail
 from connectrpc.method import IdempotencyLevel, MethodInfo
 from connectrpc.request import RequestContext
 from connectrpc.server import Endpoint
-from google.protobuf import message_factory
+from google.protobuf import any_pb2, message_factory
 from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message import Message
+from grpc_status import rpc_status
+from protobuf.wkt import Any as AnyDetail
 from rollout.v1 import rollout_pb2 as pb
 
 __all__ = ["READ_METHODS", "SERVICE_PATH", "forwarding_endpoints"]
@@ -29,7 +32,14 @@ _SERVICE = pb.DESCRIPTOR.services_by_name["RolloutService"]
 SERVICE_PATH = f"/{_SERVICE.full_name}/"
 """The URL path prefix of every Connect call."""
 
-READ_METHODS = ("ListRollouts", "GetRollout", "WatchRollout", "GetGroup", "WatchGroup")
+READ_METHODS = (
+    "ListRollouts",
+    "GetRollout",
+    "WatchRollout",
+    "ListGroups",
+    "GetGroup",
+    "WatchGroup",
+)
 """What the dashboard may call: it shows rollouts and groups, it never starts or cancels one."""
 
 Context = RequestContext[Any, Any]
@@ -127,7 +137,15 @@ def _raise_unless_closing() -> NoReturn:
 
 
 def _connect_error(exc: grpc.aio.AioRpcError) -> ConnectError:
-    """The Connect error of the gRPC status: same code (CANCELLED is spelled CANCELED)."""
+    """The Connect error of the gRPC status: same code (CANCELLED is spelled CANCELED), message
+    and details (each google.protobuf.Any passed on as it came, type and bytes)."""
     status = exc.code()
     code = Code.CANCELED if status is grpc.StatusCode.CANCELLED else Code[status.name]
-    return ConnectError(code, exc.details() or "")
+    rich = rpc_status.from_call(exc)
+    details = [] if rich is None else [_detail(detail) for detail in rich.details]
+    return ConnectError(code, exc.details() or "", details)
+
+
+def _detail(detail: any_pb2.Any) -> ErrorDetail:
+    """A google.protobuf Any as connectrpc's own Any (its protobuf runtime is another)."""
+    return ErrorDetail(AnyDetail(type_url=detail.type_url, value=detail.value))

@@ -2,6 +2,7 @@
 // bearer token the user gave (kept for this tab only, in sessionStorage).
 import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
+import { BadRequestSchema, type BadRequest_FieldViolation } from "./gen/google/rpc/error_details_pb";
 import { RolloutService } from "./gen/rollout/v1/rollout_pb";
 
 const TOKEN_KEY = "rollout-dashboard-token";
@@ -37,4 +38,12 @@ export function isUnauthenticated(error: unknown): boolean {
 export function describeError(error: unknown): string {
   const connectError = ConnectError.from(error);
   return `${Code[connectError.code]}: ${connectError.rawMessage}`;
+}
+
+/** The fields a refused request named (google.rpc.BadRequest details, as the gRPC API sends
+ * them), each with what is wrong with it; none for other errors. */
+export function fieldViolations(error: unknown): BadRequest_FieldViolation[] {
+  return ConnectError.from(error)
+    .findDetails(BadRequestSchema)
+    .flatMap((details) => details.fieldViolations);
 }

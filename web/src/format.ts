@@ -2,10 +2,11 @@
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { h, link } from "./dom";
-import { ErrorKind, Phase, RolloutStatus } from "./gen/rollout/v1/rollout_pb";
+import { ErrorKind, GroupStatus, Phase, RolloutStatus } from "./gen/rollout/v1/rollout_pb";
 
 export const statusName = (status: RolloutStatus): string => RolloutStatus[status] ?? "?";
 export const phaseName = (phase: Phase): string => Phase[phase] ?? "?";
+export const groupStatusName = (status: GroupStatus): string => GroupStatus[status] ?? "?";
 export const errorKindName = (kind: ErrorKind): string => ErrorKind[kind] ?? "?";
 
 export function time(timestamp: Timestamp | undefined): string {

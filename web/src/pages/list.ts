@@ -1,8 +1,11 @@
-// Rollouts matching a label selector and a status, kept live by a label-wide WatchRollout.
+// Rollouts matching a label selector and a status, kept live by a label-wide WatchRollout. A
+// `rollout batch` run labels its rollouts rollout.batch=<batch id>: its own column links to them.
 import { api } from "../client";
 import { h, link, replaceChildren } from "../dom";
 import { labelLinks, parseLabels, phaseName, reward, statusName, time } from "../format";
 import { type Phase, ResultView, type Rollout, RolloutStatus } from "../gen/rollout/v1/rollout_pb";
+
+const BATCH_LABEL = "rollout.batch";
 
 interface Filter {
   labels: Record<string, string>;
@@ -41,6 +44,8 @@ function row(rollout: Rollout): HTMLTableRowElement {
   const group = rollout.groupId
     ? link(`#/group/${encodeURIComponent(rollout.groupId)}`, `${rollout.groupId}`)
     : "";
+  const batchId = rollout.spec?.labels?.[BATCH_LABEL];
+  const batch = batchId ? link(`#/?${new URLSearchParams({ labels: `${BATCH_LABEL}=${batchId}` })}`, batchId) : "";
   return h(
     "tr",
     { "data-rollout": rollout.id, "data-status": statusName(rollout.status) },
@@ -50,6 +55,7 @@ function row(rollout: Rollout): HTMLTableRowElement {
     h("td", {}, rollout.spec?.agent?.name ?? ""),
     h("td", {}, labelLinks(rollout.spec?.labels ?? {})),
     h("td", {}, group),
+    h("td", { class: "batch" }, batch),
     h("td", { class: "reward" }, reward(rollout.result?.reward)),
     h("td", {}, time(rollout.createTime)),
   );
@@ -65,14 +71,19 @@ function patch(tr: HTMLTableRowElement, status: RolloutStatus, phase: Phase): vo
 export async function listPage(root: Element, query: URLSearchParams, signal: AbortSignal) {
   const filter = filterOf(query);
   const body = h("tbody");
-  const heads = ["rollout", "status", "phase", "agent", "labels", "group", "reward", "created"];
+  const heads = ["rollout", "status", "phase", "agent", "labels", "group", "batch", "reward", "created"];
   const table = h(
     "table",
     { id: "rollouts" },
     h("thead", {}, h("tr", {}, ...heads.map((name) => h("th", {}, name)))),
     body,
   );
-  replaceChildren(root, h("h1", {}, "Rollouts"), filterForm(filter), table);
+  const batchId = filter.labels[BATCH_LABEL];
+  const batchGroups = `#/groups?${new URLSearchParams({ labels: `${BATCH_LABEL}=${batchId}` })}`;
+  const title = batchId
+    ? h("h1", {}, "Rollouts of batch ", h("code", {}, batchId), " ", link(batchGroups, "(its groups)"))
+    : h("h1", {}, "Rollouts");
+  replaceChildren(root, title, filterForm(filter), table);
   const statuses: RolloutStatus[] = filter.status ? [filter.status] : [];
   const shown = new Map<string, HTMLTableRowElement>();
   const show = (rollout: Rollout) => {

@@ -1,0 +1,151 @@
+// Groups matching a label selector and a status (ListGroups), kept live: every member's first
+// phase change and its end (a label-wide WatchRollout) re-read its group, until the group has
+// taken the member's end into account and, once no member is left running, decided.
+import { api } from "../client";
+import { h, link, replaceChildren } from "../dom";
+import { groupStatusName, labelLinks, parseLabels, reward, time } from "../format";
+import { type Group, GroupStatus, ResultView, RolloutStatus } from "../gen/rollout/v1/rollout_pb";
+
+interface Filter {
+  labels: Record<string, string>;
+  labelText: string;
+  status: GroupStatus;
+}
+
+const LIVE = new Set([RolloutStatus.QUEUED, RolloutStatus.RUNNING, RolloutStatus.UNSPECIFIED]);
+/** How often, and how many times, a group is read again while it has yet to catch up. */
+const SETTLE_MS = 250;
+const SETTLE_TRIES = 40;
+
+function filterOf(query: URLSearchParams): Filter {
+  const labelText = query.get("labels") ?? "";
+  const status = GroupStatus[(query.get("status") ?? "") as keyof typeof GroupStatus];
+  return { labels: parseLabels(labelText), labelText, status: status ?? GroupStatus.UNSPECIFIED };
+}
+
+function filterForm(filter: Filter): HTMLFormElement {
+  const selector = h("input", { name: "labels", placeholder: "labels: rollout.batch=<id>, team=rl" });
+  selector.value = filter.labelText;
+  const status = h("select", { name: "status" }, h("option", { value: "" }, "any status"));
+  for (const name of Object.keys(GroupStatus).filter((k) => Number.isNaN(Number(k)))) {
+    if (name === "UNSPECIFIED") continue;
+    const option = h("option", { value: name }, name);
+    option.selected = GroupStatus[name as keyof typeof GroupStatus] === filter.status;
+    status.append(option);
+  }
+  const form = h("form", { id: "filter" }, selector, status, h("button", {}, "filter"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const query = new URLSearchParams();
+    if (selector.value.trim()) query.set("labels", selector.value.trim());
+    if (status.value) query.set("status", status.value);
+    location.hash = `#/groups?${query}`;
+  });
+  return form;
+}
+
+function row(group: Group): HTMLTableRowElement {
+  const spec = group.spec;
+  const needed = spec ? spec.minComplete || spec.n : 0;
+  const stats = group.stats;
+  return h(
+    "tr",
+    { "data-group": group.id, "data-status": groupStatusName(group.status) },
+    h("td", {}, link(`#/group/${encodeURIComponent(group.id)}`, group.id)),
+    h("td", { class: "status" }, groupStatusName(group.status)),
+    h("td", { class: "counted" }, `${stats?.counted ?? 0}/${needed}`),
+    h("td", { class: "members" }, String(group.members.length)),
+    h("td", { class: "reward" }, reward(stats?.rewardMean)),
+    h("td", { class: "refills" }, String(stats?.refills ?? 0)),
+    h("td", {}, labelLinks(spec?.spec?.labels ?? {})),
+    h("td", {}, time(group.createTime)),
+  );
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => (clearTimeout(timer), resolve()), { once: true });
+  });
+}
+
+export async function groupsPage(root: Element, query: URLSearchParams, signal: AbortSignal) {
+  const filter = filterOf(query);
+  const body = h("tbody");
+  const heads = ["group", "status", "counted", "members", "mean reward", "refills", "labels", "created"];
+  const table = h(
+    "table",
+    { id: "groups" },
+    h("thead", {}, h("tr", {}, ...heads.map((name) => h("th", {}, name)))),
+    body,
+  );
+  replaceChildren(root, h("h1", {}, "Groups"), filterForm(filter), table);
+  const statuses: GroupStatus[] = filter.status ? [filter.status] : [];
+  const shown = new Map<string, HTMLTableRowElement>();
+  const show = (group: Group) => {
+    const old = shown.get(group.id);
+    if (statuses.length && !statuses.includes(group.status)) {
+      old?.remove();
+      shown.delete(group.id);
+      return;
+    }
+    const fresh = row(group);
+    if (old) old.replaceWith(fresh);
+    else body.prepend(fresh);
+    shown.set(group.id, fresh);
+  };
+
+  // One reader per group at a time; one asked for while it reads reads again after.
+  const ended = new Map<string, Set<string>>(); // group id -> members ended, not yet in it
+  const reading = new Set<string>();
+  const again = new Set<string>();
+  const settle = async (groupId: string): Promise<void> => {
+    if (reading.has(groupId)) {
+      again.add(groupId);
+      return;
+    }
+    reading.add(groupId);
+    try {
+      for (let tries = 0; tries < SETTLE_TRIES && !signal.aborted; tries++) {
+        const { group } = await api.getGroup({ groupId }, { signal });
+        if (!group) return;
+        show(group);
+        const waiting = ended.get(groupId) ?? new Set<string>();
+        for (const member of group.members) {
+          if (!LIVE.has(member.status)) waiting.delete(member.rolloutId);
+        }
+        const deciding = group.members.length > 0 && group.members.every((m) => !LIVE.has(m.status));
+        if (group.status !== GroupStatus.RUNNING || (!waiting.size && !deciding)) return;
+        await sleep(SETTLE_MS, signal);
+      }
+    } finally {
+      reading.delete(groupId);
+      if (again.delete(groupId) && !signal.aborted) void settle(groupId).catch(() => undefined);
+    }
+  };
+  const memberEnded = (groupId: string, rolloutId: string) => {
+    if (!ended.has(groupId)) ended.set(groupId, new Set());
+    ended.get(groupId)!.add(rolloutId);
+    void settle(groupId).catch(() => undefined);
+  };
+
+  // Watch first, then list: a group started in between is in one or the other.
+  const events = api.watchRollout({ labels: filter.labels }, { signal });
+  const page = await api.listGroups({ labels: filter.labels, statuses, pageSize: 100 }, { signal });
+  for (const group of [...page.groups].reverse()) show(group);
+  const groupOf = new Map<string, string>(); // rollout id -> its group's id ("" for none)
+  for await (const { event } of events) {
+    if (!event) continue;
+    const { payload } = event;
+    if (payload.case === "finished") {
+      groupOf.set(event.rolloutId, payload.value.groupId);
+      if (payload.value.groupId) memberEnded(payload.value.groupId, event.rolloutId);
+    } else if (payload.case === "phase" && !groupOf.has(event.rolloutId)) {
+      groupOf.set(event.rolloutId, "");
+      const got = await api.getRollout({ rolloutId: event.rolloutId, view: ResultView.SLIM }, { signal });
+      const groupId = got.rollout?.groupId ?? "";
+      groupOf.set(event.rolloutId, groupId);
+      if (groupId) void settle(groupId).catch(() => undefined);
+    }
+  }
+}
