@@ -15,6 +15,7 @@ import asyncio
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -244,3 +245,58 @@ async def test_the_tampering_check_reads_the_unprivileged_overlay(server: Server
     assert rollout.status == pb.ROLLOUT_STATUS_FAILED
     assert rollout.result.error.kind == pb.ERROR_KIND_TAMPERED, rollout.result.error.message
     assert rollout.result.reward == 0.0
+
+
+_FORKS = """
+import os, time
+n = 0
+try:
+    while n < 100:
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        n += 1
+except OSError:
+    pass
+print(n)
+"""
+
+
+async def test_max_processes_counts_the_sandbox_alone(server: ServerProcess) -> None:
+    """Every sandbox runs as the server's uid, yet RLIMIT_NPROC counts per user namespace:
+    16 bounds this sandbox (its spawner, bwrap and holder included), never the server's
+    own threads nor another sandbox's processes."""
+    spec = command_spec(
+        f"python3 -c '{_FORKS}' > forks.txt; true",
+        sandbox={"image": "rollout/base", "resources": {"maxProcesses": 16}},
+    )
+    rollout = await _run(server.target, spec)
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
+    assert 0 < int(rollout.result.files["forks.txt"]) < 16
+
+
+async def test_a_killed_server_leaves_no_process_or_mount(
+    server: ServerProcess, user: pwd.struct_passwd, home: Path
+) -> None:
+    async with grpc.aio.insecure_channel(server.target) as channel:
+        stub = pb_grpc.RolloutServiceStub(channel)
+        started = await stub.StartRollout(
+            pb.StartRolloutRequest(spec=command_spec("echo x > /tmp/x; sleep 300", **_BASE))
+        )
+        async for response in stub.WatchRollout(
+            pb.WatchRolloutRequest(rollout_id=started.rollout.id)
+        ):
+            if response.event.phase.phase == pb.PHASE_AGENT:
+                break
+    assert _mounts_under(home / "state")  # the overlay, in the spawner's namespace
+    server.stop(signal.SIGKILL)
+    for _ in range(200):  # its spawners see the server's sockets close, and exit
+        if not _processes_of(user.pw_uid):
+            break
+        await asyncio.sleep(0.05)
+    assert _processes_of(user.pw_uid) == []
+    assert _mounts_under(home / "state") == []
+    server.start()  # the start-up sweep removes the killed rollout's directories
+    rollout = await _run(server.target, command_spec("true", **_BASE))
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
+    assert not (home / "state" / "sandboxes" / started.rollout.id).exists()
