@@ -446,7 +446,8 @@ class PostgresStore:
 
     async def unfinished_groups(self) -> builtins.list[StoredGroup]:
         """Running groups of gone server runs, oldest first, taken over by this run."""
-        params = self._lease.params(running=GroupStatus.RUNNING.value)
+        live = [status.value for status in RolloutStatus if status not in TERMINAL_STATUSES]
+        params = self._lease.params(running=GroupStatus.RUNNING.value, live=live)
         rows = await self._claim(claim_groups(), params)
         return [(decode_model(Group, row[2]), row[3]) for row in sorted(rows, key=lambda r: r[:2])]
 

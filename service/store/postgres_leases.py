@@ -38,9 +38,14 @@ def claim_rollouts(columns: str) -> str:
 
 
 def claim_groups() -> str:
-    """SQL taking over the running groups of gone runs (`Lease.params`, running)."""
+    """SQL taking over the running groups of gone runs (`Lease.params`, running, live): only
+    once no unfinished member is another run's (a replica taking over the members ends them
+    before it resumes their group; one that has claimed them but not yet ended them keeps
+    the group for itself), so that the group resumes with its members' ends known."""
     return (
         f"UPDATE groups SET owner = %(owner)s WHERE status = %(running)s AND {_GONE}"
+        " AND NOT EXISTS (SELECT 1 FROM rollouts WHERE rollouts.status = ANY(%(live)s)"
+        " AND rollouts.group_id = groups.id AND rollouts.owner <> %(owner)s)"
         " RETURNING create_us, id, document, secret_free"
     )
 

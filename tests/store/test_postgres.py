@@ -20,7 +20,7 @@ from service.models import (
     RolloutEvent,
     RolloutStatus,
 )
-from service.models.group import Group, GroupSpec
+from service.models.group import Group, GroupSpec, GroupStatus
 from service.store import postgres
 from service.store.postgres import PostgresStore
 from tests.store.postgres_server import PostgresServer
@@ -180,6 +180,67 @@ async def test_a_starting_replica_takes_over_only_what_a_dead_one_left_and_only_
     assert sorted(len(claim) for claim in claims) == [0, 1]
     assert [r.id for claim in claims for r in claim] == [queued.id]
     assert [g.id for claim in groups for g, _ in claim] == ["g1"]
+
+
+async def test_a_group_is_taken_over_by_the_run_that_holds_its_unfinished_members(
+    postgres_url: str,
+) -> None:
+    member = rollout(1)
+    member.group_id = "g2"
+    async with PostgresStore(postgres_url, server="a") as a:
+        await a.insert(member)
+        await a.insert_group(_group("g2"), secret_free=True)
+        async with (
+            PostgresStore(postgres_url, server="b") as b,
+            PostgresStore(postgres_url, server="c") as c,
+        ):
+            with psycopg.connect(postgres_url, autocommit=True) as conn:
+                conn.execute(
+                    "UPDATE servers SET heartbeat_at = now() - interval '1 hour' WHERE server = 'a'"
+                )
+            claimed = await b.non_terminal()  # b has not ended its member yet
+            by_c = await c.unfinished_groups()
+            by_b = await b.unfinished_groups()
+
+    assert [r.id for r in claimed] == [member.id]
+    assert by_c == []
+    assert [g.id for g, _ in by_b] == ["g2"]
+
+
+async def test_a_group_cancel_reaches_its_live_owner_and_its_saves_wake_other_runs(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only a notification can wake the follower: were NOTIFY lost, the test would time out.
+    monkeypatch.setattr(postgres, "POLL_S", 3600.0)
+    group = _group("g3")
+    async with (
+        PostgresStore(postgres_url, server="a") as owner,
+        PostgresStore(postgres_url, server="b") as other,
+    ):
+        await owner.insert_group(group, secret_free=True)
+        asked: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        owner.on_group_cancel_request(lambda group_id, reason: asked.put_nowait((group_id, reason)))
+        seen: list[GroupStatus] = []
+        first_read = asyncio.Event()
+
+        async def follow() -> None:
+            async for stored in other.follow_group(group.id):
+                seen.append(stored.status)
+                first_read.set()
+
+        follower = asyncio.create_task(follow())
+        await first_read.wait()
+        sent = await other.request_group_cancel(group.id, "from b")
+        heard = await asked.get()
+        to_itself = await owner.request_group_cancel(group.id, "own")
+        group.status = GroupStatus.CANCELLED
+        await owner.save_group(group)
+        await follower
+        too_late = await other.request_group_cancel(group.id, "late")
+
+    assert (sent, heard, to_itself, too_late) == (True, (group.id, "from b"), False, False)
+    assert asked.empty()
+    assert seen == [GroupStatus.RUNNING, GroupStatus.CANCELLED]
 
 
 async def test_a_replica_that_stops_cleanly_leaves_its_rollouts_to_the_next_at_once(
