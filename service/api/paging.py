@@ -16,6 +16,9 @@ fewer turns than that reads them from WatchRollout, where each turn is its own e
 
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
+from google.protobuf.message import Message
 from rollout.v1 import rollout_pb2 as pb
 
 from service.api.convert import rollout_to_proto
@@ -25,33 +28,48 @@ from service.models.group import Group
 
 __all__ = ["GroupPageBuilder", "RolloutPageBuilder"]
 
+M = TypeVar("M", bound=Message)
+
 _RESPONSE_RESERVE_BYTES = 4096
 """Kept out of the budget for next_page_token and the response's own framing."""
+
+
+class _Page(Generic[M]):
+    """Messages for one response's repeated field, while they fit in `limit_bytes`."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.budget_bytes = limit_bytes - _RESPONSE_RESERVE_BYTES
+        self.messages: list[M] = []
+        self._used_bytes = 0
+
+    def add(self, message: M) -> bool:
+        """Add `message` if it fits in what is left of the budget; the first always fits."""
+        size = _repeated_field_bytes(message.ByteSize())
+        if self.messages and self._used_bytes + size > self.budget_bytes:
+            return False
+        self.messages.append(message)
+        self._used_bytes += size
+        return True
 
 
 class RolloutPageBuilder:
     """Converts rollouts for one ListRolloutsResponse while they fit (see `TakeRollout`)."""
 
     def __init__(self, *, limit_bytes: int, slim: bool) -> None:
-        self._budget_bytes = limit_bytes - _RESPONSE_RESERVE_BYTES
         self._slim = slim
-        self._used_bytes = 0
-        self._messages: list[pb.Rollout] = []
+        self._page: _Page[pb.Rollout] = _Page(limit_bytes)
 
     def take(self, rollout: Rollout) -> bool:
         """Add `rollout` if it fits in what is left of the budget; the first always fits."""
         message = rollout_to_proto(rollout, slim=self._slim)
-        if not self._messages:
-            _drop_turns_over(message, self._budget_bytes)
-        size = _repeated_field_bytes(message.ByteSize())
-        if self._messages and self._used_bytes + size > self._budget_bytes:
-            return False
-        self._messages.append(message)
-        self._used_bytes += size
-        return True
+        if not self._page.messages:
+            _drop_turns_over(message, self._page.budget_bytes)
+        return self._page.add(message)
 
     def response(self, next_page_token: str) -> pb.ListRolloutsResponse:
-        return pb.ListRolloutsResponse(rollouts=self._messages, next_page_token=next_page_token)
+        return pb.ListRolloutsResponse(
+            rollouts=self._page.messages, next_page_token=next_page_token
+        )
 
     @staticmethod
     def alone(rollout: Rollout, *, limit_bytes: int, slim: bool) -> pb.Rollout:
@@ -67,22 +85,14 @@ class GroupPageBuilder:
     and never left out: a group too large for any page still gets one of its own)."""
 
     def __init__(self, *, limit_bytes: int) -> None:
-        self._budget_bytes = limit_bytes - _RESPONSE_RESERVE_BYTES
-        self._used_bytes = 0
-        self._messages: list[pb.Group] = []
+        self._page: _Page[pb.Group] = _Page(limit_bytes)
 
     def take(self, group: Group) -> bool:
         """Add `group` if it fits in what is left of the budget; the first always fits."""
-        message = group_to_proto(group)
-        size = _repeated_field_bytes(message.ByteSize())
-        if self._messages and self._used_bytes + size > self._budget_bytes:
-            return False
-        self._messages.append(message)
-        self._used_bytes += size
-        return True
+        return self._page.add(group_to_proto(group))
 
     def response(self, next_page_token: str) -> pb.ListGroupsResponse:
-        return pb.ListGroupsResponse(groups=self._messages, next_page_token=next_page_token)
+        return pb.ListGroupsResponse(groups=self._page.messages, next_page_token=next_page_token)
 
 
 def _drop_turns_over(message: pb.Rollout, budget_bytes: int) -> None:
@@ -92,5 +102,6 @@ def _drop_turns_over(message: pb.Rollout, budget_bytes: int) -> None:
 
 
 def _repeated_field_bytes(message_bytes: int) -> int:
-    """An element of `rollouts` on the wire: a one-byte tag, a varint length, the message."""
+    """An element of a response's repeated field on the wire: a one-byte tag, a varint length,
+    the message."""
     return 1 + max(1, (message_bytes.bit_length() + 6) // 7) + message_bytes

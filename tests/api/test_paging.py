@@ -1,11 +1,13 @@
-"""RolloutPageBuilder: pages measured as encoded, never over the limit, never empty."""
+"""RolloutPageBuilder and GroupPageBuilder: pages measured as encoded, never over the limit,
+never empty."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from service.api.paging import RolloutPageBuilder
+from service.api.paging import GroupPageBuilder, RolloutPageBuilder
 from service.models import Rollout, RolloutResult, RolloutSpec, TaskSpec, Turn
+from service.models.group import Group, GroupMember, GroupSpec
 
 _MIB = 1024 * 1024
 
@@ -73,3 +75,22 @@ def test_token_data_over_the_limit_leaves_the_turns_out_and_counts_them() -> Non
     assert page.take(rollout) is True
     assert page.response("").ByteSize() < _MIB
     assert page.response("").rollouts[0].result.turn_count == 20
+
+
+def test_group_pages_stop_before_the_limit_and_a_large_group_gets_one_alone() -> None:
+    def group(group_id: str, members: int) -> Group:
+        spec = GroupSpec(spec=RolloutSpec(task=TaskSpec(instruction="x")), n=members)
+        listed = [GroupMember(rollout_id=f"{n:032x}", index=n) for n in range(members)]
+        return Group(id=group_id, spec=spec, members=listed, create_time=datetime.now(UTC))
+
+    page = GroupPageBuilder(limit_bytes=64 * 1024)
+    taken = [page.take(group(f"g{n}", 500)) for n in range(4)]
+    alone = GroupPageBuilder(limit_bytes=1024)
+    alone_taken = [alone.take(group("big", 500)), alone.take(group("small", 1))]
+
+    assert taken == [True, True, True, False]
+    response = page.response("next")
+    assert [g.id for g in response.groups] == ["g0", "g1", "g2"]
+    assert 48 * 1024 < response.ByteSize() <= 64 * 1024
+    assert alone_taken == [True, False]
+    assert len(alone.response("").groups[0].members) == 500
