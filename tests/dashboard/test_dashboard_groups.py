@@ -6,11 +6,15 @@ BadRequest reaches the page, which names each field.
 The members are held in a model call by the fake upstream until the test releases them, so the
 group is RUNNING for as long as the test needs; the page records every status the group's row
 shows (a MutationObserver), so the test reads what the DOM went through.
+
+`DASHBOARD_GROUPS_SCREENSHOT=docs/images/dashboard-groups.png pytest tests/dashboard -k
+appears` writes the groups page as the group finished, for the docs.
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -106,6 +110,8 @@ async def test_a_group_appears_on_the_groups_page_and_finishes_there(
         await expect(row.locator(".members")).to_have_text("2")
         await expect(row.locator(".reward")).to_have_text("1.000")
         await expect(page.locator("#groups tbody tr")).to_have_count(1)
+        if screenshot := os.environ.get("DASHBOARD_GROUPS_SCREENSHOT"):
+            await page.screenshot(path=screenshot, full_page=True)
 
         await row.get_by_role("link", name=group_id).click()
         await expect(page.locator("#status")).to_have_text("COMPLETED")

@@ -3,46 +3,14 @@
 // taken the member's end into account and, once no member is left running, decided.
 import { api } from "../client";
 import { h, link, replaceChildren } from "../dom";
-import { groupStatusName, labelLinks, parseLabels, reward, time } from "../format";
+import { filterForm, filterOf } from "../filter";
+import { groupStatusName, labelLinks, reward, time } from "../format";
 import { type Group, GroupStatus, ResultView, RolloutStatus } from "../gen/rollout/v1/rollout_pb";
-
-interface Filter {
-  labels: Record<string, string>;
-  labelText: string;
-  status: GroupStatus;
-}
 
 const LIVE = new Set([RolloutStatus.QUEUED, RolloutStatus.RUNNING, RolloutStatus.UNSPECIFIED]);
 /** How often, and how many times, a group is read again while it has yet to catch up. */
 const SETTLE_MS = 250;
 const SETTLE_TRIES = 40;
-
-function filterOf(query: URLSearchParams): Filter {
-  const labelText = query.get("labels") ?? "";
-  const status = GroupStatus[(query.get("status") ?? "") as keyof typeof GroupStatus];
-  return { labels: parseLabels(labelText), labelText, status: status ?? GroupStatus.UNSPECIFIED };
-}
-
-function filterForm(filter: Filter): HTMLFormElement {
-  const selector = h("input", { name: "labels", placeholder: "labels: rollout.batch=<id>, team=rl" });
-  selector.value = filter.labelText;
-  const status = h("select", { name: "status" }, h("option", { value: "" }, "any status"));
-  for (const name of Object.keys(GroupStatus).filter((k) => Number.isNaN(Number(k)))) {
-    if (name === "UNSPECIFIED") continue;
-    const option = h("option", { value: name }, name);
-    option.selected = GroupStatus[name as keyof typeof GroupStatus] === filter.status;
-    status.append(option);
-  }
-  const form = h("form", { id: "filter" }, selector, status, h("button", {}, "filter"));
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    const query = new URLSearchParams();
-    if (selector.value.trim()) query.set("labels", selector.value.trim());
-    if (status.value) query.set("status", status.value);
-    location.hash = `#/groups?${query}`;
-  });
-  return form;
-}
 
 function row(group: Group): HTMLTableRowElement {
   const spec = group.spec;
@@ -70,7 +38,7 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
 }
 
 export async function groupsPage(root: Element, query: URLSearchParams, signal: AbortSignal) {
-  const filter = filterOf(query);
+  const filter = filterOf(query, GroupStatus);
   const body = h("tbody");
   const heads = ["group", "status", "counted", "members", "mean reward", "refills", "labels", "created"];
   const table = h(
@@ -79,7 +47,7 @@ export async function groupsPage(root: Element, query: URLSearchParams, signal: 
     h("thead", {}, h("tr", {}, ...heads.map((name) => h("th", {}, name)))),
     body,
   );
-  replaceChildren(root, h("h1", {}, "Groups"), filterForm(filter), table);
+  replaceChildren(root, h("h1", {}, "Groups"), filterForm(filter, GroupStatus, "#/groups", "rollout.batch=<id>, team=rl"), table);
   const statuses: GroupStatus[] = filter.status ? [filter.status] : [];
   const shown = new Map<string, HTMLTableRowElement>();
   const show = (group: Group) => {

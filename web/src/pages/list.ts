@@ -2,43 +2,11 @@
 // `rollout batch` run labels its rollouts rollout.batch=<batch id>: its own column links to them.
 import { api } from "../client";
 import { h, link, replaceChildren } from "../dom";
-import { labelLinks, parseLabels, phaseName, reward, statusName, time } from "../format";
+import { filterForm, filterOf } from "../filter";
+import { labelLinks, phaseName, reward, statusName, time } from "../format";
 import { type Phase, ResultView, type Rollout, RolloutStatus } from "../gen/rollout/v1/rollout_pb";
 
 const BATCH_LABEL = "rollout.batch";
-
-interface Filter {
-  labels: Record<string, string>;
-  labelText: string;
-  status: RolloutStatus;
-}
-
-function filterOf(query: URLSearchParams): Filter {
-  const labelText = query.get("labels") ?? "";
-  const status = RolloutStatus[(query.get("status") ?? "") as keyof typeof RolloutStatus];
-  return { labels: parseLabels(labelText), labelText, status: status ?? RolloutStatus.UNSPECIFIED };
-}
-
-function filterForm(filter: Filter): HTMLFormElement {
-  const selector = h("input", { name: "labels", placeholder: "labels: batch=nightly, team=rl" });
-  selector.value = filter.labelText;
-  const status = h("select", { name: "status" }, h("option", { value: "" }, "any status"));
-  for (const name of Object.keys(RolloutStatus).filter((k) => Number.isNaN(Number(k)))) {
-    if (name === "UNSPECIFIED") continue;
-    const option = h("option", { value: name }, name);
-    option.selected = RolloutStatus[name as keyof typeof RolloutStatus] === filter.status;
-    status.append(option);
-  }
-  const form = h("form", { id: "filter" }, selector, status, h("button", {}, "filter"));
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    const query = new URLSearchParams();
-    if (selector.value.trim()) query.set("labels", selector.value.trim());
-    if (status.value) query.set("status", status.value);
-    location.hash = `#/?${query}`;
-  });
-  return form;
-}
 
 function row(rollout: Rollout): HTMLTableRowElement {
   const group = rollout.groupId
@@ -69,7 +37,7 @@ function patch(tr: HTMLTableRowElement, status: RolloutStatus, phase: Phase): vo
 }
 
 export async function listPage(root: Element, query: URLSearchParams, signal: AbortSignal) {
-  const filter = filterOf(query);
+  const filter = filterOf(query, RolloutStatus);
   const body = h("tbody");
   const heads = ["rollout", "status", "phase", "agent", "labels", "group", "batch", "reward", "created"];
   const table = h(
@@ -83,7 +51,7 @@ export async function listPage(root: Element, query: URLSearchParams, signal: Ab
   const title = batchId
     ? h("h1", {}, "Rollouts of batch ", h("code", {}, batchId), " ", link(batchGroups, "(its groups)"))
     : h("h1", {}, "Rollouts");
-  replaceChildren(root, title, filterForm(filter), table);
+  replaceChildren(root, title, filterForm(filter, RolloutStatus, "#/", "batch=nightly, team=rl"), table);
   const statuses: RolloutStatus[] = filter.status ? [filter.status] : [];
   const shown = new Map<string, HTMLTableRowElement>();
   const show = (rollout: Rollout) => {
