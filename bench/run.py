@@ -22,6 +22,10 @@ BENCHES = (
     ),
     ("one opencode rollout, split by phase", ["bench_opencode.py"]),
     ("AGENT start to the first model call, per harness, vs the baseline", ["bench_agent_start.py"]),
+    (
+        "where opencode's start-up goes: run vs its baseline, and serve warmed",
+        ["bench_opencode_start.py"],
+    ),
     ("e2b backend (fake envd) vs local", ["bench_e2b.py"]),
     ("image store: base, cold build, cached rebuild", ["bench_images.py"]),
     ("sandboxes on an image vs on the host root", ["bench_image_sandbox.py"]),

@@ -1,0 +1,198 @@
+"""Where opencode's start-up goes: the pinned binary run directly (no sandbox, no server), each
+start in a fresh state directory as a rollout's is, against the scripted upstream.
+
+- `--version`: the floor of any start (the binary and its bundled JavaScript loaded);
+- `run`, as the harness starts it, with the empty models.dev cache (current) and without it
+  (baseline): wall time and CPU time (user + system, all threads) to the first model call;
+- `serve` started ahead and warmed (`/config`, then the tool list), then handed a session and
+  the prompt over HTTP: what a pre-started opencode would leave on the rollout's path.
+
+Writes bench/results/opencode_start.json.
+
+    python bench/bench_opencode_start.py [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from service.agents.opencode_config import XDG_ROOT, opencode_env, seed_files
+from service.agents.opencode_install import OpencodeInstaller
+from service.config import Settings
+from service.models.model_access import ModelAccess
+from tests.fakes.llm_upstream import FakeUpstream
+
+RESULTS = Path(__file__).parent / "results"
+MODEL = "policy"
+INSTRUCTION = "Say hi."
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def fresh_state(root: Path, upstream: FakeUpstream, empty_models_cache: bool) -> dict[str, str]:
+    """A new XDG directory seeded as prepare() seeds one; the environment `run` gets."""
+    xdg = Path(tempfile.mkdtemp(dir=root))
+    for path, data in seed_files(INSTRUCTION, empty_models_cache=empty_models_cache).items():
+        target = xdg / Path(path).relative_to(XDG_ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    model = ModelAccess(base_url=upstream.base_url, api_key="sk", model=MODEL, small_model=MODEL)
+    env = {k: v.replace(XDG_ROOT, str(xdg)) for k, v in opencode_env(model, {}).items()}
+    return {"PATH": os.environ["PATH"], "HOME": str(xdg), **env}
+
+
+async def version(binary: str) -> dict[str, float]:
+    before = _children_cpu_s()
+    began = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(binary, "--version", stdout=-1)
+    await process.communicate()
+    return {"wall": time.perf_counter() - began, "cpu": _children_cpu_s() - before}
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's waited-for children (only one runs at a time here)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def run_to_first_call(
+    binary: str, root: Path, upstream: FakeUpstream, empty_models_cache: bool
+) -> dict[str, float]:
+    env = fresh_state(root, upstream, empty_models_cache)
+    workdir = Path(tempfile.mkdtemp(dir=root))
+    seen = len(upstream.requests)
+    began = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(
+        *(binary, "run", "--pure", "--format", "json"),
+        cwd=workdir,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert process.stdin is not None
+    process.stdin.write(INSTRUCTION.encode())
+    process.stdin.close()
+    await upstream.wait_for_requests(seen + 1)
+    figures = {"wall": time.perf_counter() - began, "cpu": cpu_s(process.pid)}
+    if await process.wait() != 0:
+        raise RuntimeError("opencode run failed")
+    return figures
+
+
+async def served_first_call(binary: str, root: Path, upstream: FakeUpstream) -> dict[str, float]:
+    env = fresh_state(root, upstream, empty_models_cache=True)
+    workdir = Path(tempfile.mkdtemp(dir=root))
+    began = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(
+        *(binary, "serve", "--hostname", "127.0.0.1", "--port", "0"),
+        cwd=workdir,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    assert process.stdout is not None
+    url = ""
+    while not url:
+        line = (await process.stdout.readline()).decode()
+        if not line:
+            raise RuntimeError("opencode serve ended before listening")
+        match = re.search(r"http://127\.0\.0\.1:\d+", line)
+        url = match.group(0) if match else ""
+    figures = {"listening": time.perf_counter() - began}
+    try:
+        async with aiohttp.ClientSession() as http:
+            for warm in ("/config", f"/experimental/tool?provider=rollout&model={MODEL}"):
+                async with http.get(url + warm) as response:
+                    await response.read()
+            figures["warm"] = time.perf_counter() - began
+            seen = len(upstream.requests)
+            handed = time.perf_counter()
+            async with http.post(url + "/session", json={}) as response:
+                session = (await response.json())["id"]
+            body = {"parts": [{"type": "text", "text": INSTRUCTION}]}
+            prompt = asyncio.create_task(http.post(f"{url}/session/{session}/message", json=body))
+            await upstream.wait_for_requests(seen + 1)
+            figures["wall"] = time.perf_counter() - handed
+            (await prompt).release()
+    finally:
+        process.terminate()
+        await process.wait()
+    return figures
+
+
+def summary(samples: list[dict[str, float]]) -> dict[str, float]:
+    return {key: round(statistics.median(s[key] for s in samples), 3) for key in samples[0]}
+
+
+async def measure(binary: str, runs: int) -> dict[str, dict[str, float]]:
+    samples: dict[str, list[dict[str, float]]] = {
+        "version": [],
+        "run_baseline": [],
+        "run_current": [],
+        "serve_warm": [],
+    }
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        async with FakeUpstream(api_key="sk", model=MODEL) as upstream:
+            for _ in range(runs):  # interleaved, so each sees the same load
+                samples["version"].append(await version(binary))
+                samples["run_baseline"].append(
+                    await run_to_first_call(binary, root, upstream, empty_models_cache=False)
+                )
+                samples["run_current"].append(
+                    await run_to_first_call(binary, root, upstream, empty_models_cache=True)
+                )
+                samples["serve_warm"].append(await served_first_call(binary, root, upstream))
+    return {name: summary(values) for name, values in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    settings = Settings()
+    installer = OpencodeInstaller(
+        Path(os.path.realpath(settings.cache_dir)), settings.opencode_version
+    )
+    binary = str(asyncio.run(installer.ensure(print)))
+    figures = asyncio.run(measure(binary, args.runs))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "opencode_start.json").write_text(json.dumps(figures, indent=2))
+    base, now, served = figures["run_baseline"], figures["run_current"], figures["serve_warm"]
+    print(f"opencode {settings.opencode_version} start-up, median of {args.runs}, seconds:\n")
+    print("| start | to first model call (wall) | CPU to first model call |")
+    print("|---|---|---|")
+    floor = figures["version"]
+    print(f"| `--version` only (floor of any start) | {floor['wall']:.2f} | {floor['cpu']:.2f} |")
+    print(f"| `run`, baseline (no models cache) | {base['wall']:.2f} | {base['cpu']:.2f} |")
+    print(f"| `run`, empty models cache (current) | {now['wall']:.2f} | {now['cpu']:.2f} |")
+    print(f"| `serve` warmed ahead, prompt over HTTP | {served['wall']:.2f} | - |")
+    print(
+        f"\nbaseline/current: {base['wall'] / now['wall']:.2f}x wall, "
+        f"{base['cpu'] / now['cpu']:.2f}x CPU; serve: listening after "
+        f"{served['listening']:.2f} s, warmed after {served['warm']:.2f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()
