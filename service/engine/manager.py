@@ -163,6 +163,7 @@ class RolloutManager:
         """Fail the rollouts the store says no live server runs (a previous run of this one;
         on a shared store, also a replica that stopped renewing its lease)."""
         interrupted = await self._store.non_terminal()
+        await self._sweep_sandboxes_of(interrupted)
         for rollout in interrupted:
             rollout.status = RolloutStatus.FAILED
             rollout.phase = Phase.DONE
@@ -173,6 +174,25 @@ class RolloutManager:
             await self._store.save(rollout)
             await self._hub.close_interrupted(rollout)
         return len(interrupted)
+
+    async def _sweep_sandboxes_of(self, interrupted: list[Rollout]) -> None:
+        """Kill what the remote backends still run for these rollouts, found by their label
+        (the server that ran them is gone), before they are reported ended."""
+        by_backend: dict[str, set[str]] = {}
+        for rollout in interrupted:
+            by_backend.setdefault(self._backend_of(rollout), set()).add(rollout.id)
+        for name, rollout_ids in by_backend.items():
+            if name not in BACKENDS:
+                continue
+            try:
+                swept = await self.backend(name).sweep_rollouts(rollout_ids)
+            except (SandboxError, SpecError) as exc:  # unreachable, or not installed here
+                log.warning(
+                    "could not sweep the %s sandboxes of interrupted rollouts: %s", name, exc
+                )
+                continue
+            if swept:
+                log.info("killed %d %s sandboxes of interrupted rollouts", swept, name)
 
     async def submit(self, spec: RolloutSpec, *, tenant: str | None = None) -> Rollout:
         """Admit a rollout and start it in the background; idempotent on the tenant's

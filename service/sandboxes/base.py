@@ -243,6 +243,11 @@ class SandboxBackend(Protocol):
         """Kill sandboxes left by an earlier run of this service; returns how many."""
         ...
 
+    async def sweep_rollouts(self, rollout_ids: set[str]) -> int:
+        """Kill what is left of the sandboxes of these rollouts, which another server that is
+        gone ran (a replica whose lease expired); returns how many."""
+        ...
+
     @property
     def live_sandboxes(self) -> int:
         """Sandboxes this backend holds now, warm ones included (the metrics' count: a

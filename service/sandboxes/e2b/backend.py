@@ -8,7 +8,8 @@ Defences against a leaked (paid, running) sandbox, innermost first:
 3. E2B kills a sandbox by itself at its timeout (the rollout's lifetime plus
    `e2b_lifetime_margin_s`);
 4. `sweep_orphans`, at startup, kills the sandboxes labelled with this instance that no live
-   rollout owns (a crash skips 1 and 2).
+   rollout owns (a crash skips 1 and 2); `sweep_rollouts` kills those of the rollouts another
+   replica ran, labelled with their rollout, when this one takes them over.
 Creates wait for a place under `e2b_max_sandboxes` and a turn under `e2b_creates_per_s`;
 429, 5xx and connection failures are retried with backoff, under one idempotency key so a
 retry never makes a second sandbox.
@@ -177,6 +178,20 @@ class E2BBackend:
             _log.info("orphan sweep: deleted %d E2B snapshots of groups no server runs", deleted)
         return sum(killed)
 
+    async def sweep_rollouts(self, rollout_ids: set[str]) -> int:
+        """Kill the sandboxes labelled with these rollouts, whichever instance created them
+        (a replica whose lease expired, whose rollouts this server ended)."""
+        if not self._api_key:
+            return 0
+        found = await asyncio.gather(
+            *(self._list({ROLLOUT_LABEL: rollout_id}) for rollout_id in sorted(rollout_ids))
+        )
+        left = [info.sandbox_id for infos in found for info in infos]
+        killed = await asyncio.gather(*(self._kill_by_id(sandbox_id) for sandbox_id in left))
+        if left:
+            _log.info("takeover sweep: killed %d of %d E2B sandboxes", sum(killed), len(left))
+        return sum(killed)
+
     async def close(self) -> None:
         """Kill every sandbox this backend holds, those of abandoned creates included."""
         while self._reapers:
@@ -257,14 +272,18 @@ class E2BBackend:
         return sandbox
 
     async def _list_own(self) -> list[Any]:
-        query = SandboxQuery(metadata={INSTANCE_LABEL: self._settings.instance_id})
+        return await self._list({INSTANCE_LABEL: self._settings.instance_id})
+
+    async def _list(self, metadata: dict[str, str]) -> list[Any]:
+        """The sandboxes whose metadata includes `metadata`."""
+        query = SandboxQuery(metadata=metadata)
         paginator = AsyncSandbox.list(query=query, api_key=self._api_key)
         found: list[Any] = []
         try:
             while paginator.has_next:
                 found += await paginator.next_items()
         except SDK_ERRORS as exc:
-            raise SandboxError(f"could not list E2B sandboxes for the orphan sweep: {exc}") from exc
+            raise SandboxError(f"could not list E2B sandboxes for a sweep: {exc}") from exc
         return found
 
     async def _kill_by_id(self, sandbox_id: str) -> bool:

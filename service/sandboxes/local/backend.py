@@ -489,6 +489,11 @@ class LocalBackend:
             self._cgroups.prune()
         return len(orphans)
 
+    async def sweep_rollouts(self, rollout_ids: set[str]) -> int:
+        """Nothing: another server's local sandboxes are on its host; their processes end with
+        it, and its start-up sweep removes their directories and disks."""
+        return 0
+
     def _remove_unheld_snapshots(self) -> None:
         """A crashed server's snapshots (a group's members start again from setup)."""
         if self._snapshots_dir.is_dir():
