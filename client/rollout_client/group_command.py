@@ -1,4 +1,4 @@
-"""`rollout group run|watch|get|cancel`: groups of n rollouts of one spec (GRPO).
+"""`rollout group run|watch|get|list|cancel`: groups of n rollouts of one spec (GRPO).
 
 Exit codes as for `rollout run`, by the group's status: 0 COMPLETED, 3 FAILED, 4 TIMED_OUT,
 5 CANCELLED, 1 error, 2 bad usage.
@@ -6,20 +6,23 @@ Exit codes as for `rollout run`, by the group's status: 0 COMPLETED, 3 FAILED, 4
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
+from rich import box
 from rich.console import Console
+from rich.table import Table
 from rollout.v1 import rollout_pb2 as pb
 
 from rollout_client.cli_connection import Connection, with_connection
 from rollout_client.exits import EXIT_ERROR, EXIT_INTERRUPTED
-from rollout_client.messages import group_spec
-from rollout_client.options import AsJson
+from rollout_client.messages import group_spec, parse_group_status
+from rollout_client.options import AsJson, LabelFlags
 from rollout_client.render import figure, message_json, status_name
-from rollout_client.spec_flags import need_a_task, with_spec_flags
+from rollout_client.spec_flags import labels_of, need_a_task, with_spec_flags
 from rollout_client.specfile import SpecOverrides, build_spec
 
 __all__ = ["group_app"]
@@ -164,6 +167,54 @@ def get_group(group_id: GroupId, connection: Connection, as_json: AsJson = False
     else:
         for line in [*members, *_summary(group)]:
             _console().print(line)
+
+
+@group_app.command("list")
+@with_connection
+def list_groups(
+    connection: Connection,
+    label: LabelFlags = None,
+    status: Annotated[
+        list[str] | None,
+        typer.Option(help="Only this status, e.g. RUNNING (repeatable).", show_default=False),
+    ] = None,
+    limit: Annotated[int, typer.Option(help="At most this many groups.", min=1)] = 50,
+    as_json: AsJson = False,
+) -> None:
+    """List groups, newest first (`--label rollout.batch=ID`: a batch's groups)."""
+    try:
+        statuses = [parse_group_status(s) for s in status or ()]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--status") from exc
+    with connection.errors(), connection.client() as client:
+        found = client.list_all_groups(
+            labels=labels_of(label), statuses=statuses, page_size=min(limit, 500)
+        )
+        groups = list(itertools.islice(found, limit))
+    if as_json:
+        typer.echo(message_json(pb.ListGroupsResponse(groups=groups)))
+    elif groups:
+        _console().print(_groups_table(groups))
+    else:
+        _console().print("no groups")
+
+
+def _groups_table(groups: Iterable[pb.Group]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for name in ("id", "status", "counted", "mean", "created"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("labels", overflow="fold", min_width=12)
+    for group in groups:
+        stats = group.stats
+        table.add_row(
+            group.id,
+            pb.GroupStatus.Name(group.status).removeprefix("GROUP_STATUS_"),
+            f"{stats.counted}/{group.spec.min_complete or group.spec.n}",
+            figure(stats.reward_mean) if stats.HasField("reward_mean") else "-",
+            group.create_time.ToDatetime().strftime("%m-%d %H:%M"),
+            ",".join(f"{k}={v}" for k, v in sorted(group.spec.spec.labels.items())),
+        )
+    return table
 
 
 @group_app.command("cancel")

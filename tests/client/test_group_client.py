@@ -74,7 +74,8 @@ async def test_the_clients_list_groups_by_label_and_status(server_target: str) -
 
 def test_the_command_line_runs_and_shows_a_group(server_target: str, tmp_path: Path) -> None:
     spec_file = tmp_path / "spec.json"
-    spec_file.write_text(json.dumps(SPEC))
+    suite = f"suite={uuid.uuid4().hex}"
+    spec_file.write_text(json.dumps({**SPEC, "labels": dict([suite.split("=")])}))
     runner = CliRunner()
     ran = runner.invoke(
         app, ["group", "run", str(spec_file), "--n", "2", "--target", server_target]
@@ -94,6 +95,21 @@ def test_the_command_line_runs_and_shows_a_group(server_target: str, tmp_path: P
     assert f"group {group_id}: COMPLETED" in watched.stdout
     missing = runner.invoke(app, ["group", "get", "nope", "--target", server_target])
     assert missing.exit_code == 1
+    listed = runner.invoke(
+        app, ["group", "list", "--json", "--label", suite, "--target", server_target]
+    )
+    assert group_id in [group["id"] for group in json.loads(listed.stdout)["groups"]]
+    table = runner.invoke(
+        app,
+        ["group", "list", "--status", "completed", "--label", suite, "--target", server_target],
+    )
+    assert table.exit_code == 0, table.output
+    assert "COMPLETED" in table.stdout
+    assert "2/2" in table.stdout
+    assert group_id in table.stdout
+    bad = runner.invoke(app, ["group", "list", "--status", "done", "--target", server_target])
+    assert bad.exit_code == 2
+    assert "unknown group_status 'done'" in bad.output
 
 
 def test_reflection_describes_the_group_rpcs(server_target: str) -> None:
