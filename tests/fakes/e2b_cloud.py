@@ -10,7 +10,10 @@ mode, which skips create/kill and would test nothing). Faults: `fail_creates` (s
 "reset"), `hold_creates`, `vanish` (a sandbox dies mid-command).
 
 Templates: `add_template(name, files)` seeds files into the writable paths of every sandbox
-made from it. Snapshots (`POST /sandboxes/{id}/snapshots`, as `create_snapshot` sends it) are
+made from it. Templates are also built through the SDK's template builder (`templates`,
+`tests.fakes.e2b_templates`: the build routes, realised by the service's image store); a
+sandbox of a built one runs on its image's root filesystem, with its ENV.
+Snapshots (`POST /sandboxes/{id}/snapshots`, as `create_snapshot` sends it) are
 templates too: the sandbox's regular files under its writable paths, with their modes (no
 memory, empty directory or link); `GET /snapshots` lists them (`list_snapshots`), `DELETE
 /templates/{id}` (`delete_snapshot`) removes one; `snapshots` lists every one taken.
@@ -31,6 +34,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+from service.config import Settings
+from tests.fakes.e2b_templates import UPLOAD_PREFIX, FakeTemplateBuilds
 from tests.fakes.envd import ENVD_VERSION, FakeSandbox, serve_envd
 from tests.fakes.http1 import Http1Server, HttpRequest, HttpResponse
 
@@ -68,11 +73,15 @@ class SandboxRecord:
 
 
 class FakeE2B:
-    """The E2B API and sandboxes; sandboxes' files live under `root`."""
+    """The E2B API and sandboxes; sandboxes' files live under `root`, the images of built
+    templates in the store under `cache_dir` (the server's default: FROM finds the base)."""
 
-    def __init__(self, root: Path, api_key: str = "e2b_fake_key") -> None:
+    def __init__(
+        self, root: Path, api_key: str = "e2b_fake_key", cache_dir: Path | None = None
+    ) -> None:
         self.root = root
         self.api_key = api_key
+        self.templates = FakeTemplateBuilds(root / "templates", cache_dir or Settings().cache_dir)
         self.records: dict[str, SandboxRecord] = {}
         self.create_bodies: list[dict[str, Any]] = []
         """Every create request received (failed ones too), with `_idempotency_key`, `_at`."""
@@ -99,6 +108,7 @@ class FakeE2B:
             if record.sandbox.alive:
                 record.sandbox.destroy()
         await self._server.close()
+        await self.templates.close()
 
     @property
     def url(self) -> str:
@@ -140,9 +150,13 @@ class FakeE2B:
         sandbox_id = request.headers.get("e2b-sandbox-id")
         if sandbox_id is not None:
             return await self._envd(sandbox_id, request, response)
+        if request.method == "PUT" and request.path.startswith(UPLOAD_PREFIX):
+            return await self.templates.upload(request, response)
         if request.headers.get("x-api-key") != self.api_key:
             return await response.reply_json(401, {"code": 401, "message": "Invalid API key"})
         route = (request.method, request.path.rstrip("/"))
+        if await self.templates.handle(self.url, request, response):
+            return None
         if route == ("POST", "/v2/sandboxes"):
             await self._create(request, response)
         elif route == ("GET", "/v2/sandboxes"):
@@ -185,12 +199,18 @@ class FakeE2B:
         if record is None or not record.sandbox.alive:
             record = self._new_sandbox(body)
             self._by_idempotency_key[key] = record.sandbox.id
+            if record.sandbox.rootfs is not None:
+                await record.sandbox.boot()
         await response.reply_json(201, self._created(record))
 
     def _new_sandbox(self, body: dict[str, Any]) -> SandboxRecord:
         internet = body.get("allow_internet_access")
         envs = body.get("envVars", {})
-        sandbox = FakeSandbox(self.root, envs=envs, internet=internet is not False)
+        image = self.templates.image_of(body["templateID"])
+        if image is not None:
+            envs = image.config.env | envs
+        rootfs = None if image is None else image.rootfs
+        sandbox = FakeSandbox(self.root, envs=envs, internet=internet is not False, rootfs=rootfs)
         self._seed(sandbox, self._templates.get(body["templateID"], {}))
         record = SandboxRecord(
             sandbox=sandbox,

@@ -14,6 +14,13 @@ signal another's process group, and a root command that kills every process it s
 kills only the sandbox's. Like envd, a dropped stream leaves its process running,
 `Connect-Timeout-Ms` kills it, and a signal reaches only the command's own process, not
 its children. Commands run as the host's user whatever `user` they ask for.
+
+A sandbox of a built template (`rootfs`, `tests.fakes.e2b_templates`) runs on that image's
+root filesystem instead, all of it writable as a VM's disk is: an overlay over the image
+(upper layer under the sandbox's directory), mounted in a mount namespace of the sandbox's
+own (`unshare`, so the host never sees it) before bwrap binds it as `/`; its files are
+reached through its init's root (`/proc/<init>/root`); the image's ENV (PATH) is the
+sandbox's `envs`.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ __all__ = ["ENVD_VERSION", "FakeProcess", "FakeSandbox", "serve_envd"]
 ENVD_VERSION = "0.6.4"
 _HOME = "/home/user"
 _WRITABLE_ROOTS = (_HOME, "/tmp")
+_OVERLAY_DIRS = ("upper", "work", "merged")
+"""A sandbox on an image: its overlay's upper and work directories, and where it is mounted."""
 _SIGNALS = {"SIGNAL_SIGKILL": signal.SIGKILL, "SIGNAL_SIGTERM": signal.SIGTERM}
 _SIGNAL_WORDS = {signal.SIGKILL: "killed", signal.SIGTERM: "terminated"}
 _DRAIN_AFTER_EXIT_S = 0.2
@@ -107,12 +116,21 @@ class FakeProcess:
 class FakeSandbox:
     """One sandbox: a directory for its writable paths, its processes, its open streams."""
 
-    def __init__(self, parent: Path, *, envs: dict[str, str], internet: bool) -> None:
+    def __init__(
+        self,
+        parent: Path,
+        *,
+        envs: dict[str, str],
+        internet: bool,
+        rootfs: Path | None = None,
+    ) -> None:
         self.id = "i" + uuid.uuid4().hex[:19]
         self.access_token = uuid.uuid4().hex
         self.root = parent / self.id
         self.envs = envs
         self.internet = internet
+        self.rootfs = rootfs
+        """The image's root filesystem a built template's sandbox runs on (None: the host's)."""
         self.alive = True
         self.processes: dict[int, FakeProcess] = {}
         self.started: list[dict[str, Any]] = []
@@ -121,12 +139,17 @@ class FakeSandbox:
         self._init: subprocess.Popen[bytes] | None = None
         self._init_pid = 0
         self._booting = asyncio.Lock()
-        for writable in _WRITABLE_ROOTS:
+        layers = _OVERLAY_DIRS if rootfs is not None else _WRITABLE_ROOTS
+        for writable in layers:
             (self.root / writable.lstrip("/")).mkdir(parents=True, exist_ok=True)
 
     def resolve(self, path: str) -> tuple[Path, bool]:
         """Host path of a sandbox path, and whether the sandbox may write there."""
         full = posixpath.normpath(posixpath.join(_HOME, path))
+        if self.rootfs is not None:
+            if not self._init_pid:
+                raise RuntimeError("a sandbox on an image is reached once it is booted")
+            return Path(f"/proc/{self._init_pid}/root{full}"), True
         for writable in _WRITABLE_ROOTS:
             if full == writable or full.startswith(writable + "/"):
                 return self.root / full.lstrip("/"), True
@@ -137,7 +160,7 @@ class FakeSandbox:
         cwd = config.get("cwd") or _HOME
         if not self.resolve(cwd)[0].is_dir():
             raise RpcError("invalid_argument", f"cwd '{cwd}' does not exist")
-        init = await self._boot()
+        init = await self.boot()
         enter = ["nsenter", f"--target={init}", "--pid", "--mount", "--net", f"--wdns={cwd}"]
         argv = [*enter, "--", config.get("cmd", "/bin/bash"), *config.get("args", [])]
         proc = await asyncio.create_subprocess_exec(
@@ -156,7 +179,7 @@ class FakeSandbox:
             process.pump.add_done_callback(lambda _: timer.cancel())
         return process
 
-    async def _boot(self) -> int:
+    async def boot(self) -> int:
         """Host pid of the sandbox's init, started on first use."""
         async with self._booting:
             if self._init is None:
@@ -168,6 +191,12 @@ class FakeSandbox:
 
     def _start_init(self) -> subprocess.Popen[bytes]:
         argv = [*self._bwrap(), "--", "python3", "-c", _INIT]
+        if self.rootfs is not None:
+            upper, work, merged = (str(self.root / name) for name in _OVERLAY_DIRS)
+            options = f"lowerdir={self.rootfs},upperdir={upper},workdir={work}"
+            mount = f'mount -t overlay overlay -o {options} {merged} && exec "$@"'
+            unshare = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mount]
+            argv = [*unshare, "sh", *argv]
         return subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True
         )
@@ -189,9 +218,12 @@ class FakeSandbox:
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _bwrap(self) -> list[str]:
-        argv = ["bwrap", "--ro-bind", "/", "/", "--tmpfs", "/home"]
-        for writable in _WRITABLE_ROOTS:
-            argv += ["--bind", str(self.root / writable.lstrip("/")), writable]
+        if self.rootfs is not None:
+            argv = ["bwrap", "--bind", str(self.root / _OVERLAY_DIRS[2]), "/"]
+        else:
+            argv = ["bwrap", "--ro-bind", "/", "/", "--tmpfs", "/home"]
+            for writable in _WRITABLE_ROOTS:
+                argv += ["--bind", str(self.root / writable.lstrip("/")), writable]
         argv += ["--unshare-pid", "--as-pid-1", "--proc", "/proc", "--dev", "/dev"]
         argv += ["--die-with-parent"]
         return argv if self.internet else [*argv, "--unshare-net"]
