@@ -22,7 +22,7 @@ from service.images import Image, ImageStore
 from service.models import Resources, SandboxSpec
 from service.sandboxes.base import SandboxRequest
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
-from service.sandboxes.local.mounts import mount_points_below
+from service.sandboxes.local.mounts import DISK_POOL, mount_points_below
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="image sandboxes need a root server")
 
@@ -164,7 +164,10 @@ async def test_kill_leaves_no_mount_or_directory(backend: LocalBackend, tmp_path
     await sandbox.kill()
     await backend.reaped()
     assert not (tmp_path / "state" / "sandboxes" / "gone").exists()
-    assert mount_points_below(str(tmp_path / "state")) == []
+    pooled = str(tmp_path / "state" / DISK_POOL)  # wiped disks kept for the next sandboxes
+    assert [
+        p for p in mount_points_below(str(tmp_path / "state")) if not p.startswith(pooled)
+    ] == []
     assert _mounts_naming(tmp_path / "state" / "sandboxes" / "gone") == []
 
 
