@@ -162,22 +162,35 @@ async def test_an_unprivileged_server_runs_an_image_rollout(
     assert "running unprivileged" in server.text()
     spec = command_spec(
         "id -u > uid.txt; head -1 /etc/os-release > os.txt; echo made > /tmp/made; "
-        "cp /tmp/made made.txt; mkdir /app && echo app > /app/a; "
-        "echo changed > /etc/motd 2> etc.txt || echo refused >> etc.txt",
-        setup=("echo staged > /home/user/workdir/staged.txt",),
-        verify=('test "$(cat made.txt)" = made && test -s staged.txt && test -s /app/a',),
+        "cp /tmp/made made.txt; cp /app/input.txt copied.txt; "
+        "dpkg-query -W -f='${Status}' bash > dpkg.txt; stat -c %u /usr/bin > owner.txt",
+        setup=(
+            "mkdir /app && echo 'staged at an absolute path' > /app/input.txt",
+            "echo tool > /usr/local/bin/tool && chown 0:0 /usr/local/bin/tool",
+            "echo changed > /etc/motd",
+        ),
+        verify=('test "$(cat made.txt)" = made && test -s /usr/local/bin/tool',),
         **_BASE,
     )
     rollout = await _run(server.target, spec)
-    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, (
-        rollout.result.error.message,
-        server.text(),
-    )
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
     assert rollout.result.reward == 1.0
     files = rollout.result.files
     assert files["uid.txt"] == b"0\n"  # root inside, the server's uid outside
     assert b"bookworm" in files["os.txt"]  # the image's root, not the host's
-    assert files["etc.txt"].endswith(b"refused\n")  # the image's own files are read-only
+    assert files["copied.txt"] == b"staged at an absolute path\n"
+    assert files["dpkg.txt"] == b"install ok installed"
+    assert files["owner.txt"] == b"0\n"  # the server's copy of the image: root's inside
+    copies = list((home / "state" / "images").iterdir())
+    assert [copy.stat().st_uid for copy in copies] == [user.pw_uid]
+
+
+async def test_root_inside_has_no_other_id(server: ServerProcess) -> None:
+    """One id is mapped (the server's, as root): another owner is refused, not faked."""
+    rollout = await _run(
+        server.target, command_spec("chown 42 /etc/motd 2> chown.txt; true", **_BASE)
+    )
+    assert b"Invalid argument" in rollout.result.files["chown.txt"]
 
 
 async def test_what_needs_root_is_refused_naming_the_field(server: ServerProcess) -> None:
@@ -300,3 +313,19 @@ async def test_a_killed_server_leaves_no_process_or_mount(
     rollout = await _run(server.target, command_spec("true", **_BASE))
     assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
     assert not (home / "state" / "sandboxes" / started.rollout.id).exists()
+
+
+async def test_apt_get_install_under_network_full(server: ServerProcess) -> None:
+    """apt's downloads run as root (the copy's APT config): its `_apt` is not mapped."""
+    install = (
+        "apt-get update -qq > apt.log 2>&1 && apt-get install -y -qq --no-install-recommends "
+        "file >> apt.log 2>&1 && file --brief /bin/bash > file.txt"
+    )
+    spec = command_spec(
+        install,
+        sandbox={"image": "rollout/base", "network": "NETWORK_POLICY_FULL"},
+        agentTimeout="600s",
+    )
+    rollout = await _run(server.target, spec)
+    files = rollout.result.files
+    assert files.get("file.txt", b"").startswith(b"ELF 64-bit"), files.get("apt.log")

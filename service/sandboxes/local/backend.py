@@ -121,7 +121,8 @@ class LocalBackend:
             timeout_s=settings.image_build_timeout_s,
             aliases=settings.image_aliases,
         )
-        self._images = ImageRoots(store, settings.sandbox_image, tools=self._privileged)
+        owned = None if self._privileged else self._state_dir / "images"
+        self._images = ImageRoots(store, settings.sandbox_image, owned=owned)
         self._id_blocks = UidBlocks(_ID_BLOCKS)
         self._image_holds: dict[int, int] = {}
         """An image sandbox's id block -> its hold on the image (`ImageStore.hold`)."""
@@ -133,8 +134,8 @@ class LocalBackend:
         the host's root when the default image cannot be had."""
         base = self._images.store.made_base()
         images = (
-            "the Debian base made ahead only, read-only but for home, workdir, /tmp and new "
-            "top-level directories; no build, import or unpack"
+            "the Debian base made ahead only (copied at first use, every file root's inside; "
+            "no other owner), no build, import or unpack"
             if base is not None
             else f"none ({BASE_NOT_MADE})"
         )

@@ -161,13 +161,18 @@ class _Spawner:
         os.close(own)
 
     def _mount_overlays(self, setup: dict[str, Any]) -> None:
-        """An image sandbox's root, a group member's layers (`overlay_start`)."""
+        """An image sandbox's root, a group member's layers (`overlay_start`), and the
+        user namespace its commands enter as root: mapping its id block, or (unprivileged)
+        nested in the spawner's own and mapping only its root, so that root's capabilities
+        cover the sandbox's files but none of its namespaces (the spawner's own own them)."""
         namespaces = UserNamespaces()
         try:
             for overlay in setup["overlays"]:
                 mount_overlay(overlay, namespaces.get)
             if setup["image"]:
                 self._user_namespace = namespaces.get((0, setup["uid"], ID_SPAN))
+            elif setup["own_user_namespace"]:
+                self._user_namespace = namespaces.get((0, 0, 1))
         finally:
             namespaces.close(keep=self._user_namespace)
 
@@ -246,7 +251,9 @@ def _find_program(name: str, search_path: str) -> str:
 
 class _Identity(NamedTuple):
     """Who a command runs as: a host uid with its tag group, root in an image sandbox's
-    user namespace (entered when `user_namespace` >= 0), or the server's own (uid None)."""
+    user namespace (entered when `user_namespace` >= 0), or the server's own (uid None).
+    Root in an unprivileged server's image sandbox has uid None too: its namespaces deny
+    setgroups (`overlay_start.enter_own_user_namespace`), so the groups stay the server's."""
 
     uid: int | None
     groups: list[int]
@@ -272,7 +279,8 @@ def _become_command(
         if identity.user_namespace >= 0:
             _check(_libc.setns(identity.user_namespace, _CLONE_NEWUSER), "entering the userns")
             forbid_namespaces()
-            os.setgroups([])
+            if identity.uid is not None:
+                os.setgroups([])
             os.setresgid(0, 0, 0)
             os.setresuid(0, 0, 0)
         elif identity.uid is not None:

@@ -14,6 +14,7 @@ every server on the host; a crashed server's locks go with its process.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import hashlib
 import os
@@ -26,6 +27,7 @@ from service.errors import FieldViolation, ImageError, SandboxError, SpecError
 from service.images import Image, ImageProgress, ImageStore
 from service.images.base import BASE_NAMES
 from service.images.names import qualify
+from service.images.owned import owned_copy
 from service.sandboxes.local.bwrap import SandboxLayout
 from service.sandboxes.local.overlay_start import ID_SPAN
 
@@ -62,14 +64,15 @@ _BLOCKS = 8192
 class ImageRoots:
     """Resolves image names to the store's ready images for one backend."""
 
-    def __init__(self, store: ImageStore, default: str, *, tools: bool = True) -> None:
+    def __init__(self, store: ImageStore, default: str, *, owned: Path | None = None) -> None:
         self.store = store
         self.default = default
-        self.tools = tools
-        """Whether the store's tools may run (buildah, mmdebstrap: a root server's); without
-        them only the base made ahead is found (`ImageStore.made_base`)."""
+        self.owned = owned
+        """An unprivileged server's: where it copies the base made ahead (`owned_copy`),
+        the only image it can have (it runs none of the store's tools); None for root."""
         self._base: Image | None = None
         self._by_id: dict[str, Image] = {}
+        self._copying = asyncio.Lock()
 
     def name(self, requested: str) -> str:
         return requested or self.default
@@ -81,7 +84,7 @@ class ImageRoots:
         name = self.name(requested)
         if name == HOST_IMAGE:
             return
-        if not self.tools:
+        if self.owned is not None:
             if qualify(name) not in _BASE:
                 raise SpecError([FieldViolation(_FIELD, f"{name!r}: {UNPRIVILEGED_IMAGES}")])
             if self.store.made_base() is None:
@@ -107,12 +110,8 @@ class ImageRoots:
             return None
         if qualify(name) in _BASE and self._base is not None and self._base.rootfs.is_dir():
             return self._base
-        if not self.tools:
-            image = self.store.made_base() if qualify(name) in _BASE else None
-            if image is None:
-                raise SandboxError(f"image {name!r}: {BASE_NOT_MADE}")
-            self._base = self._by_id[image.id] = image
-            return image
+        if self.owned is not None:
+            return await self._owned_base(name, report)
 
         def progress(event: ImageProgress) -> None:
             report(f"image {event.image}: {event.step}: {event.message}"[:500])
@@ -125,6 +124,21 @@ class ImageRoots:
             self._base = image
         self._by_id[image.id] = image
         return image
+
+    async def _owned_base(self, name: str, report: Callable[[str], None]) -> Image:
+        made = self.store.made_base() if qualify(name) in _BASE else None
+        if made is None:
+            raise SandboxError(f"image {name!r}: {BASE_NOT_MADE}")
+        assert self.owned is not None
+        async with self._copying:  # concurrent first uses copy once
+            if self._base is None or self._base.id != made.id:
+                report(f"image {name}: copying it for a server not running as root")
+                try:
+                    self._base = await asyncio.to_thread(owned_copy, made, self.owned)
+                except OSError as exc:
+                    raise SandboxError(f"image {name!r}: could not copy it: {exc}") from exc
+                self._by_id[made.id] = self._base
+        return self._base
 
     def by_id(self, image_id: str) -> Image:
         """An image resolved before (a warm sandbox's kind names it by id)."""
@@ -182,11 +196,8 @@ def prepare_upper(
     home), owned by its root; `mount_points` are where bwrap binds what the host shares,
     made with their parents in the upper layer, as the image has them or else owned by
     the sandbox's root, so bwrap never makes one its root cannot enter.
-
     Without an id block (`layout.uid` None: an unprivileged server, whose uid is the
-    sandbox's root) they keep the server's owner, and /tmp is made too: the image's own
-    belongs to ids the sandbox's namespace does not map (`overlay_start`), so nothing
-    could be written under it.
+    sandbox's root) they keep the server's owner, as does its copy of the image.
     """
     dirs = image_dirs(layout)
     for key in ("lower", "root"):
@@ -194,8 +205,7 @@ def prepare_upper(
     os.mkdir(dirs["work"], 0o700)
     upper = Path(dirs["upper"])
     _mirror(image.rootfs, upper, layout.uid, ".")
-    own_tmp = ("/tmp",) if layout.uid is None else ()
-    for path in (*made, *own_tmp, *mount_points):
+    for path in (*made, *mount_points):
         relative = PurePosixPath(path).relative_to("/")
         for depth in range(1, len(relative.parts) + 1):
             _mirror(image.rootfs, upper, layout.uid, str(PurePosixPath(*relative.parts[:depth])))
@@ -211,7 +221,13 @@ def image_overlay(
     mapping = None if layout.uid is None else [0, layout.uid, ID_SPAN]
     rootfs = {"source": str(image.rootfs), "at": dirs["lower"], "map": mapping}
     lowers = [rootfs] if top is None else [top, rootfs]
-    return {"target": dirs["root"], "upper": dirs["upper"], "work": dirs["work"], "lowers": lowers}
+    return {
+        "target": dirs["root"],
+        "upper": dirs["upper"],
+        "work": dirs["work"],
+        "lowers": lowers,
+        "userxattr": layout.uid is None,
+    }
 
 
 def _mirror(rootfs: Path, upper: Path, first_id: int | None, relative: str) -> None:

@@ -17,9 +17,11 @@ host's root a member's home and /tmp are such overlays, with that one lower each
 An unprivileged server's image sandbox (`enter_own_user_namespace`) has none of that: its
 spawner makes a user namespace mapping only its own uid (as root inside) and a mount
 namespace it owns, and mounts the overlay there (Linux 5.11+), the lower as it is on disk
-(no id-mapped mount: that needs root over the image's filesystem). The image's files then
-belong to ids the namespace does not map (shown as nobody), so they are read-only to the
-sandbox; what it writes goes to directories its upper layer has ready (`image.prepare_upper`).
+(no id-mapped mount: that needs root over the image's filesystem): the server's own copy of
+the image (`service.images.owned`), whose files are all the server's, so root's there.
+Commands enter a user namespace nested in that one, mapping the same single id: root's
+capabilities there cover the sandbox's files, and none of its namespaces (the outer one
+owns them all), as on a root server.
 
 Every mount lives in the spawner's private mount namespace only (`leave_other_disks` made
 it): the host never sees them, and they vanish with the sandbox's namespaces on every
@@ -151,6 +153,9 @@ def mount_overlay(overlay: dict[str, Any], user_namespace: Callable[[Sequence[in
     `overlay`: {"target", "upper", "work": paths, "lowers": [{"source", "at": paths,
     "map": [inside, outside, span]}]}: a lower's on-disk id `inside + k` is seen as the
     host's `outside + k`. A lower whose map is None is used as it is (`source`).
+    overlay["userxattr"] (an unprivileged server's, in its own user namespace): overlay
+    keeps its marks in user.overlay.* attributes, as it must there (no trusted.*), so
+    that opaque directories and renamed ones work and `system_seal` reads them.
     """
     at = [lower["at"] if lower["map"] else lower["source"] for lower in overlay["lowers"]]
     named = [overlay["upper"], overlay["work"], *at]
@@ -162,6 +167,8 @@ def mount_overlay(overlay: dict[str, Any], user_namespace: Callable[[Sequence[in
             _mount_id_mapped(lower["source"], lower["at"], user_namespace(lower["map"]))
     lowers = ":".join(at)
     options = f"lowerdir={lowers},upperdir={overlay['upper']},workdir={overlay['work']}"
+    if overlay.get("userxattr"):
+        options += ",userxattr"
     _check(
         _libc.mount(
             b"overlay",

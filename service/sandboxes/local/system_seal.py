@@ -36,7 +36,9 @@ _USER_SITES = ("home/user/.local/lib", "root/.local/lib")
 a verifier may run with: a start-up hook there runs in every Python it starts."""
 _LD_CACHE = "etc/ld.so.cache"
 _LD_CACHE_MAX_BYTES = 16 << 20
-_OPAQUE = "trusted.overlay.opaque"
+_OPAQUE = ("trusted.overlay.opaque", "user.overlay.opaque")
+"""Where overlay marks an opaque directory: a root server's, an unprivileged one's
+(`overlay_start`, userxattr)."""
 
 
 @dataclass(frozen=True)
@@ -105,9 +107,9 @@ def _walk(upper: Path, relative: str, skip: set[str], entries: dict[str, _Entry]
 def _entry(path: str) -> _Entry:
     found = os.lstat(path)
     opaque = False
-    if stat.S_ISDIR(found.st_mode):
+    for name in _OPAQUE if stat.S_ISDIR(found.st_mode) else ():
         try:
-            opaque = os.getxattr(path, _OPAQUE, follow_symlinks=False) == b"y"
+            opaque = opaque or os.getxattr(path, name, follow_symlinks=False) == b"y"
         except OSError as exc:
             if exc.errno not in (errno.ENODATA, errno.ENOTSUP):
                 raise
