@@ -329,3 +329,28 @@ async def test_apt_get_install_under_network_full(server: ServerProcess) -> None
     rollout = await _run(server.target, spec)
     files = rollout.result.files
     assert files.get("file.txt", b"").startswith(b"ELF 64-bit"), files.get("apt.log")
+
+
+async def test_root_inside_owns_files_not_namespaces(server: ServerProcess, home: Path) -> None:
+    """Root's capabilities cover the sandbox's files only: the mounts and the network belong
+    to the spawner's namespace, so the read-only cache, the hidden store and loopback stay."""
+    cache = home / "cache"
+    attempts = {
+        "umount": f"umount {cache}/images",
+        "remount": f"mount -o remount,rw,bind {cache}",
+        "write": f"touch {cache}/planted",
+        "tmpfs": "mount -t tmpfs none /mnt",
+        "unshare": "unshare --mount true",
+        "link": "ip link set lo down 2>&1 || python3 -c 'import socket; socket.socket("
+        "socket.AF_PACKET, socket.SOCK_RAW)'",
+        "caps": "grep CapEff /proc/self/status | grep -qv 0000000000000000",
+    }
+    script = "; ".join(
+        f"({command}) >/dev/null 2>&1; echo $? > {name}.rc" for name, command in attempts.items()
+    )
+    rollout = await _run(server.target, command_spec(script, **_BASE))
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
+    codes = {name: rollout.result.files[f"{name}.rc"].strip() for name in attempts}
+    assert codes.pop("caps") == b"0"  # root there has capabilities
+    assert all(code != b"0" for code in codes.values()), codes
+    assert not (cache / "planted").exists()
