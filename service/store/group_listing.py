@@ -1,10 +1,6 @@
-"""The SQL that picks one page of ListGroups, newest first, for both databases.
-
-A group's labels are its spec's (`spec.spec.labels`), read out of its JSON document by the
-database's own JSON functions (`label_match` differs by database): a label filter scans the
-groups of the tenant and status asked for, which are few beside their members' rollouts, so
-they have no label table of their own. The page is then read by id, as rollouts are
-(`pages.read_page`).
+"""ListGroups in both databases: a group's labels (its spec's, `spec.spec.labels`) are rows of
+group_labels as a rollout's are of rollout_labels, so a page is picked by `listing.page_query`
+as a page of rollouts is, then read by id (`pages.read_page`).
 """
 
 from __future__ import annotations
@@ -15,12 +11,13 @@ from typing import Any, Protocol
 
 from service.models.group import Group, GroupStatus
 from service.store.codec import decode_model
+from service.store.listing import GROUPS, page_query
+from service.store.rows import epoch_us
 
 __all__ = [
-    "POSTGRES_LABEL_MATCH",
-    "SQLITE_LABEL_MATCH",
     "GroupLister",
     "GroupPage",
+    "group_label_rows",
     "group_page_query",
     "sqlite_listed_group",
     "sqlite_page_keys",
@@ -28,14 +25,6 @@ __all__ = [
 
 GroupPage = tuple[list[Group], str]
 """A page of groups and the token of the next page ("" on the last)."""
-
-SQLITE_LABEL_MATCH = (
-    "EXISTS (SELECT 1 FROM json_each(document, '$.spec.spec.labels') AS l"
-    " WHERE l.key = ? AND l.value = ?)"
-)
-"""Whether a group's document carries the label (key ?, value ?), in SQLite."""
-POSTGRES_LABEL_MATCH = "(document::jsonb -> 'spec' -> 'spec' -> 'labels' ->> ?) = ?"
-"""The same in PostgreSQL (its ? become %s with the rest of the query's)."""
 
 
 class GroupLister(Protocol):
@@ -66,27 +55,17 @@ def group_page_query(
     limit: int,
     *,
     tenant: str | None,
-    label_match: str,
 ) -> tuple[str, list[Any]]:
     """SQL (? placeholders) and parameters selecting (create_us, id) of up to `limit` matching
-    groups after `after` (exclusive), newest first; `label_match` tests one label."""
-    conditions: list[str] = []
-    params: list[Any] = []
-    for key, value in labels.items():
-        conditions.append(label_match)
-        params += (key, value)
-    if statuses:
-        conditions.append(f"status IN ({', '.join('?' * len(statuses))})")
-        params += [GroupStatus(status).value for status in statuses]
-    if tenant is not None:
-        conditions.append("tenant = ?")
-        params.append(tenant)
-    if after is not None:
-        conditions.append("(create_us, id) < (?, ?)")
-        params += after
-    where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
-    query = f"SELECT create_us, id FROM groups {where} ORDER BY create_us DESC, id DESC LIMIT ?"
-    return query, [*params, limit]
+    groups after `after` (exclusive), newest first."""
+    values = [GroupStatus(status).value for status in statuses]
+    return page_query(labels, values, after, limit, tenant=tenant, listed=GROUPS)
+
+
+def group_label_rows(group: Group) -> list[tuple[str, str, int, str]]:
+    """The group_labels rows of a new group: (key, value, create_us, group_id)."""
+    create_us = epoch_us(group.create_time)
+    return [(key, value, create_us, group.id) for key, value in group.spec.spec.labels.items()]
 
 
 def sqlite_page_keys(
@@ -97,9 +76,7 @@ def sqlite_page_keys(
     after: tuple[int, str] | None,
     limit: int,
 ) -> list[tuple[int, str]]:
-    query, params = group_page_query(
-        labels, statuses, after, limit, tenant=tenant, label_match=SQLITE_LABEL_MATCH
-    )
+    query, params = group_page_query(labels, statuses, after, limit, tenant=tenant)
     return conn.execute(query, params).fetchall()
 
 

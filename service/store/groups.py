@@ -3,6 +3,7 @@
 A group's members are ordinary rollouts (their rows carry `group_id`); the document lists them
 with what the group decided about each (counted, replaced). `secret_free` records whether the
 members' spec needed no API key, so that a restarted server knows it may start new members.
+The spec's labels are rows of group_labels too, for ListGroups (`group_listing`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, Protocol
 
 from service.models.group import Group, GroupStatus
 from service.store.codec import decode_model, encode_model
+from service.store.group_listing import group_label_rows
 from service.store.rows import epoch_us
 
 __all__ = [
@@ -76,6 +78,10 @@ def insert_group(conn: sqlite3.Connection, group: Group, secret_free: bool) -> G
         ),
     )
     if cursor.rowcount:
+        conn.executemany(
+            "INSERT INTO group_labels (key, value, create_us, group_id) VALUES (?, ?, ?, ?)",
+            group_label_rows(group),
+        )
         return group
     existing = find_group(conn, request_id or "", group.tenant) or get_group(conn, group.id)
     assert existing is not None

@@ -44,7 +44,7 @@ from service.models import (
 from service.models.group import Group, GroupStatus
 from service.store.base import RolloutPage, TakeRollout
 from service.store.codec import decode_model, encode_model
-from service.store.group_listing import POSTGRES_LABEL_MATCH, GroupPage, group_page_query
+from service.store.group_listing import GroupPage, group_label_rows, group_page_query
 from service.store.groups import StoredGroup
 from service.store.listing import page_query
 from service.store.pages import read_page
@@ -369,7 +369,7 @@ class PostgresStore:
     async def insert_group(self, group: Group, *, secret_free: bool) -> Group:
         """Insert a new group; if its tenant already used its request_id, that group instead."""
         request_id = group.spec.spec.request_id or None
-        async with self._connection() as conn:
+        async with self._connection() as conn, conn.transaction():
             cursor = await conn.execute(
                 "INSERT INTO groups (id, tenant, request_id, status, create_us, secret_free,"
                 " document, owner) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
@@ -384,8 +384,13 @@ class PostgresStore:
                     self._owner,
                 ),
             )
-        if cursor.rowcount:
-            return group
+            if cursor.rowcount:
+                await cursor.executemany(
+                    "INSERT INTO group_labels (key, value, create_us, group_id)"
+                    " VALUES (%s, %s, %s, %s)",
+                    group_label_rows(group),
+                )
+                return group
         existing = await self.find_group(request_id or "", tenant=group.tenant)
         existing = existing or await self.get_group(group.id)
         assert existing is not None, "a conflicting group is never deleted"
@@ -467,9 +472,7 @@ class PostgresStore:
         """
 
         async def page_keys(after: tuple[int, str] | None, limit: int) -> list[tuple[int, str]]:
-            query, params = group_page_query(
-                labels, statuses, after, limit, tenant=tenant, label_match=POSTGRES_LABEL_MATCH
-            )
+            query, params = group_page_query(labels, statuses, after, limit, tenant=tenant)
             return [(key[0], key[1]) for key in await self._all(_placeholders(query), *params)]
 
         async def read(group_id: str) -> Group:

@@ -94,6 +94,22 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX groups_by_status ON groups (status, create_us)",
     ),
+    (
+        # ListGroups: a group's labels (its spec's) as rollouts' are, in list order, filled in
+        # for the groups already stored; and groups by time and by tenant, newest first.
+        """CREATE TABLE group_labels (
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            create_us INTEGER NOT NULL,
+            group_id TEXT NOT NULL REFERENCES groups (id) ON DELETE CASCADE,
+            PRIMARY KEY (key, value, create_us, group_id)
+        ) WITHOUT ROWID""",
+        """INSERT INTO group_labels (key, value, create_us, group_id)
+        SELECT l.key, l.value, g.create_us, g.id
+        FROM groups AS g, json_each(g.document, '$.spec.spec.labels') AS l""",
+        "CREATE INDEX groups_by_time ON groups (create_us DESC, id DESC)",
+        "CREATE INDEX groups_by_tenant ON groups (tenant, create_us DESC, id DESC)",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

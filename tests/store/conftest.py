@@ -47,7 +47,10 @@ def postgres_url(migrated_database: str) -> str:
     """The session's database, emptied for this test (a new database per test costs seconds on
     a loaded machine; a TRUNCATE costs milliseconds)."""
     with psycopg.connect(migrated_database, autocommit=True) as conn:
-        conn.execute("TRUNCATE rollouts, rollout_labels, events, groups, servers, cancel_requests")
+        conn.execute(
+            "TRUNCATE rollouts, rollout_labels, events, groups, group_labels, servers,"
+            " cancel_requests"
+        )
     return migrated_database
 
 

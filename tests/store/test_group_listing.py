@@ -1,14 +1,21 @@
 """`list_groups` on both backends: newest first, paged, filtered by the spec's labels, status
-and tenant, ended early by `take`, and a bad token named."""
+and tenant, ended early by `take`, and a bad token named; SQLite's schema v4 fills in the labels
+of the groups a v3 database holds."""
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
 from service.errors import SpecError
 from service.models.group import Group, GroupSpec, GroupStatus
+from service.store.codec import encode_model
+from service.store.rows import epoch_us
+from service.store.schema import MIGRATIONS
+from service.store.sqlite import SqliteStore
 from tests.store.conftest import AnyStore
 from tests.store.samples import BASE_TIME, rollout
 
@@ -129,3 +136,28 @@ async def test_a_bad_page_token_or_size_is_named(
     with pytest.raises(SpecError) as raised:
         await store.list_groups(labels={}, statuses=(), page_size=page_size, page_token=page_token)
     assert [violation.field for violation in raised.value.violations] == [field]
+
+
+async def test_a_version_3_database_lists_its_groups_by_label(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    for statements in MIGRATIONS[:3]:
+        for statement in statements:
+            conn.execute(statement)
+    conn.execute("PRAGMA user_version = 3")
+    old = [_group(1, labels={"rollout.batch": "b", "team": "rl"}), _group(2), _group(3)]
+    old[2].spec.spec.labels["rollout.batch"] = "b"
+    for group in old:
+        conn.execute(
+            "INSERT INTO groups (id, tenant, status, create_us, secret_free, document)"
+            " VALUES (?, '', 'running', ?, 1, ?)",
+            (group.id, epoch_us(group.create_time), encode_model(group)),
+        )
+    conn.close()
+    async with SqliteStore(path) as store:
+        batch = await _ids(store, labels={"rollout.batch": "b"})
+        both = await _ids(store, labels={"rollout.batch": "b", "team": "rl"})
+        everything = await _ids(store)
+    assert batch == ["g0003", "g0001"]
+    assert both == ["g0001"]
+    assert everything == ["g0003", "g0002", "g0001"]

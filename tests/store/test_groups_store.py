@@ -103,6 +103,6 @@ async def test_a_version_2_database_gains_groups_and_keeps_its_rollouts(tmp_path
     assert (got.group_id, got.member_index) == ("", 0)
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (3,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (4,)
     finally:
         conn.close()

@@ -26,7 +26,7 @@ from service.store.postgres import PostgresStore
 from tests.store.postgres_server import PostgresServer
 from tests.store.samples import BASE_TIME, full_rollout, rollout
 
-_TABLES = ("rollouts", "rollout_labels", "events", "groups")
+_TABLES = ("rollouts", "rollout_labels", "events", "groups", "group_labels")
 
 
 def test_matches_the_store_protocols() -> None:
@@ -57,6 +57,7 @@ async def test_replicas_opening_a_fresh_database_together_migrate_it_once(
         ("0001.rollouts-events-groups",),
         ("0002.owners-and-leases",),
         ("0003.cancel-requests",),
+        ("0004.group-labels",),
     ]
     assert set(_TABLES) <= {name for (name,) in tables}
 
@@ -279,7 +280,7 @@ async def test_api_key_never_lands_in_the_database(postgres_url: str) -> None:
     with psycopg.connect(postgres_url) as conn:
         for table in _TABLES:
             rows = conn.execute(f"SELECT t::text FROM {table} AS t").fetchall()
-            assert table == "groups" or rows, table
+            assert table in ("groups", "group_labels") or rows, table
             assert not [row for (row,) in rows if secret in row], table
 
 
