@@ -38,8 +38,8 @@ Stubs = tuple[Stub, Stub, Stub]
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterator[Replicas]:
     """Three servers sharing the database; one that stops renewing its lease is taken for
-    dead after 2 s."""
-    env = {"ROLLOUT_DATABASE_URL": database_url, "ROLLOUT_DATABASE_LEASE_S": "2"}
+    dead after 5 s (a margin for heartbeats a loaded machine delays)."""
+    env = {"ROLLOUT_DATABASE_URL": database_url, "ROLLOUT_DATABASE_LEASE_S": "5"}
     servers = [ServerProcess(tmp_path_factory.mktemp(f"group-replica-{n}"), env) for n in "abc"]
     for server in servers:
         server.start()
