@@ -8,7 +8,8 @@
 | workdir                    | absolute and canonical, e.g. "/app"                        |
 
 Solution files (at /solution), absolute file keys and a workdir outside HOME need a root of
-the sandbox's own: a local sandbox on an image. On `host` or E2B they are refused here
+the sandbox's own: a local sandbox on an image, or an E2B sandbox on a Harbor task's template
+(built with root as its user). On `host` or another E2B template they are refused here
 rather than failing as SANDBOX at staging.
 """
 
@@ -20,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from service.config import Settings
 from service.engine.task_paths import map_violations
 from service.errors import FieldViolation, excerpt
+from service.harbor.mapping import task_template_name
 from service.models import RolloutSpec, TaskSpec
 from service.sandboxes.base import HOME, SOLUTION_DIR
 
@@ -47,13 +49,17 @@ def task_extras_violations(spec: RolloutSpec, settings: Settings) -> Iterator[Fi
     yield from _mode_violations(task)
     yield from map_violations("spec.task.solution_files", task.solution_files)
     yield from _workdir_violations(task.workdir)
-    if not _on_an_image(spec, settings):
+    if not _has_own_root(spec, settings):
         yield from _root_violations(task)
 
 
-def _on_an_image(spec: RolloutSpec, settings: Settings) -> bool:
-    """Whether the sandbox has a root of its own (a local sandbox on an image)."""
+def _has_own_root(spec: RolloutSpec, settings: Settings) -> bool:
+    """Whether the sandbox has a root of its own: a local sandbox on an image, or an E2B
+    sandbox on the template built from a Harbor task's Dockerfile (its user is root)."""
     backend = spec.sandbox.backend or settings.default_backend
+    if backend == "e2b":
+        harbor = spec.harbor_task
+        return harbor is not None and spec.sandbox.template == task_template_name(harbor.digest)
     return backend == "local" and (spec.sandbox.image or settings.sandbox_image) != "host"
 
 

@@ -56,6 +56,7 @@ __all__ = [
     "dockerfile_workdir",
     "resolve_spec",
     "task_image_name",
+    "task_template_name",
 ]
 
 HARBOR_VERIFY = (
@@ -111,6 +112,11 @@ class HarborConfig(_Section):
 def task_image_name(digest: str) -> str:
     """The image a task's Dockerfile is built as: named by the task's content."""
     return f"harbor/task:{digest[:24]}"
+
+
+def task_template_name(digest: str) -> str:
+    """The E2B template a task's Dockerfile is built as (backend e2b): named by its content."""
+    return f"harbor-task-{digest[:24]}"
 
 
 def resolve_spec(

@@ -9,6 +9,12 @@ only the build context goes there, never tests or solution). Its Dockerfile's FR
 must be in the store, or admission fails naming them and how to provide them. At sandbox
 creation (`build_image`) that context is built by the image store, cached by content, its
 progress reported as phase messages.
+
+With backend e2b the Dockerfile becomes an E2B template instead (`sandbox.template` =
+`harbor-task-<digest>`), built by the e2b SDK's template builder on E2B's builders at sandbox
+creation unless a template of that name exists (`service.sandboxes.e2b.template`). Its FROM
+images are E2B's to pull, so they need not be in the store (one that is lends its WorkingDir),
+and an uploaded task's Dockerfile may be built: its RUN steps never run on this host.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import shutil
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.config import Settings
 from service.errors import FieldViolation, ImageError, SandboxError, SpecError
@@ -26,11 +33,15 @@ from service.harbor.mapping import (
     dockerfile_user,
     resolve_spec,
     task_image_name,
+    task_template_name,
 )
 from service.harbor.source import FIELD, TaskTree, read_archive, read_rooted, tree_digest
 from service.images import ImageConfig, ImageProgress, ImageStore
 from service.images.dockerfile import from_images
 from service.models import RolloutSpec, SandboxSpec
+
+if TYPE_CHECKING:
+    from service.sandboxes.e2b.template import TemplateBuilds
 
 __all__ = ["HarborTasks"]
 
@@ -49,18 +60,18 @@ class HarborTasks:
             timeout_s=settings.image_build_timeout_s,
             aliases=settings.image_aliases,
         )
+        self._templates: TemplateBuilds | None = None
 
     async def resolve(self, spec: RolloutSpec, check_image: CheckImage) -> RolloutSpec:
         """The spec a Harbor task directory makes (SpecError naming what is wrong)."""
         tree = await asyncio.to_thread(self._read, spec)
         digest = tree_digest(tree)
+        if (spec.sandbox.backend or self._settings.default_backend) == "e2b":
+            return await self._resolve_template(spec, tree, digest, check_image)
         dockerfile = "" if spec.sandbox.image else self._dockerfile(tree)
         image = await self._starting_image(spec, dockerfile)
         resolved = resolve_spec(spec, tree, digest, image)
-        user = dockerfile_user(dockerfile, image.user) if dockerfile else image.user
-        refusal = ImageConfig(user=user).user_refusal("the task's image")
-        if refusal:
-            raise SpecError([FieldViolation(FIELD, refusal)])
+        self._check_user(dockerfile, image)
         if resolved.sandbox.image == task_image_name(digest):
             await self._check_upload_build(spec, resolved.sandbox.image)
             await asyncio.to_thread(self._write_context, tree, digest)
@@ -68,6 +79,34 @@ class HarborTasks:
         else:
             await check_image(resolved.sandbox)
         return resolved
+
+    async def _resolve_template(
+        self, spec: RolloutSpec, tree: TaskTree, digest: str, check_image: CheckImage
+    ) -> RolloutSpec:
+        """The spec on E2B: the task's template (or the caller's `sandbox.template`)."""
+        built = not (spec.sandbox.template or spec.sandbox.image)
+        dockerfile = self._dockerfile(tree) if built else ""
+        image = await self._starting_image(spec, dockerfile, required=False)
+        resolved = resolve_spec(spec, tree, digest, image)
+        self._check_user(dockerfile, image)
+        template = spec.sandbox.template or task_template_name(digest)
+        sandbox = resolved.sandbox.model_copy(update={"image": spec.sandbox.image})
+        resolved = resolved.model_copy(
+            update={"sandbox": sandbox.model_copy(update={"template": template})}
+        )
+        if built:
+            await asyncio.to_thread(self._write_context, tree, digest)
+        else:
+            await check_image(resolved.sandbox)
+        return resolved
+
+    @staticmethod
+    def _check_user(dockerfile: str, image: ImageConfig) -> None:
+        """Refuse a task whose image would not run as root (every command runs as root)."""
+        user = dockerfile_user(dockerfile, image.user) if dockerfile else image.user
+        refusal = ImageConfig(user=user).user_refusal("the task's image")
+        if refusal:
+            raise SpecError([FieldViolation(FIELD, refusal)])
 
     async def _check_upload_build(self, spec: RolloutSpec, image: str) -> None:
         """Refuse to build an uploaded task's Dockerfile unless the operator allows it: buildah
@@ -85,15 +124,18 @@ class HarborTasks:
             )
             raise SpecError([FieldViolation(f"{FIELD}.archive", why)])
 
-    async def _starting_image(self, spec: RolloutSpec, dockerfile: str) -> ImageConfig:
+    async def _starting_image(
+        self, spec: RolloutSpec, dockerfile: str, *, required: bool = True
+    ) -> ImageConfig:
         """The config of the image the task's starts from: the spec's image, else the FROM of
         the Dockerfile's last stage (an empty config if it is scratch or not in the store:
-        the image check refuses the latter)."""
+        the image check refuses the latter). Not `required` (E2B pulls it), a store that
+        cannot answer gives an empty config too."""
         name = (dockerfile_from(dockerfile) or "") if dockerfile else spec.sandbox.image
         try:
             config = await self._store.config(name) if name else None
         except ImageError as exc:
-            if not dockerfile:  # another backend's name (an E2B template): its check judges
+            if not dockerfile or not required:  # another backend's: its check judges
                 return ImageConfig()
             raise SpecError([FieldViolation(FIELD, f"FROM {name}: {exc.detail}")]) from exc
         return config or ImageConfig()
@@ -155,8 +197,14 @@ class HarborTasks:
                 raise SpecError([FieldViolation(FIELD, why)])
 
     async def build_image(self, spec: RolloutSpec, report: Callable[[str], None]) -> None:
-        """Build the task's image if the spec runs on it (a hit costs one store query)."""
+        """Build the task's image (or E2B template) if the spec runs on it (a hit costs one
+        store query, or one E2B API call)."""
         harbor = spec.harbor_task
+        if harbor is not None and spec.sandbox.template == task_template_name(harbor.digest):
+            await self._template_builds().ensure(
+                self._context(harbor.digest), spec.sandbox.template, report
+            )
+            return
         if harbor is None or spec.sandbox.image != task_image_name(harbor.digest):
             return
 
@@ -169,3 +217,12 @@ class HarborTasks:
             )
         except ImageError as exc:
             raise SandboxError(f"building the task's image: {exc}") from exc
+
+    def _template_builds(self) -> TemplateBuilds:
+        """The E2B template builder, imported at first use (the e2b SDK is the e2b backend's
+        dependency, loaded only when a rollout asks for that backend)."""
+        if self._templates is None:
+            from service.sandboxes.e2b.template import TemplateBuilds
+
+            self._templates = TemplateBuilds()
+        return self._templates
