@@ -31,6 +31,10 @@ BENCHES = (
     ("sandboxes on an image vs on the host root", ["bench_image_sandbox.py"]),
     ("a group of 16 (set up once) vs 16 separate rollouts", ["bench_groups.py"]),
     ("pausing model calls: 200 rollouts mid-call, drained and released", ["bench_pause.py"]),
+    (
+        "scale: 600 rollouts on E2B over 3 replicas on PostgreSQL, ramped (--rollouts 10000)",
+        ["bench_scale.py"],
+    ),
 )
 
 
