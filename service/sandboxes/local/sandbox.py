@@ -411,8 +411,10 @@ class LocalSandbox:
         if self._writes:
             await asyncio.wait(self._writes)
         if self._root_fd >= 0:
-            os.close(self._root_fd)
-            self._root_fd = -1
+            # The last hold on an image sandbox's mount tree: closing it unmounts the tree
+            # (2-4 ms, tens under load), so not on the event loop.
+            root_fd, self._root_fd = self._root_fd, -1
+            await asyncio.to_thread(os.close, root_fd)
         await self._reaper.remove(self._layout.root)  # the rest after the result (`reaper`)
         self._on_gone()
 
