@@ -4,8 +4,9 @@ The test (root) makes a user of its own, a state and cache directory it owns, an
 in the shared cache (a hit once built on this machine); it starts the real server as that
 user with no capability (`setpriv`), the base's store directory bound read-only at its
 cache's `images/` in a mount namespace of the server's own (as a Kubernetes pod would mount
-a volume a root filled ahead). Everything else is the server's own doing: each image
-sandbox's spawner makes a user namespace, mounts the overlay there and starts bwrap.
+a volume a root filled ahead). Everything else is the server's own doing: it copies the
+base into its state dir at first use (`service.images.owned`), and each image sandbox's
+spawner makes a user namespace, mounts the overlay there and starts bwrap.
 Skipped only where the host forbids unprivileged user namespaces, saying why.
 """
 
