@@ -6,8 +6,10 @@ next rollout reuses the template instead of building it again."""
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import shutil
+import tarfile
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -95,6 +97,25 @@ async def test_a_harbor_task_reaches_reward_1_on_a_built_template_and_reuses_it(
     assert cloud.records[no_op.result.sandbox_id].template == template
     assert len(cloud.templates.builds) == 1  # the second rollout found the template built
     assert cloud.live_ids() == set()
+
+
+async def test_an_uploaded_task_builds_on_e2b_and_shares_the_template_of_its_content(
+    stub: pb_grpc.RolloutServiceAsyncStub, cloud: FakeE2B, task_root: Path
+) -> None:
+    """An uploaded task's Dockerfile is built (its steps run on E2B's builders, not on the
+    server's host, so ROLLOUT_HARBOR_UPLOAD_BUILDS does not apply); same content, same
+    template."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(task_root / "needs_root", arcname="needs_root")
+    spec = _spec("", {"name": "oracle"})
+    spec.harbor_task.archive = buffer.getvalue()
+    uploaded = await _run(stub, spec)
+    assert uploaded.result.reward == 1.0, uploaded.result.error
+    by_path = await _run(stub, _spec("needs_root", {"name": "oracle"}))
+    assert by_path.result.reward == 1.0, by_path.result.error
+    assert by_path.spec.sandbox.template == uploaded.spec.sandbox.template
+    assert len(cloud.templates.builds) == 1
 
 
 async def test_workdir_env_and_multi_dimensional_reward_on_e2b(
