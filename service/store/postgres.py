@@ -99,6 +99,11 @@ _GROUP_CANCEL_NOTIFY_SQL = (
 """Notify the live run that owns a running group of a cancel request; one row if it did."""
 _ENDED_KEPT = 10_000
 """Ended rollouts `follow_others` remembers, so that a late notification reads nothing again."""
+_OTHERS_RUNNING = (
+    "SELECT id, (SELECT max(seq) FROM events WHERE events.rollout_id = rollouts.id)"
+    " FROM rollouts WHERE status <> ALL(%s) AND owner <> %s"
+)
+"""The unfinished rollouts other runs own, with their last seq (None: no event yet)."""
 
 
 class PostgresStore:
@@ -332,39 +337,53 @@ class PostgresStore:
         """The events other server runs store from now on, in order per rollout, as they store
         them; runs until cancelled. A rollout this run owns is left out (its events are this
         server's own); one that was running at the call starts after the events stored by then.
-        A notification lost while the listening connection was down is not made up."""
+        Every POLL_S without a notification it looks at what other runs run, in case one was
+        lost (a rollout that began and ended within such a gap is not seen)."""
         terminal = [status.value for status in TERMINAL_STATUSES]
         with self._notices.following_all() as ids:
-            rows = await self._all(
-                "SELECT events.rollout_id, max(events.seq) FROM events"
-                " JOIN rollouts ON rollouts.id = events.rollout_id"
-                " WHERE rollouts.status <> ALL(%s) GROUP BY events.rollout_id",
-                terminal,
-            )
-            after: dict[str, int] = {rollout_id: seq for rollout_id, seq in rows}
+            after = {
+                rollout_id: seq or 0
+                for rollout_id, seq in await self._all(_OTHERS_RUNNING, terminal, self._owner)
+            }
             ended: dict[str, None] = {}
             while True:
-                rollout_id = await ids.get()
-                if rollout_id in ended:
-                    continue
-                row = await self._one("SELECT owner FROM rollouts WHERE id = %s", rollout_id)
-                if row is None or row[0] == self._owner:
-                    continue
-                while True:
-                    page = await self.events(
-                        rollout_id, after_seq=after.get(rollout_id, 0), limit=_FOLLOW_PAGE
-                    )
-                    for event in page:
+                try:
+                    async with asyncio.timeout(POLL_S):
+                        due = [await ids.get()]
+                except TimeoutError:
+                    running = dict(await self._all(_OTHERS_RUNNING, terminal, self._owner))
+                    due = [rollout_id for rollout_id in after if rollout_id not in running]
+                    due += [r for r, seq in running.items() if (seq or 0) > after.get(r, 0)]
+                for rollout_id in due:
+                    if rollout_id in ended:
+                        continue
+                    row = await self._one("SELECT owner FROM rollouts WHERE id = %s", rollout_id)
+                    if row is None or row[0] == self._owner:  # taken over by this run
+                        after.pop(rollout_id, None)
+                        continue
+                    async for event in self._events_after(rollout_id, after, ended):
                         yield event
-                    if not page:
-                        break
-                    after[rollout_id] = page[-1].seq
-                    if page[-1].is_final:
-                        del after[rollout_id]
-                        ended[rollout_id] = None
-                        if len(ended) > _ENDED_KEPT:
-                            del ended[next(iter(ended))]
-                        break
+
+    async def _events_after(
+        self, rollout_id: str, after: dict[str, int], ended: dict[str, None]
+    ) -> AsyncIterator[RolloutEvent]:
+        """`follow_others`' read of one rollout: its events after `after`'s seq, which moves
+        on; at its final event, from `after` to `ended` (the newest _ENDED_KEPT)."""
+        while True:
+            page = await self.events(
+                rollout_id, after_seq=after.get(rollout_id, 0), limit=_FOLLOW_PAGE
+            )
+            for event in page:
+                yield event
+            if not page:
+                return
+            after[rollout_id] = page[-1].seq
+            if page[-1].is_final:
+                del after[rollout_id]
+                ended[rollout_id] = None
+                if len(ended) > _ENDED_KEPT:
+                    del ended[next(iter(ended))]
+                return
 
     async def insert_group(self, group: Group, *, secret_free: bool) -> Group:
         """Insert a new group; if its tenant already used its request_id, that group instead."""

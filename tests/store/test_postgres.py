@@ -23,6 +23,7 @@ from service.models import (
 from service.models.group import Group, GroupSpec, GroupStatus
 from service.store import postgres
 from service.store.postgres import PostgresStore
+from service.store.rows import encode_event
 from tests.store.postgres_server import PostgresServer
 from tests.store.samples import BASE_TIME, full_rollout, rollout
 
@@ -105,6 +106,64 @@ async def test_a_follower_gets_another_stores_events_in_order_until_the_final_on
         await follower
 
     assert received == list(range(1, 25))
+
+
+async def test_a_label_wide_follower_gets_other_runs_events_from_its_start_lost_ones_too(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres, "POLL_S", 0.2)
+    async with (
+        PostgresStore(postgres_url, server="a") as writer,
+        PostgresStore(postgres_url, server="b") as reader,
+    ):
+        running = await writer.insert(rollout(1))
+        await writer.append_events([_event(running.id, 1)])  # before the follower: not its
+        probe = await writer.insert(rollout(2))
+        own = await reader.insert(rollout(3))
+        got: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
+
+        async def follow() -> None:
+            async for event in reader.follow_others():
+                got.put_nowait((event.rollout_id, event.seq))
+
+        follower = asyncio.create_task(follow())
+        seq = 0
+        while not any(rollout_id == probe.id for rollout_id, _ in _drain(got)):
+            seq += 1  # until the follower listens (it starts at its first read)
+            await writer.append_events([_event(probe.id, seq)])
+            await asyncio.sleep(0.1)
+        await reader.append_events([_event(own.id, 1)])
+        await writer.append_events([_event(running.id, 2)])
+        received = await _until(got, (running.id, 2), leaving_out=probe.id)
+        with psycopg.connect(postgres_url, autocommit=True) as conn:  # stored, never notified
+            conn.execute(
+                "INSERT INTO events (rollout_id, seq, time, kind, payload)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                encode_event(_event(running.id, 3, running)),
+            )
+        received += await _until(got, (running.id, 3), leaving_out=probe.id)
+        follower.cancel()
+
+    assert received == [(running.id, 2), (running.id, 3)]
+
+
+async def _until(
+    queue: asyncio.Queue[tuple[str, int]], last: tuple[str, int], *, leaving_out: str
+) -> list[tuple[str, int]]:
+    """What the queue receives up to `last`, but for the rollout `leaving_out`."""
+    received: list[tuple[str, int]] = []
+    while last not in received:
+        item = await queue.get()
+        if item[0] != leaving_out:
+            received.append(item)
+    return received
+
+
+def _drain(queue: asyncio.Queue[tuple[str, int]]) -> list[tuple[str, int]]:
+    items = []
+    while not queue.empty():
+        items.append(queue.get_nowait())
+    return items
 
 
 async def test_a_cancel_request_is_recorded_and_reaches_only_the_live_owner(
