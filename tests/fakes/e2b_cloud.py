@@ -195,6 +195,10 @@ class FakeE2B:
                 return response.abort()
             failure = {"code": outcome, "message": "injected failure"}
             return await response.reply_json(int(outcome), failure)
+        template = body["templateID"]
+        if self.templates.registered(template) and self.templates.image_of(template) is None:
+            unready = {"code": 400, "message": f"template '{template}' has no ready build"}
+            return await response.reply_json(400, unready)
         record = self.records.get(self._by_idempotency_key.get(key, ""))
         if record is None or not record.sandbox.alive:
             record = self._new_sandbox(body)

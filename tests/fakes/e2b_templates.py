@@ -6,7 +6,7 @@ the e2b SDK's `AsyncTemplate.build` and `AsyncTemplate.exists` speak:
     PUT  <url>                                       the COPY step's files, a tar.gz
     POST /v2/templates/{id}/builds/{buildID}         {fromImage, steps, force} -> 202
     GET  /templates/{id}/builds/{buildID}/status     ?logsOffset -> {status, logEntries, reason}
-    GET  /templates/aliases/{alias}                  200 once a build of it is ready, else 404
+    GET  /templates/aliases/{alias}                  200 once its build was requested, else 404
 
 A build is realised for real: the steps are written back as a Dockerfile over a context made
 of the uploaded archives, and built by the service's own image store (buildah, FROM an image
@@ -14,6 +14,11 @@ of that store, as a local Harbor task's is), so a sandbox of the template runs o
 root filesystem and sees exactly what the steps did. Its progress lines are the build's
 logs; a failed step is status "error" with the store's message. The images are removed at
 `close`. Needs root, like every image build here.
+
+As E2B's API, an alias is known from the moment its build is requested (the alias lookup
+joins the alias table and the templates, whatever their builds' state), so a template whose
+only build failed still "exists"; creating a sandbox of it fails (the fake answers 400 "has
+no ready build", its own wording).
 """
 
 from __future__ import annotations
@@ -80,6 +85,10 @@ class FakeTemplateBuilds:
             if build.image is not None:
                 await self.store.remove(_image_name(build))
 
+    def registered(self, template: str) -> bool:
+        """Whether `template` (a name or a template id) was ever requested."""
+        return template in self._template_ids or template in self._template_ids.values()
+
     def image_of(self, template: str) -> Image | None:
         """The image of the last ready build of `template` (a name or a template id)."""
         for build in reversed(self.builds):
@@ -127,7 +136,7 @@ class FakeTemplateBuilds:
         await response.reply_json(202, answer)
 
     async def _alias(self, alias: str, response: HttpResponse) -> None:
-        if self.image_of(alias) is None:
+        if alias not in self._template_ids:
             message = f"template '{alias}' not found"
             return await response.reply_json(404, {"code": 404, "message": message})
         await response.reply_json(200, {"templateID": self._template_ids[alias], "public": False})

@@ -3,7 +3,9 @@
 The e2b SDK's template builder parses the Dockerfile (`Template.from_dockerfile`), uploads
 what its COPY steps need and has E2B's builders run the steps; the template is named by the
 task's digest, so a template that exists already (`AsyncTemplate.exists`) is reused and the
-same task content never builds twice. The template's default user is set to root, as
+same task content never builds twice. E2B registers a template's name when its build is
+requested, before the build succeeds, so a name whose build failed (or was cancelled) in
+this process is built again rather than trusted. The template's default user is set to root, as
 Docker's is: the service runs a Harbor task's commands and stages its files (`/tests`,
 `/solution`) as the sandbox's root, as it does on a local image sandbox (admission refuses
 a Dockerfile whose USER is not root).
@@ -39,6 +41,9 @@ class TemplateBuilds:
         self._locks: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(
             asyncio.Lock
         )
+        self._failed: set[str] = set()
+        """Names whose last build here did not finish (failed or cancelled): they may exist
+        on E2B with no ready build."""
 
     async def ensure(self, context: Path, name: str, report: Callable[[str], None]) -> None:
         """Make template `name` from `context`'s Dockerfile unless it exists; raises
@@ -46,7 +51,7 @@ class TemplateBuilds:
         api_key = os.environ.get(self._api_key_env, "")
         async with self._locks[name]:
             try:
-                if await AsyncTemplate.exists(name, api_key=api_key):
+                if name not in self._failed and await AsyncTemplate.exists(name, api_key=api_key):
                     report(f"template {name}: built before, reused")
                     return
             except (*SDK_ERRORS, TemplateException) as exc:
@@ -57,6 +62,7 @@ class TemplateBuilds:
                 tail.append(entry.message)
                 report(f"template {name}: {entry.message}"[:500])
 
+            self._failed.add(name)
             try:
                 template = (
                     Template(file_context_path=str(context))
@@ -64,6 +70,7 @@ class TemplateBuilds:
                     .set_user("root")
                 )
                 await AsyncTemplate.build(template, name, on_build_logs=log, api_key=api_key)
+                self._failed.discard(name)
             except _BUILD_ERRORS as exc:
                 lines = "\n".join(tail)
                 raise SandboxError(

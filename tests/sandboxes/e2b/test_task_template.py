@@ -70,10 +70,18 @@ async def test_a_failing_build_is_a_sandbox_error_with_the_log_tail(
     context = _context(
         tmp_path, f"FROM rollout/base\nRUN echo {marker} && exit 7\nRUN echo never\n"
     )
+    name = f"harbor-task-{marker[:24]}"
+    builds = TemplateBuilds()
     with pytest.raises(SandboxError) as error:
-        await TemplateBuilds().ensure(context, f"harbor-task-{marker[:24]}", lambda _: None)
+        await builds.ensure(context, name, lambda _: None)
     message = str(error.value)
-    assert f"harbor-task-{marker[:24]}" in message
+    assert name in message
     assert "build log (last" in message
     assert marker in message.split("build log (last", 1)[1]  # the failed step's own output
     assert [build.status for build in cloud.templates.builds] == ["error"]
+
+    # E2B knows the name from the build's request on; it is still not taken for built.
+    assert cloud.templates.registered(name)
+    with pytest.raises(SandboxError):
+        await builds.ensure(context, name, lambda _: None)
+    assert [build.status for build in cloud.templates.builds] == ["error", "error"]
