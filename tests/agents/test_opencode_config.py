@@ -6,10 +6,13 @@ import json
 
 from service.agents.opencode_config import (
     INSTRUCTION_FILE,
+    MODELS_CACHE,
+    XDG_ROOT,
     config_content,
     launcher_script,
     opencode_env,
     option_violations,
+    seed_files,
 )
 from service.models.model_access import ModelAccess
 
@@ -69,6 +72,17 @@ def test_the_environment_is_private_and_offline() -> None:
         assert env[f"XDG_{name}_HOME"].startswith("/home/user/.opencode-xdg/")
     for flag in ("MODELS_FETCH", "AUTOUPDATE", "SHARE", "LSP_DOWNLOAD"):
         assert env[f"OPENCODE_DISABLE_{flag}"] == "1"
+
+
+def test_the_models_cache_is_seeded_empty_in_opencodes_own_cache_dir() -> None:
+    env = opencode_env(PROXIED, {})
+
+    files = seed_files("Do it.")
+
+    assert files[MODELS_CACHE] == b"{}"
+    assert f"{env['XDG_CACHE_HOME']}/opencode/models.json" == MODELS_CACHE
+    assert all(path.startswith(f"{XDG_ROOT}/") for path in files)
+    assert MODELS_CACHE not in seed_files("Do it.", empty_models_cache=False)
 
 
 def test_the_launcher_feeds_the_instruction_on_stdin() -> None:
