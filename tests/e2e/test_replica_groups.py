@@ -24,28 +24,19 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from tests.e2e.group_support import group_spec, start_group
 from tests.e2e.specs import command_spec
-from tests.e2e.test_replicas import _processes_with
+from tests.e2e.test_replicas import Replicas, _processes_with, three_replicas
 from tests.e2e.test_replicas import database_url as database_url  # the PostgreSQL fixture
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
-Replicas = tuple[ServerProcess, ServerProcess, ServerProcess]
 Stub: TypeAlias = "pb_grpc.RolloutServiceAsyncStub"  # only in the stubs' .pyi
 Stubs = tuple[Stub, Stub, Stub]
 
 
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterator[Replicas]:
-    """Three servers sharing the database; one that stops renewing its lease is taken for
-    dead after 5 s (a margin for heartbeats a loaded machine delays)."""
-    env = {"ROLLOUT_DATABASE_URL": database_url, "ROLLOUT_DATABASE_LEASE_S": "5"}
-    servers = [ServerProcess(tmp_path_factory.mktemp(f"group-replica-{n}"), env) for n in "abc"]
-    for server in servers:
-        server.start()
-    yield servers[0], servers[1], servers[2]
-    for server in servers:
-        assert server.stop() == 0, server.text()
+    """A 5 s lease: a margin for heartbeats a loaded machine delays."""
+    yield from three_replicas(tmp_path_factory, database_url, lease_s=5)
 
 
 @pytest.fixture

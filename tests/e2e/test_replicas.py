@@ -39,13 +39,15 @@ def database_url() -> Iterator[str]:
         postgres.stop()
 
 
-@pytest.fixture(scope="module")
-def replicas(
-    tmp_path_factory: pytest.TempPathFactory, database_url: str
-) -> Iterator[tuple[ServerProcess, ServerProcess, ServerProcess]]:
+Replicas = tuple[ServerProcess, ServerProcess, ServerProcess]
+
+
+def three_replicas(
+    tmp_path_factory: pytest.TempPathFactory, database_url: str, *, lease_s: float
+) -> Iterator[Replicas]:
     """Three servers, each with its own state folder, sharing the database; a server that
-    stops renewing its lease is taken for dead after 2 s."""
-    env = {"ROLLOUT_DATABASE_URL": database_url, "ROLLOUT_DATABASE_LEASE_S": "2"}
+    stops renewing its lease is taken for dead after `lease_s`. Each must exit 0 at the end."""
+    env = {"ROLLOUT_DATABASE_URL": database_url, "ROLLOUT_DATABASE_LEASE_S": str(lease_s)}
     servers = [ServerProcess(tmp_path_factory.mktemp(f"replica-{name}"), env) for name in "abc"]
     for server in servers:
         server.start()
@@ -54,9 +56,14 @@ def replicas(
         assert server.stop() == 0, server.text()
 
 
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterator[Replicas]:
+    yield from three_replicas(tmp_path_factory, database_url, lease_s=2)
+
+
 @pytest.fixture
 async def stubs(
-    replicas: tuple[ServerProcess, ServerProcess, ServerProcess],
+    replicas: Replicas,
 ) -> AsyncIterator[tuple[pb_grpc.RolloutServiceAsyncStub, pb_grpc.RolloutServiceAsyncStub]]:
     """Stubs of the first two replicas."""
     a, b, _ = replicas
@@ -114,7 +121,7 @@ async def test_a_replayed_watch_on_the_other_replica_ends_with_the_final_event(
 
 
 async def test_a_cancel_sent_to_another_replica_reaches_the_owner_and_ends_its_rollout(
-    replicas: tuple[ServerProcess, ServerProcess, ServerProcess],
+    replicas: Replicas,
     stubs: tuple[pb_grpc.RolloutServiceAsyncStub, pb_grpc.RolloutServiceAsyncStub],
 ) -> None:
     *_, server_c = replicas
@@ -150,7 +157,7 @@ async def test_a_cancel_sent_to_another_replica_reaches_the_owner_and_ends_its_r
 
 
 async def test_a_replica_killed_mid_rollout_loses_no_event_and_leaks_no_process(
-    replicas: tuple[ServerProcess, ServerProcess, ServerProcess],
+    replicas: Replicas,
     stubs: tuple[pb_grpc.RolloutServiceAsyncStub, pb_grpc.RolloutServiceAsyncStub],
 ) -> None:
     server_a, _, _ = replicas
@@ -181,7 +188,7 @@ async def test_a_replica_killed_mid_rollout_loses_no_event_and_leaks_no_process(
 
 
 async def test_a_replica_killed_for_good_is_taken_over_by_the_others(
-    replicas: tuple[ServerProcess, ServerProcess, ServerProcess],
+    replicas: Replicas,
     stubs: tuple[pb_grpc.RolloutServiceAsyncStub, pb_grpc.RolloutServiceAsyncStub],
 ) -> None:
     *_, server_c = replicas
