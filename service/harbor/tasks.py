@@ -90,10 +90,10 @@ class HarborTasks:
         resolved = resolve_spec(spec, tree, digest, image)
         self._check_user(dockerfile, image)
         template = spec.sandbox.template or task_template_name(digest)
-        sandbox = resolved.sandbox.model_copy(update={"image": spec.sandbox.image})
-        resolved = resolved.model_copy(
-            update={"sandbox": sandbox.model_copy(update={"template": template})}
+        sandbox = resolved.sandbox.model_copy(
+            update={"image": spec.sandbox.image, "template": template}
         )
+        resolved = resolved.model_copy(update={"sandbox": sandbox})
         if built:
             await asyncio.to_thread(self._write_context, tree, digest)
         else:
