@@ -56,10 +56,10 @@ class SandboxProcesses:
     def owns(self, pid: int, found: set[int]) -> bool:
         try:
             link = os.readlink(f"/proc/{pid}/ns/pid")
-            state, inner_pid = _state(pid)
+            dying, inner_pid = _state(pid)
         except (OSError, ValueError, KeyError, IndexError):
             return False
-        if state in {"Z", "X"}:  # exited: nothing to kill
+        if dying:  # nothing to kill (e.g. the forwarder, killed as the agent's access ended)
             return False
         if link == self.namespace:
             return inner_pid > _SPARED
@@ -86,12 +86,27 @@ class SandboxProcesses:
         return False
 
 
-def _state(pid: int) -> tuple[str, int]:
-    """(state letter, pid in its own pid namespace) from /proc/<pid>/status."""
+_SIGKILL_BIT = 1 << (9 - 1)
+"""SIGKILL in /proc/<pid>/status's pending-signal masks."""
+_PF_EXITING = 0x4
+"""The kernel's flag of a task in exit (/proc/<pid>/stat, field 9)."""
+
+
+def _state(pid: int) -> tuple[bool, int]:
+    """(whether it has exited or is on its way: a zombie, in exit, or SIGKILL pending; its
+    pid in its own pid namespace), from /proc/<pid>/status and stat. A process killed just
+    before is not counted again however long a loaded machine takes to end it."""
     fields = dict(
         line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
     )
-    return fields["State"].split()[0], int(fields["NSpid"].split()[-1])
+    pending = int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
+    flags = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[6])
+    dying = (
+        fields["State"].split()[0] in {"Z", "X"}
+        or bool(flags & _PF_EXITING)
+        or bool(pending & _SIGKILL_BIT)
+    )
+    return dying, int(fields["NSpid"].split()[-1])
 
 
 async def kill_all(selection: Selection, rounds: int) -> tuple[int, bool]:

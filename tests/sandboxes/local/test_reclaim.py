@@ -4,11 +4,14 @@ a link."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 from service.models import Resources
 from service.sandboxes.base import HOME, VERIFIER_DIR, WORKDIR
 from service.sandboxes.local.backend import LocalSandbox
+from service.sandboxes.local.reclaim import _state
 from tests.sandboxes.conftest import MakeSandbox, SleepMarker
 
 _HIDING = {
@@ -106,3 +109,18 @@ async def test_reclaim_ends_a_fork_bomb(make_local_sandbox: MakeSandbox) -> None
         assert left.stdout.strip() == "5"  # init, holder, and this bash, ps and wc
     finally:
         await sandbox.kill()
+
+
+def test_a_process_that_has_exited_or_is_exiting_is_not_one_to_kill() -> None:
+    """A process killed just before (the forwarder, as the agent's model access ends) is
+    never counted as the agent's, however long a loaded machine takes to end it."""
+    child = subprocess.Popen(["sleep", "300"])
+    try:
+        assert _state(child.pid) == (False, child.pid)
+        child.kill()
+        while Path(f"/proc/{child.pid}/status").read_text().split("State:")[1].split()[0] != "Z":
+            os.sched_yield()  # until a zombie (SIGKILL pending and in exit pass too fast to catch)
+        assert _state(child.pid) == (True, child.pid)
+    finally:
+        child.kill()
+        child.wait()
