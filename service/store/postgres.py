@@ -350,6 +350,9 @@ class PostgresStore:
                 try:
                     async with asyncio.timeout(POLL_S):
                         due = [await ids.get()]
+                    while not ids.empty():  # one read per rollout however many notifications
+                        due.append(ids.get_nowait())
+                    due = list(dict.fromkeys(due))
                 except TimeoutError:
                     running = dict(await self._all(_OTHERS_RUNNING, terminal, self._owner))
                     due = [rollout_id for rollout_id in after if rollout_id not in running]
