@@ -82,8 +82,12 @@ export async function groupsPage(root: Element, query: URLSearchParams, signal: 
         for (const member of group.members) {
           if (!LIVE.has(member.status)) waiting.delete(member.rolloutId);
         }
+        if (group.status !== GroupStatus.RUNNING) {
+          ended.delete(groupId);
+          return;
+        }
         const deciding = group.members.length > 0 && group.members.every((m) => !LIVE.has(m.status));
-        if (group.status !== GroupStatus.RUNNING || (!waiting.size && !deciding)) return;
+        if (!waiting.size && !deciding) return;
         await sleep(SETTLE_MS, signal);
       }
     } finally {
@@ -101,12 +105,12 @@ export async function groupsPage(root: Element, query: URLSearchParams, signal: 
   const events = api.watchRollout({ labels: filter.labels }, { signal });
   const page = await api.listGroups({ labels: filter.labels, statuses, pageSize: 100 }, { signal });
   for (const group of [...page.groups].reverse()) show(group);
-  const groupOf = new Map<string, string>(); // rollout id -> its group's id ("" for none)
+  const groupOf = new Map<string, string>(); // running rollout's id -> its group's ("" for none)
   for await (const { event } of events) {
     if (!event) continue;
     const { payload } = event;
     if (payload.case === "finished") {
-      groupOf.set(event.rolloutId, payload.value.groupId);
+      groupOf.delete(event.rolloutId); // its last event
       if (payload.value.groupId) memberEnded(payload.value.groupId, event.rolloutId);
     } else if (payload.case === "phase" && !groupOf.has(event.rolloutId)) {
       groupOf.set(event.rolloutId, "");
