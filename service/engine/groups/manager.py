@@ -37,10 +37,12 @@ from service.errors import (
     RequestConflictError,
     RolloutFailure,
     RolloutServiceError,
+    SandboxError,
     SpecError,
 )
 from service.models import Rollout, RolloutSpec
 from service.models.group import GROUP_LABEL, Group, GroupSpec, GroupStatus
+from service.sandboxes.base import SandboxBackend
 from service.store.base import RolloutStore
 from service.store.group_listing import GroupLister, GroupPage
 from service.store.groups import GroupStore
@@ -221,6 +223,8 @@ class GroupManager:
                 log.warning("group %s cannot start members again: %s", group.id, exc)
                 parts, secret_free = None, False
             run = self._run_of(group, spec, parts)
+            if parts is not None:
+                await _sweep_template(parts[0], group.id)
             members = await self._member_rollouts(group)
             await run.resume(members, secret_free=secret_free)
             await self._store.save_group(run.group)  # every server now reads its new members
@@ -290,7 +294,7 @@ class GroupManager:
             prepared = await prepare_filesystem(
                 parts[0],
                 spec.spec,
-                name=f"{group.id}-template",
+                name=_template_name(group.id),
                 command_timeout_s=command_timeout_s,
             )
             if prepared is not None:
@@ -353,6 +357,23 @@ def _group_violations(spec: GroupSpec, capacity: int) -> Iterator[FieldViolation
         yield FieldViolation("spec.max_refills", f"must be at most {limit} (10 per member)")
     if spec.deadline_s is not None and spec.deadline_s <= 0:
         yield FieldViolation("spec.deadline", "must be positive")
+
+
+def _template_name(group_id: str) -> str:
+    """The name, and rollout label, of the group's template sandbox (`prepare_filesystem`)."""
+    return f"{group_id}-template"
+
+
+async def _sweep_template(backend: SandboxBackend, group_id: str) -> None:
+    """Kill the template sandbox a server that is gone may have left mid-setup on a remote
+    backend (found by its label), before the group sets up again here."""
+    try:
+        swept = await backend.sweep_rollouts({_template_name(group_id)})
+    except SandboxError as exc:
+        log.warning("could not sweep group %s's template sandbox: %s", group_id, exc)
+        return
+    if swept:
+        log.info("killed the template sandbox group %s's server left", group_id)
 
 
 def _knobs(spec: GroupSpec) -> tuple[object, ...]:
