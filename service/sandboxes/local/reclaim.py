@@ -93,19 +93,20 @@ _PF_EXITING = 0x4
 
 
 def _state(pid: int) -> tuple[bool, int]:
-    """(whether it has exited or is on its way: a zombie, in exit, or SIGKILL pending; its
-    pid in its own pid namespace), from /proc/<pid>/status and stat. A process killed just
-    before is not counted again however long a loaded machine takes to end it."""
+    """(whether it has exited or is on its way: SIGKILL pending, or a zombie or in exit with
+    no other thread; its pid in its own pid namespace), from /proc/<pid>/status and stat. A
+    process killed just before is not counted again however long a loaded machine takes to
+    end it. Zombie and in exit describe the leader thread alone: one that left by the thread
+    exit (SYS_exit) looks so while the process's other threads run on, so it counts as alive
+    then. A pending SIGKILL is always the whole process's end."""
     fields = dict(
         line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
     )
     pending = int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
     flags = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[6])
-    dying = (
-        fields["State"].split()[0] in {"Z", "X"}
-        or bool(flags & _PF_EXITING)
-        or bool(pending & _SIGKILL_BIT)
-    )
+    leader_gone = fields["State"].split()[0] in {"Z", "X"} or bool(flags & _PF_EXITING)
+    alone = int(fields["Threads"]) == 1
+    dying = bool(pending & _SIGKILL_BIT) or (leader_gone and alone)
     return dying, int(fields["NSpid"].split()[-1])
 
 
