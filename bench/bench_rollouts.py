@@ -3,10 +3,12 @@
 Each rollout is one setup command, agent `true` and one verify command, run on the
 local bwrap backend by a real server subprocess. With `--compare`, the same figures for
 each server configuration in turn in the same run (the disk pool off, on, and no quota at
-all), and their ratios to the first. Prints markdown tables and writes
-bench/results/rollouts.json.
+all), and their ratios to the first (`--rounds` repeats them, interleaved, since a shared
+machine's load moves within minutes). `--disk` measures only a sandbox disk's own cost, on
+the rollout's path and after it, pool off and on. Prints markdown tables and writes
+bench/results/rollouts.json (rollout_disks.json).
 
-    python bench/bench_rollouts.py [--soak 2000] [--compare]
+    python bench/bench_rollouts.py [--soak 2000] [--compare [--rounds 2]] [--disk]
 """
 
 from __future__ import annotations
