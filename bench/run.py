@@ -11,7 +11,11 @@ from pathlib import Path
 
 BENCHES = (
     ("sandbox floor: bwrap start vs a plain subprocess", ["bench_sandbox.py"]),
-    ("no-op rollouts through gRPC", ["bench_rollouts.py"]),
+    (
+        "no-op rollouts through gRPC: disk pool on and no quota vs pool off",
+        ["bench_rollouts.py", "--compare", "--soak", "0"],
+    ),
+    ("a sandbox disk's own cost: pool on vs off", ["bench_rollouts.py", "--disk"]),
     ("server memory over a 5,000-rollout soak vs the baseline", ["bench_soak.py"]),
     ("WatchRollout fan-out: 1,000 and 10,000 watchers vs the baseline", ["bench_watchers.py"]),
     ("capture proxy overhead vs the upstream directly", ["bench_proxy.py"]),
