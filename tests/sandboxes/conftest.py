@@ -23,6 +23,33 @@ _POLL_S = 0.02
 _POLLS = 500
 
 
+LEADER_LEAVES = (
+    "import ctypes, threading, time\n"
+    "libc, named = ctypes.CDLL(None), threading.Event()\n"
+    "def run() -> None:\n"
+    "    libc.prctl(15, b'{name}')  # PR_SET_NAME: the host finds this thread by it\n"
+    "    named.set()\n"
+    "    time.sleep(600)\n"
+    "threading.Thread(target=run).start()\n"
+    "named.wait()\n"
+    "libc.syscall(60, 0)  # SYS_exit: the leader thread alone leaves, a zombie\n"
+)
+"""A Python script (format `name`) whose leader thread leaves alone while a thread named
+`name` runs on: the process reads as a zombie, and is not one."""
+
+
+def threads_named(name: str) -> list[Path]:
+    """The comm files of every live thread on the host named `name`."""
+    return [comm for comm in Path("/proc").glob("[0-9]*/task/*/comm") if _read(comm) == name]
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""  # exited while we looked
+
+
 @dataclass(frozen=True)
 class SleepMarker:
     """A `sleep` with a duration no other process uses, so the host can find its processes."""

@@ -44,7 +44,7 @@ for round in $(seq 60); do
     case "$keep" in *" $q "*) continue;; esac
     read -r stat < "$d/stat" 2>/dev/null || continue
     set -- ${stat##*) }
-    case "$1" in Z|X) continue;; esac
+    case "$1" in Z|X) [ "${18}" = 1 ] && continue;; esac  # a zombie leader with threads lives
     [ $(( $7 & 0x200000 )) -ne 0 ] && continue  # PF_KTHREAD: the kernel's
     victims="$victims $q"
   done

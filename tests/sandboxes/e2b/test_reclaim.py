@@ -4,6 +4,7 @@ what is in the way is removed without following a link."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from service.sandboxes.base import VERIFIER_DIR, WORKDIR
 from service.sandboxes.e2b.backend import E2BBackend
 from service.sandboxes.e2b.sandbox import E2BSandbox
 from tests.fakes.e2b_cloud import FakeE2B
-from tests.sandboxes.conftest import SleepMarker
+from tests.sandboxes.conftest import LEADER_LEAVES, SleepMarker, threads_named
 from tests.sandboxes.e2b.support import eventually, make_backend, make_request
 
 
@@ -82,3 +83,21 @@ async def test_a_long_path_list_is_reclaimed_over_several_runs(sandbox: E2BSandb
 
     assert reclaimed.removed == tuple(paths[::100])
     assert (await sandbox.exec("ls -A many", timeout_s=30)).stdout == ""
+
+
+async def test_reclaim_kills_a_process_whose_leader_thread_left(sandbox: E2BSandbox) -> None:
+    """The agent cannot hide a process from reclaim by ending its leader thread alone."""
+    name = f"zl-e2b-{os.getpid()}"
+    left = "until grep -qs 'Z (zombie)' /proc/[0-9]*/status; do sleep 0.01; done"
+    started = await sandbox.exec(
+        f'setsid /usr/bin/python3 -c "$SCRIPT" >/dev/null 2>&1 & {left}',
+        timeout_s=30,
+        env={"SCRIPT": LEADER_LEAVES.format(name=name)},
+    )
+    assert started.exit_code == 0, started.stderr
+    assert threads_named(name) != []
+
+    reclaimed = await sandbox.reclaim()
+
+    assert reclaimed.processes >= 1
+    assert threads_named(name) == []

@@ -12,7 +12,7 @@ from service.models import Resources
 from service.sandboxes.base import HOME, VERIFIER_DIR, WORKDIR
 from service.sandboxes.local.backend import LocalSandbox
 from service.sandboxes.local.reclaim import _state
-from tests.sandboxes.conftest import MakeSandbox, SleepMarker
+from tests.sandboxes.conftest import LEADER_LEAVES, MakeSandbox, SleepMarker, threads_named
 
 _HIDING = {
     "new session": "setsid {sleep} &",
@@ -126,34 +126,10 @@ def test_a_process_that_has_exited_or_is_exiting_is_not_one_to_kill() -> None:
         child.wait()
 
 
-_LEADER_LEAVES = (
-    "import ctypes, threading, time\n"
-    "libc, named = ctypes.CDLL(None), threading.Event()\n"
-    "def run() -> None:\n"
-    "    libc.prctl(15, b'{name}')  # PR_SET_NAME: the host finds this thread by it\n"
-    "    named.set()\n"
-    "    time.sleep(600)\n"
-    "threading.Thread(target=run).start()\n"
-    "named.wait()\n"
-    "libc.syscall(60, 0)  # SYS_exit: the leader thread alone leaves, a zombie\n"
-)
-
-
-def _threads_named(name: str) -> list[Path]:
-    return [comm for comm in Path("/proc").glob("[0-9]*/task/*/comm") if _read(comm) == name]
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return ""  # exited while we looked
-
-
 def test_a_zombie_leader_with_live_threads_is_one_to_kill() -> None:
     """A process whose leader thread left alone (SYS_exit) is a zombie by its status, and
     its other threads run on: it is not dying."""
-    child = subprocess.Popen(["/usr/bin/python3", "-c", _LEADER_LEAVES.format(name="zl-unit")])
+    child = subprocess.Popen(["/usr/bin/python3", "-c", LEADER_LEAVES.format(name="zl-unit")])
     try:
         while "Z" not in Path(f"/proc/{child.pid}/status").read_text().split("State:")[1][:3]:
             os.sched_yield()
@@ -168,7 +144,7 @@ async def test_reclaim_kills_a_process_whose_leader_thread_left(
 ) -> None:
     """The agent cannot hide a process from reclaim by ending its leader thread alone."""
     name = f"zl-{os.getpid()}"
-    script = _LEADER_LEAVES.format(name=name)
+    script = LEADER_LEAVES.format(name=name)
     left = "until grep -qs 'Z (zombie)' /proc/[0-9]*/status; do sleep 0.01; done"
     started = await local_sandbox.exec(
         f'setsid /usr/bin/python3 -c "$SCRIPT" >/dev/null 2>&1 & {left}',
@@ -176,9 +152,9 @@ async def test_reclaim_kills_a_process_whose_leader_thread_left(
         env={"SCRIPT": script},
     )
     assert started.exit_code == 0, started.stderr
-    assert _threads_named(name) != []
+    assert threads_named(name) != []
 
     reclaimed = await local_sandbox.reclaim()
 
     assert reclaimed.processes >= 1
-    assert _threads_named(name) == []
+    assert threads_named(name) == []
