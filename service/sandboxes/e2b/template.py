@@ -23,6 +23,7 @@ from e2b import AsyncTemplate, BuildException, FileUploadException, Template, Te
 from e2b.template.logger import LogEntry
 
 from service.errors import SandboxError
+from service.sandboxes.e2b.backend import API_KEY_ENV
 from service.sandboxes.e2b.sandbox import SDK_ERRORS
 
 __all__ = ["TemplateBuilds"]
@@ -36,8 +37,7 @@ _BUILD_ERRORS = (BuildException, FileUploadException, TemplateException, ValueEr
 class TemplateBuilds:
     """Builds templates through the SDK, one build per name at a time in this process."""
 
-    def __init__(self, api_key_env: str = "E2B_API_KEY") -> None:
-        self._api_key_env = api_key_env
+    def __init__(self) -> None:
         self._locks: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(
             asyncio.Lock
         )
@@ -48,7 +48,7 @@ class TemplateBuilds:
     async def ensure(self, context: Path, name: str, report: Callable[[str], None]) -> None:
         """Make template `name` from `context`'s Dockerfile unless it exists; raises
         SandboxError with the build log's tail."""
-        api_key = os.environ.get(self._api_key_env, "")
+        api_key = os.environ.get(API_KEY_ENV, "")
         async with self._locks[name]:
             try:
                 if name not in self._failed and await AsyncTemplate.exists(name, api_key=api_key):
