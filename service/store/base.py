@@ -8,7 +8,7 @@ from typing import Protocol
 
 from service.models import Rollout, RolloutEvent, RolloutStatus
 
-__all__ = ["RolloutPage", "RolloutStore", "TakeRollout"]
+__all__ = ["FencedError", "LeaseLostHandler", "RolloutPage", "RolloutStore", "TakeRollout"]
 
 RolloutPage = tuple[list[Rollout], str]
 """A page of rollouts and the token of the next page ("" on the last)."""
@@ -17,6 +17,19 @@ TakeRollout = Callable[[Rollout], bool]
 """Asked for each rollout of a page in order: whether it joins the page. The first refusal
 ends the page there (the next page starts with the refused rollout), so it must take the
 first rollout it is offered or the page cannot advance."""
+
+LeaseLostHandler = Callable[[], int]
+"""Stops every run this server started under the lease it lost (without a write); returns how
+many it stopped."""
+
+
+class FencedError(Exception):
+    """A write refused because the rows are no longer this server's: another server sharing
+    the store took them over (this one missed its heartbeats for a whole lease)."""
+
+    def __init__(self, ids: Sequence[str]) -> None:
+        super().__init__(f"taken over by another server: {', '.join(ids)}")
+        self.ids = frozenset(ids)
 
 
 class RolloutStore(Protocol):
@@ -32,7 +45,8 @@ class RolloutStore(Protocol):
         ...
 
     async def save(self, rollout: Rollout) -> None:
-        """Overwrite an existing rollout's status, phase, result and times."""
+        """Overwrite an existing rollout's status, phase, result and times (FencedError if
+        another server took it over)."""
         ...
 
     async def get(self, rollout_id: str) -> Rollout | None: ...
@@ -65,7 +79,8 @@ class RolloutStore(Protocol):
         ...
 
     async def append_events(self, events: Sequence[RolloutEvent]) -> None:
-        """Append events (seq already assigned, increasing per rollout)."""
+        """Append events (seq already assigned, increasing per rollout); none of them, and
+        FencedError naming those rollouts, if another server took any of them over."""
         ...
 
     async def events(
@@ -87,6 +102,11 @@ class RolloutStore(Protocol):
 
     def on_cancel_request(self, handler: Callable[[str, str], None]) -> None:
         """Have `handler(rollout_id, reason)` cancel what other servers ask this one to."""
+        ...
+
+    def on_lease_lost(self, handler: LeaseLostHandler) -> None:
+        """Have `handler` stop this server's runs when its lease is lost (a store no other
+        server shares holds no lease: never)."""
         ...
 
     def follow_others(self) -> AsyncIterator[RolloutEvent]:

@@ -23,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 from psycopg import AsyncConnection, errors
 from psycopg_pool import AsyncConnectionPool
@@ -42,13 +43,13 @@ from service.models import (
     RolloutStatus,
 )
 from service.models.group import Group, GroupStatus
-from service.store.base import RolloutPage, TakeRollout
+from service.store.base import FencedError, LeaseLostHandler, RolloutPage, TakeRollout
 from service.store.codec import decode_model, encode_model
 from service.store.group_listing import GroupPage, group_label_rows, group_page_query
 from service.store.groups import StoredGroup
 from service.store.listing import page_query
 from service.store.pages import read_page
-from service.store.postgres_leases import Lease, claim_groups, claim_rollouts
+from service.store.postgres_leases import EXPIRE_SQL, Lease, claim_groups, claim_rollouts
 from service.store.postgres_notify import (
     GROUP_NOTIFY_SQL,
     NOTIFY_SQL,
@@ -69,6 +70,8 @@ from service.store.rows import (
 )
 
 __all__ = ["MIGRATIONS_DIR", "PostgresStore", "migrate"]
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).with_name("postgres_migrations")
 """yoyo's migrations, one .sql file per step, applied in name order."""
@@ -113,10 +116,15 @@ class PostgresStore:
 
     def __init__(self, url: str, *, server: str, lease_s: float = 30.0) -> None:
         self._url = url
-        self._lease = Lease(uuid.uuid4().hex, server, lease_s)
-        self._owner = self._lease.owner
+        self._lease = Lease(uuid.uuid4().hex, server, lease_s, self._lease_lost)
         self._pool: AsyncConnectionPool | None = None
-        self._notices = Notices(self._owner)
+        self._notices = Notices(self._lease.owner)
+        self._on_lost: list[LeaseLostHandler] = []
+
+    @property
+    def _owner(self) -> str:
+        """This run's owner id: its current lease's (a new one once it lost the first)."""
+        return self._lease.owner
 
     def __repr__(self) -> str:
         return "PostgresStore(<url hidden>)"
@@ -132,7 +140,7 @@ class PostgresStore:
         await pool.open(wait=True)
         self._pool = pool
         await self._lease.take(pool)
-        await self._notices.start(self._url)
+        await self._notices.start(self._url, self._owner)
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -185,15 +193,16 @@ class PostgresStore:
         return existing
 
     async def save(self, rollout: Rollout) -> None:
-        """Overwrite an existing rollout's status, phase, result and times (never its spec)."""
+        """Overwrite an existing rollout's status, phase, result and times (never its spec),
+        if this run still owns it (FencedError if another took it over)."""
         async with self._connection() as conn:
             cursor = await conn.execute(
                 "UPDATE rollouts SET status = %s, phase = %s, start_time = %s,"
-                " finish_time = %s, result = %s, slim_result = %s WHERE id = %s",
-                (*encode_save(rollout)[:-1], _encode_slim(rollout)[1], rollout.id),
+                " finish_time = %s, result = %s, slim_result = %s WHERE id = %s AND owner = %s",
+                (*encode_save(rollout)[:-1], _encode_slim(rollout)[1], rollout.id, self._owner),
             )
         if cursor.rowcount != 1:
-            raise NotFoundError(f"no rollout {rollout.id!r} to save")
+            await self._refused("rollouts", rollout.id)
 
     async def get(self, rollout_id: str) -> Rollout | None:
         row = await self._one(f"SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE id = %s", rollout_id)
@@ -256,8 +265,20 @@ class PostgresStore:
         if not events:
             return
         rows = [encode_event(event) for event in events]
+        ids = sorted({row[0] for row in rows})
         try:
             async with self._connection() as conn, conn.transaction(), conn.cursor() as cursor:
+                # FOR SHARE: a takeover's claim of these rows waits for this commit.
+                await cursor.execute(
+                    "SELECT id, owner FROM rollouts WHERE id = ANY(%s) FOR SHARE", (ids,)
+                )
+                owners = dict(await cursor.fetchall())
+                if len(owners) < len(ids):
+                    raise NotFoundError(f"events for unknown rollouts among {ids}")
+                fenced = [rollout_id for rollout_id in ids if owners[rollout_id] != self._owner]
+                if fenced:
+                    self._lease.check()
+                    raise FencedError(fenced)
                 await cursor.executemany(
                     "INSERT INTO events (rollout_id, seq, time, kind, payload)"
                     " VALUES (%s, %s, %s, %s, %s)",
@@ -268,10 +289,7 @@ class PostgresStore:
                     " WHERE id = %s AND status <> ALL(%s)",
                     _phase_changes(events),
                 )
-                await cursor.execute(NOTIFY_SQL, (sorted({row[0] for row in rows}),))
-        except errors.ForeignKeyViolation as exc:
-            ids = sorted({row[0] for row in rows})
-            raise NotFoundError(f"events for unknown rollouts among {ids}") from exc
+                await cursor.execute(NOTIFY_SQL, (ids,))
         except errors.UniqueViolation as exc:
             raise ValueError(f"an event's (rollout_id, seq) is already stored: {exc}") from exc
 
@@ -419,13 +437,50 @@ class PostgresStore:
         return existing
 
     async def save_group(self, group: Group) -> None:
-        """Overwrite the group and notify its followers on every server, in one transaction."""
+        """Overwrite the group and notify its followers on every server, in one transaction,
+        if this run still owns it (FencedError if another took it over)."""
         async with self._connection() as conn, conn.transaction():
-            await conn.execute(
-                "UPDATE groups SET status = %s, document = %s WHERE id = %s",
-                (group.status.value, encode_model(group), group.id),
+            cursor = await conn.execute(
+                "UPDATE groups SET status = %s, document = %s WHERE id = %s AND owner = %s",
+                (group.status.value, encode_model(group), group.id, self._owner),
             )
-            await conn.execute(GROUP_NOTIFY_SQL, (group.id,))
+            if cursor.rowcount == 1:
+                await conn.execute(GROUP_NOTIFY_SQL, (group.id,))
+                return
+        await self._refused("groups", group.id)
+
+    def on_lease_lost(self, handler: LeaseLostHandler) -> None:
+        """Have `handler` stop this run's work when its lease is lost (`postgres_leases`)."""
+        self._on_lost.append(handler)
+
+    async def _lease_lost(self, lost: str) -> None:
+        """The lease `lost` was taken (this run missed its heartbeats for a whole lease and a
+        replica took its work over); the lease now held is new. Stop what ran under the lost
+        one, then hear cancel requests on the new one's channel."""
+        stopped = 0
+        for handler in self._on_lost:
+            try:
+                stopped += handler()
+            except Exception:
+                log.exception("stopping the work of a lost lease failed")
+        log.error(
+            "lost this server's database lease: no heartbeat for over %gs, another replica "
+            "takes over what it ran; stopped %d rollouts and groups without saving them; "
+            "new work runs under a new lease",
+            self._lease.lease_s,
+            stopped,
+        )
+        await self._notices.stop()
+        await self._notices.start(self._url, self._owner)
+
+    async def _refused(self, table: str, row_id: str) -> NoReturn:
+        """Why a write guarded on ownership changed no row: the row is missing, or another run
+        took it over (the lease may be lost: renew at once to find out)."""
+        row = await self._one(f"SELECT owner FROM {table} WHERE id = %s", row_id)
+        if row is None:
+            raise NotFoundError(f"no {table[:-1]} {row_id!r} to save")
+        self._lease.check()
+        raise FencedError([row_id])
 
     async def follow_group(self, group_id: str) -> AsyncIterator[Group]:
         """The stored group now, then again each time a server saves a change to it, until it
@@ -515,7 +570,9 @@ class PostgresStore:
             return await cursor.fetchone()
 
     async def _claim(self, query: str, params: dict[str, Any]) -> builtins.list[Any]:
+        """Expire the leases not renewed in time, then run the claim (`postgres_leases`)."""
         async with self._connection() as conn:
+            await conn.execute(EXPIRE_SQL, params)
             cursor = await conn.execute(query, params)
             rows: builtins.list[Any] = await cursor.fetchall()
             return rows

@@ -2,31 +2,47 @@
 
 Each open store is one run of a server: a fresh `owner` id, and the `server` name it keeps
 across restarts (host and state folder). Every rollout and group row names the run that
-admitted it. A run holds a lease (a `servers` row) and renews it every lease_s / 6; one not
-renewed for lease_s is expired, and a run of the same server that opened since is gone for
-certain. `claim_*` takes over the unfinished rows of gone runs: never what a live replica
-runs, never this run's own, and each row for exactly one claimant (the UPDATE locks the row;
-a second claimant re-reads its new, live owner and passes it by). The claimant ends those
-rollouts as interrupted and resumes the groups, as a restarted server always did.
+admitted it. A run holds a lease (a `servers` row) and renews it every lease_s / 6. A run
+that takes over first deletes the leases not renewed for lease_s (`EXPIRE_SQL`); a run of the
+same server that opens deletes its earlier runs' leases. A run without a lease row is gone for
+certain, and `claim_*` takes over its unfinished rows: never what a live replica runs, never
+this run's own, and each row for exactly one claimant (the UPDATE locks the row; a second
+claimant re-reads its new, live owner and passes it by). The claimant ends those rollouts as
+interrupted and resumes the groups, as a restarted server always did.
+
+Fencing: a run writes its rows only `WHERE owner = <its owner>` (`PostgresStore`), so once a
+claimant has set its own owner on a row, the run that lost it can no longer write it. A run
+whose heartbeat finds its lease row deleted (it stalled past lease_s and a replica expired it)
+has lost everything it ran: it takes a new lease under a new owner id for new work and tells
+the store (`on_lost`, with the old owner), whose handlers stop the runs of the old one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-__all__ = ["Lease", "claim_groups", "claim_rollouts"]
+__all__ = ["EXPIRE_SQL", "Lease", "claim_groups", "claim_rollouts"]
 
 log = logging.getLogger(__name__)
 
+EXPIRE_SQL = "DELETE FROM servers WHERE heartbeat_at <= now() - make_interval(secs => %(lease_s)s)"
+"""Delete the leases not renewed for lease_s (`Lease.params`): their runs are gone, and a run
+that stalled past its lease finds its lease taken at its next heartbeat. The DELETE re-checks
+a row a heartbeat renews meanwhile, so a run is either renewed or gone, never both."""
+
 _GONE = (
-    "owner NOT IN (SELECT owner FROM servers WHERE owner = %(owner)s OR (server <> %(server)s"
-    " AND heartbeat_at > now() - make_interval(secs => %(lease_s)s)))"
+    "owner NOT IN (SELECT owner FROM servers)"
+    " AND EXISTS (SELECT 1 FROM servers WHERE owner = %(owner)s)"
 )
+"""The row's owner holds no lease, and the claimant still holds its own."""
 
 
 def claim_rollouts(columns: str) -> str:
@@ -50,24 +66,34 @@ def claim_groups() -> str:
     )
 
 
-class Lease:
-    """One run's lease: taken by `take`, renewed until `release`."""
+LostHandler = Callable[[str], Awaitable[None]]
+"""Called with the owner id of a lease this run lost, once it holds a new one."""
 
-    def __init__(self, owner: str, server: str, lease_s: float) -> None:
+
+class Lease:
+    """One run's lease: taken by `take`, renewed (or replaced once lost) until `release`."""
+
+    def __init__(self, owner: str, server: str, lease_s: float, on_lost: LostHandler) -> None:
         self.owner = owner
         self.server = server
         self.lease_s = lease_s
+        self._on_lost = on_lost
         self._renewing: asyncio.Task[None] | None = None
+        self._check = asyncio.Event()
 
     def params(self, **extra: Any) -> dict[str, Any]:
         """The parameters of `claim_rollouts` or `claim_groups` (with `extra` filled in)."""
         return {"owner": self.owner, "server": self.server, "lease_s": self.lease_s, **extra}
 
+    def check(self) -> None:
+        """Renew now rather than at the next beat (a write found itself fenced)."""
+        self._check.set()
+
     async def take(self, pool: AsyncConnectionPool) -> None:
         """Forget this server's earlier runs' leases, take this run's, and keep renewing it."""
         async with pool.connection() as conn, conn.transaction():
             await conn.execute("DELETE FROM servers WHERE server = %s", (self.server,))
-            await self._renew(conn)
+            await self._insert(conn, self.owner)
         self._renewing = asyncio.create_task(self._keep(pool), name="postgres-lease")
 
     async def release(self, pool: AsyncConnectionPool) -> None:
@@ -81,17 +107,26 @@ class Lease:
 
     async def _keep(self, pool: AsyncConnectionPool) -> None:
         while True:
-            await asyncio.sleep(self.lease_s / 6)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._check.wait(), self.lease_s / 6)
+            self._check.clear()
             try:
                 async with pool.connection() as conn:
-                    await self._renew(conn)
+                    cursor = await conn.execute(
+                        "UPDATE servers SET heartbeat_at = now() WHERE owner = %s", (self.owner,)
+                    )
+                    if cursor.rowcount:
+                        continue
+                    lost, owner = self.owner, uuid.uuid4().hex
+                    await self._insert(conn, owner)
+                self.owner = owner
+                await self._on_lost(lost)
             except psycopg.OperationalError as exc:
                 # A missed beat only risks a takeover after lease_s; the next may succeed.
                 log.warning("could not renew this server's lease: %s", exc)
 
-    async def _renew(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def _insert(self, conn: psycopg.AsyncConnection[Any], owner: str) -> None:
         await conn.execute(
-            "INSERT INTO servers (owner, server, heartbeat_at) VALUES (%s, %s, now())"
-            " ON CONFLICT (owner) DO UPDATE SET heartbeat_at = now()",
-            (self.owner, self.server),
+            "INSERT INTO servers (owner, server, heartbeat_at) VALUES (%s, %s, now())",
+            (owner, self.server),
         )

@@ -61,13 +61,16 @@ class Notices:
         self._followers: dict[str, set[asyncio.Event]] = {}
         self._listener: asyncio.Task[None] | None = None
         self._cancels = cancel_channel(owner)
+        """The cancel channel of the run's current lease (`start` moves it to a new one)."""
         self._everyone: set[asyncio.Queue[str]] = set()
         self.on_cancel: CancelHandler | None = None
         """Receives this run's cancel requests; until it is set, they are dropped."""
         self.on_group_cancel: CancelHandler | None = None
         """Receives this run's group cancel requests; until it is set, they are dropped."""
 
-    async def start(self, url: str) -> None:
+    async def start(self, url: str, owner: str) -> None:
+        """Listen, with `owner`'s cancel channel (a run that lost its lease starts again)."""
+        self._cancels = cancel_channel(owner)
         conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
         await conn.execute(f"LISTEN {_CHANNEL}")
         await conn.execute(f"LISTEN {_GROUP_CHANNEL}")

@@ -23,7 +23,7 @@ from service.errors import NotFoundError
 from service.models import TERMINAL_STATUSES, Rollout, RolloutEvent, RolloutStatus
 from service.models.group import Group, GroupStatus
 from service.store import groups
-from service.store.base import RolloutPage, TakeRollout
+from service.store.base import LeaseLostHandler, RolloutPage, TakeRollout
 from service.store.group_listing import GroupPage, sqlite_listed_group, sqlite_page_keys
 from service.store.listing import page_query
 from service.store.pages import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, read_page
@@ -170,6 +170,9 @@ class SqliteStore:
 
     def on_cancel_request(self, handler: Callable[[str, str], None]) -> None:
         """Nothing: no other server sends this one cancel requests."""
+
+    def on_lease_lost(self, handler: LeaseLostHandler) -> None:
+        """Nothing: a server alone on its file holds no lease to lose."""
 
     async def follow_others(self) -> AsyncIterator[RolloutEvent]:
         """Nothing: SQLite tells no server of another's writes."""

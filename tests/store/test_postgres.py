@@ -1,6 +1,7 @@
 """What only the PostgreSQL store has: yoyo's migrations on a fresh database (replicas starting
 together), followers woken by another server's events, cancel requests delivered to the live
-owner only, no secret in any table, and a URL that never shows its password."""
+owner only, writes fenced once another replica took the rows over, no secret in any table, and
+a URL that never shows its password."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from service.models import (
 )
 from service.models.group import Group, GroupSpec, GroupStatus
 from service.store import postgres
+from service.store.base import FencedError
 from service.store.postgres import PostgresStore
 from service.store.rows import encode_event
 from tests.store.postgres_server import PostgresServer
@@ -265,6 +267,70 @@ async def test_a_group_is_taken_over_by_the_run_that_holds_its_unfinished_member
     assert [r.id for r in claimed] == [member.id]
     assert by_c == []
     assert [g.id for g, _ in by_b] == ["g2"]
+
+
+def _expire(url: str, server: str) -> None:
+    """The server's heartbeats stopped (a stalled host): its lease is a lease ago."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE servers SET heartbeat_at = now() - interval '1 hour' WHERE server = %s",
+            (server,),
+        )
+
+
+async def test_a_stalled_replica_s_writes_are_fenced_after_a_takeover_and_it_takes_a_new_lease(
+    postgres_url: str,
+) -> None:
+    member = rollout(1)
+    member.group_id = "g4"
+    lost = asyncio.Event()
+
+    def stop_everything() -> int:
+        lost.set()
+        return 1
+
+    async with (
+        PostgresStore(postgres_url, server="a") as stalled,
+        PostgresStore(postgres_url, server="b") as takeover,
+    ):
+        stalled.on_lease_lost(stop_everything)
+        await stalled.insert(member)
+        await stalled.insert_group(_group("g4"), secret_free=True)
+        running = PhaseChanged(phase=Phase.AGENT, status=RolloutStatus.RUNNING)
+        await stalled.append_events([_event(member.id, 1, running)])
+        _expire(postgres_url, "a")
+        [claimed] = await takeover.non_terminal()
+        claimed.status, claimed.phase = RolloutStatus.FAILED, Phase.DONE
+        await takeover.save(claimed)
+        await takeover.append_events([_event(member.id, 2, claimed)])
+        [(group, _)] = await takeover.unfinished_groups()
+
+        # The stalled replica wakes up and writes what it still believes it runs.
+        succeeded = full_rollout(member.id)
+        with pytest.raises(FencedError) as refused_save:
+            await stalled.save(succeeded)
+        late = _event(member.id, 3)
+        with pytest.raises(FencedError) as refused_events:
+            await stalled.append_events([late])
+        group.status = GroupStatus.COMPLETED
+        with pytest.raises(FencedError):
+            await stalled.save_group(group)
+        await lost.wait()  # its refused write made it renew at once: the lease is gone
+        after = await stalled.insert(rollout(2))
+        stored = await takeover.get(member.id)
+        events = await takeover.events(member.id, after_seq=0, limit=10)
+        stored_group = await takeover.get_group("g4")
+        left_to_take = await takeover.non_terminal()
+
+    assert refused_save.value.ids == refused_events.value.ids == {member.id}
+    assert stored is not None
+    assert (stored.status, stored.phase) == (RolloutStatus.FAILED, Phase.DONE)
+    assert [event.seq for event in events] == [1, 2]
+    assert events[-1].is_final
+    assert stored_group is not None
+    assert stored_group.status is GroupStatus.RUNNING
+    # Under its new lease it is live again: what it admits now is its own.
+    assert after.id not in {r.id for r in left_to_take}
 
 
 async def test_a_group_cancel_reaches_its_live_owner_and_its_saves_wake_other_runs(
