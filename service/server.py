@@ -60,6 +60,12 @@ _SHARE_HINT = (
     "stop it, choose another address, or set ROLLOUT_LISTEN_REUSE_PORT=true on every server "
     "meant to share the port"
 )
+_PENDING_CALLS_SOFT = 20_000
+_PENDING_CALLS_HARD = 40_000
+"""Calls gRPC core may hold before grpc.aio accepts them. grpc.aio accepts one call per turn
+of the event loop; past core's defaults (1,000, then refusing at random up to 3,000), a burst
+of calls (10,000 dashboards watching, a trainer starting thousands of rollouts at once) saw
+CANCELLED with no reason given. Core still drops a call left unaccepted for 30 s."""
 
 
 async def serve(settings: Settings) -> None:
@@ -227,6 +233,8 @@ def _grpc_server(
         ("grpc.max_receive_message_length", settings.max_message_bytes),
         # gRPC shares ports by default: a second server would take half the clients.
         ("grpc.so_reuseport", int(settings.listen_reuse_port)),
+        ("grpc.server.max_pending_requests", _PENDING_CALLS_SOFT),
+        ("grpc.server.max_pending_requests_hard_limit", _PENDING_CALLS_HARD),
     ]
     server = grpc.aio.server(
         options=options,
