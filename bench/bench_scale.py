@@ -320,6 +320,7 @@ async def ramp(fleet: Fleet, args: argparse.Namespace, upstream: str) -> list[di
             1,
         )
         steps.append(step)
+        save({"rollouts": args.rollouts, "every_s": args.every, "steps": steps}, args.rollouts)
         print(json.dumps(step), file=sys.stderr)
         if live < target or fleet.refused:
             break  # it did not reach this step: the largest reached is the one before
@@ -388,6 +389,11 @@ def replica_env(database_url: str, cloud: Cloud, index: int, per_replica: int) -
         "ROLLOUT_E2B_CREATES_PER_S": "0",
         "ROLLOUT_INSTANCE_ID": f"scale-{index}",
         "ROLLOUT_LOG_LEVEL": "WARNING",
+        # The fake's envd speaks HTTP/1.1: one connection per live command, where E2B's edge
+        # multiplexes 100 streams on each HTTP/2 connection. The SDK's pool caps connections
+        # to one address (200); past it, health probes queue behind endless agent streams,
+        # time out, and the rollout fails as "sandbox stopped". Room for every rollout here.
+        "E2B_MAX_CONNECTIONS": str(2 * per_replica + 100),
     }
 
 
@@ -490,18 +496,29 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         for channel in channels:
             await channel.close()
     finally:
-        for replica in replicas:  # what was not cancelled is not waited for
-            await asyncio.to_thread(
-                replica.stop, signal.SIGTERM if args.cancel < 0 else signal.SIGKILL
-            )
+        for index, replica in enumerate(replicas):  # what was not cancelled is not waited for
+            profiled = args.profile and index == 0  # cProfile writes its file at exit
+            if args.cancel < 0 or profiled:
+                await asyncio.to_thread(replica.stop, signal.SIGTERM, 600.0)
+            else:
+                await asyncio.to_thread(replica.stop, signal.SIGKILL)
         for cloud in clouds:
             await cloud.stop()
         upstream.terminate()
         upstream.wait()
         postgres.stop()
     if args.profile:
-        figures["profile_replica_0"] = profile_top(profile)
+        figures["profile_replica_0"] = (
+            profile_top(profile) if profile.exists() else "not written (replica 0 did not exit)"
+        )
     return figures
+
+
+def save(figures: dict[str, Any], rollouts: int) -> None:
+    """Write the figures so far (after each step too: a run cut short keeps its steps)."""
+    RESULTS.mkdir(exist_ok=True)
+    name = "scale.json" if rollouts < 10_000 else f"scale-{rollouts}.json"
+    (RESULTS / name).write_text(json.dumps(figures, indent=2) + "\n")
 
 
 def print_tables(figures: dict[str, Any]) -> None:
@@ -560,9 +577,7 @@ def main() -> None:
     raise_file_limit()
     with tempfile.TemporaryDirectory() as directory:
         figures = asyncio.run(run(args, Path(directory)))
-    RESULTS.mkdir(exist_ok=True)
-    name = "scale.json" if args.rollouts < 10_000 else f"scale-{args.rollouts}.json"
-    (RESULTS / name).write_text(json.dumps(figures, indent=2) + "\n")
+    save(figures, args.rollouts)
     print_tables(figures)
 
 
