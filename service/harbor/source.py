@@ -8,6 +8,7 @@ Nothing outside what the caller may name is ever read:
 |         | directory or file whose real path (links resolved) leaves the task directory     |
 | archive | over ROLLOUT_HARBOR_ARCHIVE_MAX_MB compressed; not gzip/tar; any member that is   |
 |         | not a regular file or directory (links, devices, fifos); absolute or `..` names; |
+|         | a name that is a file and, by another member's, a directory (`a` and `a/b`);     |
 |         | a stream over ROLLOUT_HARBOR_TASK_MAX_MB + 8 MiB, headers included, refused      |
 |         | before it is read (`bounded`: tarfile reads PAX and long-name headers whole)     |
 | both    | over ROLLOUT_HARBOR_TASK_MAX_MB or _MAX_FILES uncompressed, counted as it is read |
@@ -133,7 +134,19 @@ def read_archive(archive: bytes, max_compressed: int, max_bytes: int) -> TaskTre
         raise refuse(field, why) from exc
     except (tarfile.TarError, zlib.error, EOFError, OSError) as exc:
         raise refuse(field, f"is not a readable .tar.gz: {exc}") from exc
+    _refuse_files_as_directories(tree, field)
     return _unwrapped(tree)
+
+
+def _refuse_files_as_directories(tree: TaskTree, field: str) -> None:
+    """No path may be a file and another file's directory (`a` and `a/b`): no directory on
+    disk could hold both (a build context, `hostfs` staging)."""
+    for path in tree:
+        parent = path.rpartition("/")[0]
+        while parent:
+            if parent in tree:
+                raise refuse(field, f"member {parent[:80]!r} is a file and a directory")
+            parent = parent.rpartition("/")[0]
 
 
 def _take_member(

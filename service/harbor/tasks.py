@@ -20,6 +20,7 @@ and an uploaded task's Dockerfile may be built: its RUN steps never run on this 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import uuid
 from collections.abc import Awaitable, Callable
@@ -169,16 +170,17 @@ class HarborTasks:
         if target.is_dir():
             return
         scratch = target.parent.with_name(f".{digest}.{uuid.uuid4().hex}.tmp")
-        for path, file in tree.items():
-            if path.startswith("environment/"):
-                out = scratch / path
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_bytes(file.data)
-                out.chmod(file.mode)
-        scratch.mkdir(parents=True, exist_ok=True)
         try:
-            scratch.rename(target.parent)
-        except OSError:  # another admission put it there first
+            for path, file in tree.items():
+                if path.startswith("environment/"):
+                    out = scratch / path
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_bytes(file.data)
+                    out.chmod(file.mode)
+            scratch.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):  # another admission put it there first
+                scratch.rename(target.parent)
+        finally:  # nothing left behind, whatever failed (the rename took it if it worked)
             shutil.rmtree(scratch, ignore_errors=True)
 
     async def _check_parents(self, dockerfile: str, image: str) -> None:

@@ -122,6 +122,19 @@ def test_links_devices_and_escaping_names_are_refused(kind: bytes, name: str) ->
     assert name[:20] in description
 
 
+def test_a_name_that_is_a_file_and_a_directory_is_refused() -> None:
+    """`x` and `x/y` both files: no directory could hold them, and writing the build context
+    would fail half-way."""
+    members = [_file(name, b"z") for name in ("instruction.md", "environment/x", "environment/x/y")]
+    archive = _archive([m for m, _ in members], {m.name: data for m, data in members})
+    with pytest.raises(SpecError) as error:
+        read_archive(archive, _MB, _MB)
+    assert _violation(error) == (
+        "spec.harbor_task.archive",
+        "member 'environment/x' is a file and a directory",
+    )
+
+
 def test_archive_bounds_compressed_and_uncompressed() -> None:
     big, data = _file("task/big.bin", bytes(4 * _MB))  # zeros: compresses to a few KiB
     archive = _archive([big], {big.name: data})
