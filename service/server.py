@@ -62,10 +62,11 @@ _SHARE_HINT = (
 )
 _PENDING_CALLS_SOFT = 20_000
 _PENDING_CALLS_HARD = 40_000
-"""Calls gRPC core may hold before grpc.aio accepts them. grpc.aio accepts one call per turn
-of the event loop; past core's defaults (1,000, then refusing at random up to 3,000), a burst
-of calls (10,000 dashboards watching, a trainer starting thousands of rollouts at once) saw
-CANCELLED with no reason given. Core still drops a call left unaccepted for 30 s."""
+_PENDING_CALL_S = 300
+"""Calls gRPC core may hold before grpc.aio accepts them, and for how long. grpc.aio accepts
+one call per turn of the event loop; past core's defaults (1,000 calls, then refusing at random
+up to 3,000; 30 s), a burst of calls (10,000 dashboards watching, a trainer starting thousands
+of rollouts at once) saw CANCELLED with no reason given. A call's own deadline still ends it."""
 
 
 async def serve(settings: Settings) -> None:
@@ -235,6 +236,7 @@ def _grpc_server(
         ("grpc.so_reuseport", int(settings.listen_reuse_port)),
         ("grpc.server.max_pending_requests", _PENDING_CALLS_SOFT),
         ("grpc.server.max_pending_requests_hard_limit", _PENDING_CALLS_HARD),
+        ("grpc.server_max_unrequested_time_in_server", _PENDING_CALL_S),
     ]
     server = grpc.aio.server(
         options=options,
