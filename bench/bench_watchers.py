@@ -6,10 +6,10 @@ Two scenarios, each on a fresh server subprocess:
 - `spread`: 10,000 watchers, 100 on each of 100 concurrent rollouts; every watcher must get
   every event in order (none cut off, none missing).
 
-Delays count only output events published after the watcher attached (its first response);
-those published before reach it as replay, counted apart ("outputs replayed"): a loaded server
-may take longer than the rollouts' setup to accept every watcher. Each client channel is its
-own connection, as separate dashboards would be.
+Delays count output events published after the watcher asked (a call the server has not yet
+accepted counts as waiting); those published before reach it as replay, counted apart
+("outputs replayed"). Each client channel is its own connection, as separate dashboards would
+be.
 
 The watchers live in `--clients` child processes, so that the client side is not one
 interpreter's bottleneck. The baseline is the same scenario served by the code of
@@ -67,24 +67,22 @@ def ticking_spec(
 
 
 async def _watch(stub: pb_grpc.RolloutServiceAsyncStub, rollout_id: str) -> dict[str, object]:
-    """One watcher: delays (ms) of the agent's output events published after it attached (its
-    first response), how many it got as replay instead, and whether it saw every seq."""
+    """One watcher: delays (ms) of the agent's output events published after it asked, how
+    many it got as replay instead, and whether it saw every seq."""
     delays: list[float] = []
     seqs: list[int] = []
     replayed = 0
-    attached = 0.0
+    asked = time.time()
     try:
         async for response in stub.WatchRollout(pb.WatchRolloutRequest(rollout_id=rollout_id)):
-            now = time.time()
-            attached = attached or now
             event = response.event
             seqs.append(event.seq)
             if event.HasField("output"):
                 published = event.time.ToNanoseconds() / 1e9
-                if published < attached:
+                if published < asked:
                     replayed += 1
                 else:
-                    delays.append((now - published) * 1000)
+                    delays.append((time.time() - published) * 1000)
     except grpc.aio.AioRpcError as exc:
         error = f"{exc.code().name}: {exc.details()}"
         return {
