@@ -40,7 +40,14 @@ LEADER_LEAVES = (
 
 def threads_named(name: str) -> list[Path]:
     """The comm files of every live thread on the host named `name`."""
-    return [comm for comm in Path("/proc").glob("[0-9]*/task/*/comm") if _read(comm) == name]
+    found = []
+    for process in Path("/proc").iterdir():
+        try:
+            tasks = list((process / "task").iterdir()) if process.name.isdigit() else []
+            found += [task / "comm" for task in tasks if _read(task / "comm") == name]
+        except OSError:
+            continue  # exited while we looked
+    return found
 
 
 def _read(path: Path) -> str:

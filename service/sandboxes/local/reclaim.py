@@ -93,21 +93,44 @@ _PF_EXITING = 0x4
 
 
 def _state(pid: int) -> tuple[bool, int]:
-    """(whether it has exited or is on its way: SIGKILL pending, or a zombie or in exit with
-    no other thread; its pid in its own pid namespace), from /proc/<pid>/status and stat. A
-    process killed just before is not counted again however long a loaded machine takes to
-    end it. Zombie and in exit describe the leader thread alone: one that left by the thread
-    exit (SYS_exit) looks so while the process's other threads run on, so it counts as alive
-    then. A pending SIGKILL is always the whole process's end."""
-    fields = dict(
-        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-    )
-    pending = int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
-    flags = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[6])
-    leader_gone = fields["State"].split()[0] in {"Z", "X"} or bool(flags & _PF_EXITING)
-    alone = int(fields["Threads"]) == 1
-    dying = bool(pending & _SIGKILL_BIT) or (leader_gone and alone)
+    """(whether it has exited or is on its way, so that a process killed just before is not
+    counted again however long a loaded machine takes to end it; its pid in its own pid
+    namespace), from /proc/<pid>/status and stat.
+
+    A pending SIGKILL is the whole process's end. Zombie and in exit describe its leader
+    thread alone: one that left by the thread exit (SYS_exit) looks so while the process's
+    other threads run on. So past the leader, every thread must be ending, all of them
+    listed (as many as its Threads count); anything less counts as alive.
+    """
+    process = Path(f"/proc/{pid}")
+    fields = _status(process)
+    dying = _ending(process, fields)
+    if dying and not _killed(fields) and int(fields["Threads"]) > 1:
+        try:
+            tasks = list((process / "task").iterdir())
+            dying = len(tasks) == int(fields["Threads"]) and all(
+                _ending(task, _status(task)) for task in tasks
+            )
+        except OSError:  # a thread came or went meanwhile
+            dying = False
     return dying, int(fields["NSpid"].split()[-1])
+
+
+def _status(path: Path) -> dict[str, str]:
+    return dict(line.split(":", 1) for line in (path / "status").read_text().splitlines())
+
+
+def _killed(fields: dict[str, str]) -> bool:
+    pending = int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
+    return bool(pending & _SIGKILL_BIT)
+
+
+def _ending(path: Path, fields: dict[str, str]) -> bool:
+    """Whether the thread (or process leader) at `path` never runs user code again: SIGKILL
+    pending, a zombie, or in exit."""
+    flags = int((path / "stat").read_text().rsplit(")", 1)[1].split()[6])
+    zombie = fields["State"].split()[0] in {"Z", "X"}
+    return _killed(fields) or zombie or bool(flags & _PF_EXITING)
 
 
 async def kill_all(selection: Selection, rounds: int) -> tuple[int, bool]:
