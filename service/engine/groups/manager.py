@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
-from service.engine.groups.members import member_spec
+from service.engine.groups.members import belongs, member_spec
 from service.engine.groups.run import GroupRun, MemberOps
 from service.engine.groups.template import (
     PreparedFilesystem,
@@ -322,7 +322,8 @@ class GroupManager:
 
     async def _member_rollouts(self, group: Group) -> dict[str, Rollout]:
         """Every member rollout of `group` in the store: those its record names, and those
-        it missed (started by a server killed before it saved the group), by their label."""
+        it missed (started by a server killed before it saved the group), found by their label
+        and kept only if the group started them (`belongs`)."""
         found = {}
         for member in group.members:
             rollout = await self._store.get(member.rollout_id)
@@ -333,7 +334,7 @@ class GroupManager:
             page, token = await self._store.list(
                 labels={GROUP_LABEL: group.id}, statuses=(), page_size=0, page_token=token
             )
-            found.update((rollout.id, rollout) for rollout in page if rollout.id not in found)
+            found.update((r.id, r) for r in page if r.id not in found and belongs(r, group))
             if not token:
                 return found
 

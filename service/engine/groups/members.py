@@ -15,9 +15,23 @@ from collections import Counter
 from collections.abc import Iterable
 
 from service.models import ErrorKind, Rollout, RolloutSpec, RolloutStatus
-from service.models.group import GROUP_LABEL, INFRASTRUCTURE_KINDS, GroupMember, GroupStats
+from service.models.group import (
+    GROUP_LABEL,
+    INFRASTRUCTURE_KINDS,
+    Group,
+    GroupMember,
+    GroupStats,
+)
 
-__all__ = ["adopt", "group_stats", "member_of", "member_seed", "member_spec", "refillable"]
+__all__ = [
+    "adopt",
+    "belongs",
+    "group_stats",
+    "member_of",
+    "member_seed",
+    "member_spec",
+    "refillable",
+]
 
 _SEED_MASK = 2**63 - 1
 """Seeds stay in a signed 64-bit integer, which every upstream accepts."""
@@ -63,6 +77,12 @@ def member_of(rollout: Rollout) -> GroupMember:
         and kind not in INFRASTRUCTURE_KINDS
     )
     return member
+
+
+def belongs(rollout: Rollout, group: Group) -> bool:
+    """Whether the group started `rollout`: the label `rollout.group` alone proves nothing, as
+    any caller may set it on a rollout of its own; `group_id` only the group sets."""
+    return rollout.group_id == group.id and rollout.tenant == group.tenant
 
 
 def adopt(members: list[GroupMember], rollouts: Iterable[Rollout]) -> list[str]:

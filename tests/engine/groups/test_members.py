@@ -9,6 +9,7 @@ import pytest
 
 from service.engine.groups.members import (
     adopt,
+    belongs,
     group_stats,
     member_of,
     member_seed,
@@ -24,7 +25,7 @@ from service.models import (
     Sampling,
     TaskSpec,
 )
-from service.models.group import GROUP_LABEL, GroupMember
+from service.models.group import GROUP_LABEL, Group, GroupMember, GroupSpec
 
 
 def test_member_seeds_are_stable_distinct_and_fit_a_signed_64_bit_integer() -> None:
@@ -147,3 +148,19 @@ def test_adopt_adds_the_members_a_record_missed_each_replacing_its_index() -> No
         ("c", 1, ""),
     ]
     assert adopt(members, [recorded, failed, refill, other]) == []
+
+
+def test_a_rollout_belongs_to_a_group_only_if_the_group_started_it() -> None:
+    """A caller's own rollout labelled `rollout.group=<id>` is never taken for a member."""
+    spec = RolloutSpec(task=TaskSpec(instruction="x"))
+    group = Group(id="g", spec=GroupSpec(spec=spec, n=2), create_time=datetime.now(UTC), tenant="a")
+    started = _member_rollout("m", 0, None, 0).model_copy(update={"group_id": "g", "tenant": "a"})
+    forged = started.model_copy(
+        update={
+            "id": "f",
+            "group_id": "",
+            "spec": spec.model_copy(update={"labels": {GROUP_LABEL: "g"}}),
+        }
+    )
+    other_tenant = started.model_copy(update={"id": "o", "tenant": "b"})
+    assert [r.id for r in (started, forged, other_tenant) if belongs(r, group)] == ["m"]
