@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 
 from service.engine.feed import EventFeed
 from service.models import EventPayload, Rollout, RolloutEvent
-from service.store.base import RolloutStore
+from service.store.base import FencedError, RolloutStore
 
 __all__ = ["Backlog", "EventHub", "RolloutLog"]
 
@@ -92,6 +92,11 @@ class RolloutLog:
         if self._followers:
             self._cut_off_laggards()
         return event
+
+    def close(self) -> None:
+        """End the log without a final event: its followers return."""
+        self.closed = True
+        self._wake()
 
     def _cut_off_laggards(self) -> None:
         head = len(self.events)
@@ -188,6 +193,17 @@ class EventHub:
         self.publish(rollout.id, rollout)
         await self.flush()
 
+    def fence(self, rollout_id: str) -> None:
+        """Forget a rollout another server took over: its pending events are dropped (the
+        store would refuse them) and its live watchers here end; the store has the rest."""
+        rollout_log = self._logs.pop(rollout_id, None)
+        if rollout_log is not None:
+            rollout_log.close()
+        kept = [event for event in self._pending if event.rollout_id != rollout_id]
+        self._persisted += len(self._pending) - len(kept)  # never stored: `flush` waits not
+        self._pending = kept
+        self._flush_needed.set()  # the writer wakes `flush`'s waiters
+
     def publish(self, rollout_id: str, payload: EventPayload) -> RolloutEvent:
         """Append an event to a live rollout's log; never blocks.
 
@@ -217,6 +233,17 @@ class EventHub:
             if batch:
                 try:
                     await self._store.append_events(batch)
+                except FencedError as exc:
+                    kept = [event for event in batch if event.rollout_id not in exc.ids]
+                    log.warning(
+                        "dropped %d events of rollouts another server took over: %s",
+                        len(batch) - len(kept),
+                        ", ".join(sorted(exc.ids)),
+                    )
+                    self._pending[:0] = kept
+                    self._persisted += len(batch) - len(kept)
+                    self._flush_needed.set()
+                    continue
                 except Exception:
                     log.exception("persisting %d events failed; they stay in memory", len(batch))
                     self._pending[:0] = batch

@@ -52,7 +52,7 @@ from service.models import (
 from service.proxy.endpoints import ResolvedEndpoint
 from service.registry import BACKENDS, load_agent, load_backend
 from service.sandboxes.base import SandboxBackend
-from service.store.base import RolloutPage, RolloutStore, TakeRollout
+from service.store.base import FencedError, RolloutPage, RolloutStore, TakeRollout
 from service.telemetry.metrics import Metrics
 
 __all__ = ["Checked", "RolloutManager"]
@@ -92,6 +92,9 @@ class _Live:
     """Records, publishes and saves how `work` ended, then frees the rollout's place."""
     done: asyncio.Event = field(default_factory=asyncio.Event)
     cancel_reason: str = ""
+    fenced: bool = False
+    """Another server took the rollout over (this one lost its lease): the run is stopped and
+    nothing of it is published or saved any more, so nothing overwrites the takeover's."""
 
 
 class RolloutManager:
@@ -122,6 +125,7 @@ class RolloutManager:
         self._metrics.set_capacity(self.capacity)
         self._metrics.observe_sandboxes(self._live_sandboxes)
         store.on_cancel_request(self._cancel_requested)
+        store.on_lease_lost(self._lease_lost)
 
     def backend(self, name: str) -> SandboxBackend:
         """The backend called `name`, built once."""
@@ -292,6 +296,8 @@ class RolloutManager:
         prepared: PreparedFilesystem | None = None,
     ) -> None:
         backend, agent, upstream = parts
+        live = _Live(rollout)
+        publish = functools.partial(self._publish, live)
         run = RolloutRun(
             rollout,
             spec,
@@ -303,14 +309,14 @@ class RolloutManager:
                 spec,
                 upstream,
                 tenant=rollout.tenant,
-                publish=functools.partial(self._publish, rollout.id),
+                publish=publish,
             ),
-            publish=functools.partial(self._publish, rollout.id),
+            publish=publish,
             prepared=prepared,
             build_image=self._harbor.build_image,
             metrics=self._metrics,
         )
-        self._start(run)
+        self._start(live, run)
 
     async def _check_image(self, sandbox: SandboxSpec) -> None:
         """The backend's check of a sandbox spec; an unknown backend is left to validation."""
@@ -318,9 +324,8 @@ class RolloutManager:
         if name in BACKENDS:
             await self.backend(name).check_spec(sandbox)
 
-    def _start(self, run: RolloutRun) -> None:
+    def _start(self, live: _Live, run: RolloutRun) -> None:
         rollout = run.rollout
-        live = _Live(rollout)
         self._live[rollout.id] = live
         self._metrics.hold_places(1)
         self._metrics.rollout_started(
@@ -352,8 +357,9 @@ class RolloutManager:
             raise SpecError(violations)
         return backend, agent, self._models.resolve(spec, required=agent.requires_model)
 
-    def _publish(self, rollout_id: str, payload: EventPayload) -> None:
-        self._hub.publish(rollout_id, payload)
+    def _publish(self, live: _Live, payload: EventPayload) -> None:
+        if not live.fenced:
+            self._hub.publish(live.rollout.id, payload)
 
     async def _existing(self, spec: RolloutSpec, tenant: str) -> Rollout | None:
         """The rollout the tenant's request_id already names (RequestConflictError if not it)."""
@@ -396,14 +402,28 @@ class RolloutManager:
         try:
             _record_ending(rollout, live.work, live.cancel_reason)
             self._count_ending(rollout)
-            self._hub.publish(rollout.id, rollout)  # terminal: nothing changes it any more
-            await self._store.save(rollout)
+            if not live.fenced:
+                self._hub.publish(rollout.id, rollout)  # terminal: nothing changes it any more
+                await self._store.save(rollout)
+        except FencedError:
+            self._fence(live)  # taken over since its last write: the takeover's end stands
         except Exception:
             log.exception("settling rollout %s failed", rollout.id)
         finally:
+            if live.fenced:
+                live.rollout = await self._taken_over(rollout)
             self._live.pop(rollout.id, None)
             self._metrics.hold_places(-1)
             live.done.set()
+
+    async def _taken_over(self, rollout: Rollout) -> Rollout:
+        """A fenced rollout as its takeover ended it, for its waiters here; this run's own
+        record until the takeover has stored its end (or the store cannot be read)."""
+        with contextlib.suppress(Exception):
+            stored = await self._store.get(rollout.id)
+            if stored is not None and stored.terminal:
+                return stored
+        return rollout
 
     def _count_ending(self, rollout: Rollout) -> None:
         error = rollout.result.error
@@ -471,6 +491,20 @@ class RolloutManager:
         stored = await self.get(rollout_id, tenant=tenant)
         # The owner stores the final event before its final save of the row.
         return final if final is not None and stored.status not in TERMINAL_STATUSES else stored
+
+    def _lease_lost(self) -> int:
+        """This server lost its lease on the shared store, and with it every rollout it runs
+        (another server ends them as interrupted): stop them here, sandboxes torn down, without
+        a write over the takeover's. Returns how many."""
+        running = list(self._live.values())
+        for live in running:
+            self._fence(live)
+            self._request_cancel(live, "taken over by another server")
+        return len(running)
+
+    def _fence(self, live: _Live) -> None:
+        live.fenced = True
+        self._hub.fence(live.rollout.id)
 
     def _cancel_requested(self, rollout_id: str, reason: str) -> None:
         """Another server's CancelRollout of a rollout this one runs (it checked the tenant)."""

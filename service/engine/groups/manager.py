@@ -69,6 +69,7 @@ class GroupManager:
         self._store = store
         self._live: dict[str, GroupRun] = {}
         store.on_group_cancel_request(self._cancel_requested)
+        store.on_lease_lost(self._lease_lost)
 
     async def submit(self, spec: GroupSpec, *, tenant: str | None = None) -> Group:
         """Admit a group and start its members; idempotent on the tenant's request_id."""
@@ -234,13 +235,26 @@ class GroupManager:
     async def shutdown(self) -> None:
         """Stop following groups, leaving them RUNNING in the store for the next server;
         their members are the rollout manager's to stop."""
+        self._interrupt()
+        tasks = [run.task for run in self._live.values() if run.task is not None]
+        if tasks:
+            await asyncio.wait(tasks)
+
+    def _lease_lost(self) -> int:
+        """This server lost its lease on the shared store: the server that takes its groups
+        over resumes them, so stop following them here, as at shutdown (their saves are
+        refused now). Returns how many."""
+        return self._interrupt()
+
+    def _interrupt(self) -> int:
+        """Cancel every live group's run as interrupted (no end recorded); how many."""
+        interrupted = 0
         for run in list(self._live.values()):
             if run.task is not None:
                 run.interrupted = True
                 run.task.cancel()
-        tasks = [run.task for run in self._live.values() if run.task is not None]
-        if tasks:
-            await asyncio.wait(tasks)
+                interrupted += 1
+        return interrupted
 
     async def _checked(self, spec: GroupSpec) -> Checked:
         violations = list(_group_violations(spec, self._rollouts.capacity))

@@ -35,6 +35,7 @@ from service.engine.groups.template import PreparedFilesystem
 from service.errors import RolloutFailure
 from service.models import ErrorKind, Rollout, RolloutError, RolloutSpec
 from service.models.group import Group, GroupMember, GroupSpec, GroupStatus
+from service.store.base import FencedError
 
 __all__ = ["GroupRun", "MemberOps"]
 
@@ -244,6 +245,8 @@ class GroupRun:
     async def _save(self) -> None:
         try:
             await self._ops.save(self.group)
+        except FencedError:  # another server took the group over: its saves stand
+            log.info("group %s was taken over by another server; not saved", self.group.id)
         except Exception:  # the run goes on; the next save (or the final one) catches up
             log.exception("saving group %s failed", self.group.id)
 
