@@ -19,14 +19,13 @@ Then every rollout is cancelled (timed). With `--profile`, replica 0 runs under 
 its top functions are printed. Writes bench/results/scale.json and prints markdown tables.
 
     python bench/bench_scale.py [--rollouts 600] [--every 30] [--window 30] [--profile]
-    python bench/bench_scale.py --rollouts 10000
+    python bench/bench_scale.py --rollouts 10000 --window 20 --watch 200 --cancel 1000
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import cProfile  # noqa: F401  (the profile run's module; imported so a missing one fails early)
 import io
 import json
 import os
