@@ -31,6 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn
 
+import psycopg
 from psycopg import AsyncConnection, errors
 from psycopg_pool import AsyncConnectionPool
 
@@ -455,8 +456,14 @@ class PostgresStore:
 
     async def _lease_lost(self, lost: str) -> None:
         """The lease `lost` was taken (this run missed its heartbeats for a whole lease and a
-        replica took its work over); the lease now held is new. Stop what ran under the lost
-        one, then hear cancel requests on the new one's channel."""
+        replica took its work over); the lease now held is new. Hear cancel requests on the
+        new one's channel, then stop what ran under the lost one (its writes are refused
+        already: no row has the new owner)."""
+        await self._notices.stop()
+        try:
+            await self._notices.start(self._url, self._owner)
+        except psycopg.OperationalError as exc:  # followers still read every POLL_S
+            log.warning("not listening for other servers' events or cancel requests: %s", exc)
         stopped = 0
         for handler in self._on_lost:
             try:
@@ -470,8 +477,6 @@ class PostgresStore:
             self._lease.lease_s,
             stopped,
         )
-        await self._notices.stop()
-        await self._notices.start(self._url, self._owner)
 
     async def _refused(self, table: str, row_id: str) -> NoReturn:
         """Why a write guarded on ownership changed no row: the row is missing, or another run

@@ -317,6 +317,10 @@ async def test_a_stalled_replica_s_writes_are_fenced_after_a_takeover_and_it_tak
             await stalled.save_group(group)
         await lost.wait()  # its refused write made it renew at once: the lease is gone
         after = await stalled.insert(rollout(2))
+        asked: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        stalled.on_cancel_request(lambda rollout_id, reason: asked.put_nowait((rollout_id, reason)))
+        sent = await takeover.request_cancel(after.id, "to the new lease")
+        heard = await asked.get()
         stored = await takeover.get(member.id)
         events = await takeover.events(member.id, after_seq=0, limit=10)
         stored_group = await takeover.get_group("g4")
@@ -329,8 +333,10 @@ async def test_a_stalled_replica_s_writes_are_fenced_after_a_takeover_and_it_tak
     assert events[-1].is_final
     assert stored_group is not None
     assert stored_group.status is GroupStatus.RUNNING
-    # Under its new lease it is live again: what it admits now is its own.
+    # Under its new lease it is live again: what it admits now is its own, and it hears
+    # cancel requests on its new lease's channel.
     assert after.id not in {r.id for r in left_to_take}
+    assert (sent, heard) == (True, (after.id, "to the new lease"))
 
 
 async def test_a_group_cancel_reaches_its_live_owner_and_its_saves_wake_other_runs(
