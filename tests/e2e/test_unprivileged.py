@@ -13,6 +13,8 @@ Skipped only where the host forbids unprivileged user namespaces, saying why.
 from __future__ import annotations
 
 import asyncio
+import errno
+import json
 import os
 import pwd
 import shutil
@@ -355,3 +357,64 @@ async def test_root_inside_owns_files_not_namespaces(server: ServerProcess, home
     assert codes.pop("caps") == b"0"  # root there has capabilities
     assert all(code != b"0" for code in codes.values()), codes
     assert not (cache / "planted").exists()
+
+
+async def test_the_agent_cannot_kill_the_sandbox_to_dodge_its_reward(
+    server: ServerProcess,
+) -> None:
+    """Commands share the holder's host uid here; the spawner's seccomp filter refuses
+    signals to it (pid 2), to every process (-1) and to group 2: the rollout ends scored
+    (reward 0, SUCCEEDED: it ran to the end), not as a sandbox failure, which is not."""
+    spec = command_spec(
+        "kill -9 2 2> k2.txt; kill -9 -1 2> k-1.txt; kill -9 -2 2> k-2.txt; false",
+        verify=("false",),
+        **_BASE,
+    )
+    rollout = await _run(server.target, spec)
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
+    assert rollout.result.error.kind == pb.ERROR_KIND_UNSPECIFIED  # not SANDBOX: scored
+    assert rollout.result.reward == 0.0
+    assert [result.exit_code for result in rollout.result.verify_results] == [1]  # it ran
+    for name in ("k2.txt", "k-1.txt", "k-2.txt"):
+        assert b"Operation not permitted" in rollout.result.files[name], name
+
+
+_SIGNAL_CALLS = """
+import ctypes, json, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def call(*args):
+    ctypes.set_errno(0)
+    return [libc.syscall(*args), ctypes.get_errno()]
+child = os.fork()
+if child == 0:
+    signal.pause()
+    os._exit(0)
+proc = os.open("/proc/2", os.O_RDONLY | os.O_DIRECTORY)
+answers = {
+    "kill 2": call(62, 2, 9), "kill 1": call(62, 1, 9), "kill -1": call(62, -1, 9),
+    "kill -2": call(62, -2, 9), "kill 2 (high bits set)": call(62, (1 << 32) | 2, 9),
+    "tkill 2": call(200, 2, 9), "tgkill 2": call(234, 2, 2, 9),
+    "tgkill 1 2": call(234, 1, 2, 9),
+    "rt_sigqueueinfo 2": call(129, 2, 9, 0), "rt_tgsigqueueinfo 2": call(297, 2, 2, 9, 0),
+    "pidfd_open 2": call(434, 2, 0), "pidfd_send_signal /proc/2": call(424, proc, 9, 0, 0),
+    "prlimit64 1": call(302, 1, 0, 0, 0),
+    "kill own child": call(62, child, 0), "pidfd_open own child": call(434, child, 0),
+}
+os.kill(child, signal.SIGKILL)
+print(json.dumps(answers))
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="syscall numbers of x86_64")
+async def test_every_way_to_signal_the_holder_is_refused(server: ServerProcess) -> None:
+    """Each syscall that names a process, on the holder (2), init (1), all (-1), group 2 (-2);
+    the sandbox's own processes are signalled as before."""
+    spec = command_spec(f"python3 -c '{_SIGNAL_CALLS}' > calls.json", verify=("true",), **_BASE)
+    rollout = await _run(server.target, spec)
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
+    answers = json.loads(rollout.result.files["calls.json"])
+    assert answers.pop("kill own child") == [0, 0]
+    assert answers.pop("pidfd_open own child")[0] >= 0
+    assert answers.pop("pidfd_send_signal /proc/2") == [-1, errno.ENOSYS]
+    assert answers == {call: [-1, errno.EPERM] for call in answers}

@@ -297,8 +297,11 @@ def holder_argv(
     (`overlay_start.enter_own_user_namespace`).
 
     bwrap's own init is pid 1 (it reaps orphans); the holder, pid 2, prints `ready` once
-    the mounts are in place and sleeps. It stays root (without any capability, as bwrap
-    leaves every sandboxed process) so that the sandbox user cannot kill it.
+    the mounts are in place and sleeps. On a root server it stays root (without any
+    capability, as bwrap leaves every sandboxed process), a uid no command has, so the
+    kernel refuses a command's signal to it. Under an unprivileged server every command
+    shares its host uid: the spawner's seccomp filter refuses signals to pids 1 and 2 and
+    to every process instead (`seccomp`).
     """
     args = [bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     # A network namespace of its own whatever the policy: bwrap brings up loopback only;

@@ -185,7 +185,7 @@ class _Spawner:
                 os.close(fd)
         self._uid = setup["uid"]
         _give_up_privileges(self._last_cap)
-        forbid_user_namespaces()
+        forbid_user_namespaces(guard_holder=self._uid is None)  # commands share its uid
         self._stdin = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
 
     def serve(self) -> None:

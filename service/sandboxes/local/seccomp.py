@@ -31,6 +31,24 @@ command adds a second filter once it is in it,
 
 so it stays in the namespaces bwrap made, as every command of a host sandbox does.
 
+Under an unprivileged server every command shares the host uid of the sandbox's holder
+(pid 2, `bwrap.holder_argv`) and bwrap's init (pid 1), so the kernel would let it signal
+them: a dead holder ends the rollout as a sandbox failure, which is never scored. The
+spawner's filter then also answers (`guard_holder`):
+
+    kill, tkill, tgkill, rt_sigqueueinfo,   EPERM when a pid argument is 1, 2, -1 (every
+    rt_tgsigqueueinfo, pidfd_open,          process) or -2 (a group 2, should the holder
+    prlimit64                               ever lead one); a lowered hard RLIMIT_CPU
+                                            would let the kernel SIGKILL init
+    pidfd_send_signal                       ENOSYS: a /proc/2 directory is a pidfd too,
+                                            and the filter cannot read which; callers (Go's
+                                            os package) fall back to kill
+
+In an image sandbox ptrace, process_vm_writev and /proc/2/mem need no rule: root in the
+command's nested user namespace lacks the holder's capabilities, which are in the outer
+one (EPERM, EACCES). bwrap's init ignores every signal sent from inside its namespace
+(it has no handler): refusing pid 1 guards against prlimit64 alone.
+
 Standard library only (it runs in the fork server's processes, `forkserver`).
 """
 
@@ -67,14 +85,50 @@ _KEYRING = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}
 """add_key, request_key, keyctl."""
 _IO_URING = (425, 426, 427)
 """io_uring_setup, io_uring_enter, io_uring_register (the same on both machines)."""
+_ARG1 = _ARG0 + 8
+_PID_CALLS = {
+    # kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo, pidfd_open, prlimit64
+    "x86_64": {
+        62: (_ARG0,),
+        200: (_ARG0,),
+        234: (_ARG0, _ARG1),
+        129: (_ARG0,),
+        297: (_ARG0, _ARG1),
+        434: (_ARG0,),
+        302: (_ARG0,),
+    },
+    "aarch64": {
+        129: (_ARG0,),
+        130: (_ARG0,),
+        131: (_ARG0, _ARG1),
+        138: (_ARG0,),
+        240: (_ARG0, _ARG1),
+        434: (_ARG0,),
+        261: (_ARG0,),
+    },
+}
+"""Syscall number -> offsets of its pid arguments (their low word: the kernel's pid_t)."""
+_PIDFD_SEND_SIGNAL = 424
+_GUARDED_PIDS = (1, 2, -1, -2)
+"""bwrap's init, the holder, every process, the process group 2."""
 
 
 def _program(
-    arch: int, unshare: int, clone: int, clone3: int, keyring: tuple[int, ...]
+    arch: int,
+    unshare: int,
+    clone: int,
+    clone3: int,
+    keyring: tuple[int, ...],
+    pid_calls: dict[int, tuple[int, ...]],
 ) -> list[tuple[int, int, int, int]]:
-    """(code, jump-if-true, jump-if-false, k) instructions; jumps count from the next one."""
+    """(code, jump-if-true, jump-if-false, k) instructions; jumps count from the next one.
+
+    `pid_calls` (empty unless the holder is guarded) are refused on the holder's pids.
+    """
     eperm, enosys = _RET_ERRNO | errno.EPERM, _RET_ERRNO | errno.ENOSYS
     refused = [(number, eperm) for number in keyring] + [(n, enosys) for n in _IO_URING]
+    if pid_calls:
+        refused.append((_PIDFD_SEND_SIGNAL, enosys))
     return [
         (_LD_ABS, 0, 0, _ARCH),
         (_JEQ, 1, 0, arch),
@@ -85,6 +139,7 @@ def _program(
         (_JEQ, 0, 1, clone3),
         (_RET, 0, 0, enosys),
         *[step for number, answer in refused for step in _refuse(number, answer)],
+        *[step for number, args in pid_calls.items() for step in _refuse_pids(number, args)],
         (_JEQ, 1, 0, unshare),
         (_JEQ, 0, 3, clone),
         (_LD_ABS, 0, 0, _ARG0),
@@ -97,6 +152,22 @@ def _program(
 def _refuse(number: int, answer: int) -> list[tuple[int, int, int, int]]:
     """Syscall `number` (already loaded) returns `answer`; any other goes on."""
     return [(_JEQ, 0, 1, number), (_RET, 0, 0, answer)]
+
+
+def _refuse_pids(number: int, args: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
+    """Syscall `number` (already loaded) returns EPERM when an argument at `args` is one of
+    _GUARDED_PIDS, else is allowed; any other syscall goes on."""
+    body = []
+    for offset in args:
+        body.append((_LD_ABS, 0, 0, offset))
+        body += [(_JEQ, -1, 0, pid & 0xFFFF_FFFF) for pid in _GUARDED_PIDS]
+    body += [(_RET, 0, 0, _RET_ALLOW), (_RET, 0, 0, _RET_ERRNO | errno.EPERM)]
+    last = len(body) - 1
+    body = [
+        (code, last - index - 1 if true == -1 else true, false, k)
+        for index, (code, true, false, k) in enumerate(body)
+    ]
+    return [(_JEQ, 0, len(body), number), *body]
 
 
 def _namespace_program(
@@ -127,10 +198,13 @@ class _Program(ctypes.Structure):
     _fields_ = [("length", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
 
 
-def forbid_user_namespaces() -> None:
-    """Install the filter on the calling process (no_new_privs must be set already)."""
+def forbid_user_namespaces(*, guard_holder: bool = False) -> None:
+    """Install the filter on the calling process (no_new_privs must be set already);
+    `guard_holder` when commands share the holder's host uid (an unprivileged server)."""
     arch, unshare, clone, clone3 = _arch_numbers()
-    _install(_program(arch, unshare, clone, clone3, _KEYRING[platform.machine()]))
+    machine = platform.machine()
+    pid_calls = _PID_CALLS[machine] if guard_holder else {}
+    _install(_program(arch, unshare, clone, clone3, _KEYRING[machine], pid_calls))
 
 
 def forbid_namespaces() -> None:

@@ -48,3 +48,18 @@ async def test_keyring_and_io_uring_are_refused(make_local_sandbox: MakeSandbox)
         "io_uring_register": [-1, _ENOSYS],
     }, result.stderr
     await sandbox.kill()
+
+
+async def test_a_root_server_guards_the_holder_by_uid_alone(
+    make_local_sandbox: MakeSandbox,
+) -> None:
+    """Commands run as a uid of their own here: the kernel refuses their signals to the
+    holder, and the filter leaves `kill -1` (all of the command's own) as it was; an
+    unprivileged server's filter refuses it (tests/e2e/test_unprivileged.py)."""
+    sandbox = await make_local_sandbox()
+    result = await sandbox.exec("sleep 60 & kill -9 -1; wait $!; echo $?", timeout_s=30)
+    assert result.stdout.strip() == "137", result.stderr  # the sleep: SIGKILL
+    result = await sandbox.exec("kill -9 2", timeout_s=30)
+    assert "Operation not permitted" in result.stderr
+    assert (await sandbox.exec("true", timeout_s=30)).exit_code == 0  # the holder lives
+    await sandbox.kill()
