@@ -380,7 +380,7 @@ async def test_the_agent_cannot_kill_the_sandbox_to_dodge_its_reward(
 
 
 _SIGNAL_CALLS = """
-import ctypes, json, os, signal
+import ctypes, json, os, signal, socket
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 def call(*args):
@@ -391,6 +391,8 @@ if child == 0:
     signal.pause()
     os._exit(0)
 proc = os.open("/proc/2", os.O_RDONLY | os.O_DIRECTORY)
+read, write = os.pipe()
+sock = socket.socket()
 answers = {
     "kill 2": call(62, 2, 9), "kill 1": call(62, 1, 9), "kill -1": call(62, -1, 9),
     "kill -2": call(62, -2, 9), "kill 2 (high bits set)": call(62, (1 << 32) | 2, 9),
@@ -399,8 +401,14 @@ answers = {
     "rt_sigqueueinfo 2": call(129, 2, 9, 0), "rt_tgsigqueueinfo 2": call(297, 2, 2, 9, 0),
     "pidfd_open 2": call(434, 2, 0), "pidfd_send_signal /proc/2": call(424, proc, 9, 0, 0),
     "prlimit64 1": call(302, 1, 0, 0, 0),
+    "fcntl F_SETOWN 2": call(72, read, 8, 2), "fcntl F_SETOWN_EX": call(72, read, 15, 0),
+    "ioctl FIOSETOWN": call(16, sock.fileno(), 0x8901, 0),
+    "ioctl SIOCSPGRP": call(16, sock.fileno(), 0x8902, 0),
     "kill own child": call(62, child, 0), "pidfd_open own child": call(434, child, 0),
+    "fcntl F_SETOWN own child": call(72, read, 8, child),
 }
+os.set_blocking(read, False)  # the owner would get SIGIO on I/O, had it been set to 2
+os.write(write, b"x")
 os.kill(child, signal.SIGKILL)
 print(json.dumps(answers))
 """
@@ -408,13 +416,15 @@ print(json.dumps(answers))
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="syscall numbers of x86_64")
 async def test_every_way_to_signal_the_holder_is_refused(server: ServerProcess) -> None:
-    """Each syscall that names a process, on the holder (2), init (1), all (-1), group 2 (-2);
-    the sandbox's own processes are signalled as before."""
+    """Each syscall that names a process, on the holder (2), init (1), all (-1), group 2 (-2),
+    and a file's owner (whom the kernel signals on its I/O); the sandbox's own processes
+    are signalled as before."""
     spec = command_spec(f"python3 -c '{_SIGNAL_CALLS}' > calls.json", verify=("true",), **_BASE)
     rollout = await _run(server.target, spec)
     assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
     answers = json.loads(rollout.result.files["calls.json"])
     assert answers.pop("kill own child") == [0, 0]
     assert answers.pop("pidfd_open own child")[0] >= 0
+    assert answers.pop("fcntl F_SETOWN own child") == [0, 0]
     assert answers.pop("pidfd_send_signal /proc/2") == [-1, errno.ENOSYS]
     assert answers == {call: [-1, errno.EPERM] for call in answers}

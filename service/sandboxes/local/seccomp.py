@@ -43,6 +43,10 @@ spawner's filter then also answers (`guard_holder`):
     pidfd_send_signal                       ENOSYS: a /proc/2 directory is a pidfd too,
                                             and the filter cannot read which; callers (Go's
                                             os package) fall back to kill
+    fcntl F_SETOWN                          EPERM for those pids: the kernel signals a
+                                            file's owner (SIGIO, F_SETSIG's) on its I/O
+    fcntl F_SETOWN_EX, ioctl FIOSETOWN      EPERM: the same, with the pid in memory
+    and SIOCSPGRP
 
 In an image sandbox ptrace, process_vm_writev and /proc/2/mem need no rule: root in the
 command's nested user namespace lacks the holder's capabilities, which are in the outer
@@ -109,6 +113,12 @@ _PID_CALLS = {
 }
 """Syscall number -> offsets of its pid arguments (their low word: the kernel's pid_t)."""
 _PIDFD_SEND_SIGNAL = 424
+_ARG2 = _ARG0 + 16
+_OWNER_CALLS = {"x86_64": (72, 16), "aarch64": (25, 29)}
+"""fcntl, ioctl."""
+_F_SETOWN, _F_SETOWN_EX = 8, 15
+_SOCKET_OWNER = (0x8901, 0x8902)
+"""FIOSETOWN, SIOCSPGRP: a socket's owner, by pointer."""
 _GUARDED_PIDS = (1, 2, -1, -2)
 """bwrap's init, the holder, every process, the process group 2."""
 
@@ -119,15 +129,15 @@ def _program(
     clone: int,
     clone3: int,
     keyring: tuple[int, ...],
-    pid_calls: dict[int, tuple[int, ...]],
+    guard: list[tuple[int, int, int, int]],
 ) -> list[tuple[int, int, int, int]]:
     """(code, jump-if-true, jump-if-false, k) instructions; jumps count from the next one.
 
-    `pid_calls` (empty unless the holder is guarded) are refused on the holder's pids.
+    `guard`: the holder's (`_holder_guard`), or nothing.
     """
     eperm, enosys = _RET_ERRNO | errno.EPERM, _RET_ERRNO | errno.ENOSYS
     refused = [(number, eperm) for number in keyring] + [(n, enosys) for n in _IO_URING]
-    if pid_calls:
+    if guard:
         refused.append((_PIDFD_SEND_SIGNAL, enosys))
     return [
         (_LD_ABS, 0, 0, _ARCH),
@@ -139,7 +149,7 @@ def _program(
         (_JEQ, 0, 1, clone3),
         (_RET, 0, 0, enosys),
         *[step for number, answer in refused for step in _refuse(number, answer)],
-        *[step for number, args in pid_calls.items() for step in _refuse_pids(number, args)],
+        *guard,
         (_JEQ, 1, 0, unshare),
         (_JEQ, 0, 3, clone),
         (_LD_ABS, 0, 0, _ARG0),
@@ -154,20 +164,51 @@ def _refuse(number: int, answer: int) -> list[tuple[int, int, int, int]]:
     return [(_JEQ, 0, 1, number), (_RET, 0, 0, answer)]
 
 
-def _refuse_pids(number: int, args: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
-    """Syscall `number` (already loaded) returns EPERM when an argument at `args` is one of
-    _GUARDED_PIDS, else is allowed; any other syscall goes on."""
-    body = []
-    for offset in args:
-        body.append((_LD_ABS, 0, 0, offset))
-        body += [(_JEQ, -1, 0, pid & 0xFFFF_FFFF) for pid in _GUARDED_PIDS]
-    body += [(_RET, 0, 0, _RET_ALLOW), (_RET, 0, 0, _RET_ERRNO | errno.EPERM)]
-    last = len(body) - 1
-    body = [
-        (code, last - index - 1 if true == -1 else true, false, k)
-        for index, (code, true, false, k) in enumerate(body)
+_Step = tuple[int, int | str, int | str, int]
+"""An instruction whose jumps may name a label (`_block`)."""
+
+
+def _guarded(offset: int) -> list[_Step]:
+    """Load the argument at `offset`; on to "deny" if it is one of _GUARDED_PIDS."""
+    return [
+        (_LD_ABS, 0, 0, offset),
+        *((_JEQ, "deny", 0, pid & 0xFFFF_FFFF) for pid in _GUARDED_PIDS),
     ]
-    return [(_JEQ, 0, len(body), number), *body]
+
+
+def _block(number: int, steps: list[_Step]) -> list[tuple[int, int, int, int]]:
+    """Syscall `number` (already loaded) runs `steps`, whose jumps may name "allow" or
+    "deny" (EPERM); falling off their end allows it. Any other syscall goes on."""
+    body = [*steps, (_RET, 0, 0, _RET_ALLOW), (_RET, 0, 0, _RET_ERRNO | errno.EPERM)]
+    where = {"allow": len(body) - 2, "deny": len(body) - 1}
+
+    def resolve(index: int, jump: int | str) -> int:
+        return where[jump] - index - 1 if isinstance(jump, str) else jump
+
+    code = [
+        (op, resolve(i, true), resolve(i, false), k) for i, (op, true, false, k) in enumerate(body)
+    ]
+    return [(_JEQ, 0, len(code), number), *code]
+
+
+def _holder_guard(machine: str) -> list[tuple[int, int, int, int]]:
+    """The unprivileged server's rules (see the module's docstring)."""
+    fcntl, ioctl = _OWNER_CALLS[machine]
+    owner: list[_Step] = [
+        (_LD_ABS, 0, 0, _ARG1),
+        (_JEQ, "deny", 0, _F_SETOWN_EX),
+        (_JEQ, 0, "allow", _F_SETOWN),
+        *_guarded(_ARG2),
+    ]
+    steps = [
+        *(
+            _block(number, [step for offset in args for step in _guarded(offset)])
+            for number, args in _PID_CALLS[machine].items()
+        ),
+        _block(fcntl, owner),
+        _block(ioctl, [(_LD_ABS, 0, 0, _ARG1), *((_JEQ, "deny", 0, k) for k in _SOCKET_OWNER)]),
+    ]
+    return [step for block in steps for step in block]
 
 
 def _namespace_program(
@@ -203,8 +244,8 @@ def forbid_user_namespaces(*, guard_holder: bool = False) -> None:
     `guard_holder` when commands share the holder's host uid (an unprivileged server)."""
     arch, unshare, clone, clone3 = _arch_numbers()
     machine = platform.machine()
-    pid_calls = _PID_CALLS[machine] if guard_holder else {}
-    _install(_program(arch, unshare, clone, clone3, _KEYRING[machine], pid_calls))
+    guard = _holder_guard(machine) if guard_holder else []
+    _install(_program(arch, unshare, clone, clone3, _KEYRING[machine], guard))
 
 
 def forbid_namespaces() -> None:
