@@ -428,3 +428,26 @@ async def test_every_way_to_signal_the_holder_is_refused(server: ServerProcess) 
     assert answers.pop("fcntl F_SETOWN own child") == [0, 0]
     assert answers.pop("pidfd_send_signal /proc/2") == [-1, errno.ENOSYS]
     assert answers == {call: [-1, errno.EPERM] for call in answers}
+
+
+async def test_the_holder_cannot_be_made_the_oom_killers_first_choice(
+    server: ServerProcess,
+) -> None:
+    """A command owns the holder's and init's /proc files here (same host uid); their OOM
+    scores are bound read-only, while its own stay writable."""
+    targets = [f"/proc/{pid}/{name}" for pid in (1, 2) for name in ("oom_score_adj", "oom_adj")]
+    script = "; ".join(
+        f"(echo 15 > {path}) 2>> refused.txt; echo $? >> codes.txt" for path in targets
+    )
+    spec = command_spec(
+        f"{script}; echo 500 > /proc/self/oom_score_adj && echo own > own.txt; "
+        "cat /proc/2/oom_score_adj > holder.txt",
+        **_BASE,
+    )
+    rollout = await _run(server.target, spec)
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
+    files = rollout.result.files
+    assert files["codes.txt"].split() == [b"1"] * len(targets)
+    assert files["refused.txt"].count(b"Read-only file system") == len(targets)
+    assert files["own.txt"] == b"own\n"
+    assert files["holder.txt"] == b"0\n"

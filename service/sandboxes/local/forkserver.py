@@ -50,6 +50,7 @@ from service.sandboxes.local.holder_start import (
     default_dispositions,
     join_cgroup,
     leave_other_disks,
+    pin_oom_scores,
     start_holder,
 )
 from service.sandboxes.local.network_start import connect_network
@@ -184,6 +185,8 @@ class _Spawner:
             for _, fd in namespaces:
                 os.close(fd)
         self._uid = setup["uid"]
+        if self._uid is None:  # commands share the holder's uid (an unprivileged server)
+            pin_oom_scores()
         _give_up_privileges(self._last_cap)
         forbid_user_namespaces(guard_holder=self._uid is None)  # commands share its uid
         self._stdin = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)

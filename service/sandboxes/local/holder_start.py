@@ -21,6 +21,7 @@ __all__ = [
     "default_dispositions",
     "join_cgroup",
     "leave_other_disks",
+    "pin_oom_scores",
     "start_holder",
 ]
 
@@ -38,6 +39,8 @@ _READY = b"ready\n"
 _CLONE_NEWNS = 0x00020000
 _MS_REC = 0x4000
 _MS_PRIVATE = 0x40000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+_MS_REMOUNT, _MS_BIND = 0x20, 0x1000
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -94,6 +97,25 @@ def leave_other_disks(own: str) -> None:
     for point in sandbox_disks():
         if point != own:
             detach(point)  # one that is gone meanwhile is as good as detached
+
+
+def pin_oom_scores() -> None:
+    """Make the OOM scores of the sandbox's init and holder read-only to its commands.
+
+    Under an unprivileged server a command shares their host uid, so owns their /proc
+    files: it could raise their oom_score_adj to 1000, then run the host (or the pod) out
+    of memory, and the OOM killer would end the sandbox before the agent. Called in the
+    sandbox's mount namespace by the spawner, which may still mount there; no command can
+    unmount (it has no capability over that namespace).
+    """
+    flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+    for pid in (1, 2):
+        for name in ("oom_score_adj", "oom_adj"):
+            path = f"/proc/{pid}/{name}".encode()
+            if _libc.mount(path, path, None, _MS_BIND, None) != 0:
+                raise OSError(ctypes.get_errno(), f"binding {path.decode()}")
+            if _libc.mount(None, path, None, flags, None) != 0:
+                raise OSError(ctypes.get_errno(), f"making {path.decode()} read-only")
 
 
 def join_cgroup(cgroup: str | None) -> str | None:
