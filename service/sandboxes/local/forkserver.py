@@ -17,8 +17,10 @@ Instead, per sandbox:
    starts pasta for the sandbox (in the cgroup too) and routes the sandbox's network
    namespace (`network`, `network_start`). It then enters the namespaces
    and gives up what no command may have: no_new_privs, an empty capability bounding
-   set, no inheritable capability, no user namespace (`seccomp`). It stays root,
-   outside the sandbox's pid namespace: no sandboxed process can name it.
+   set, no inheritable capability, no user namespace (`seccomp`); under an unprivileged
+   server, whose commands share the holder's host uid, no signal to the holder or init
+   (`seccomp`) and no write to their OOM scores (`holder_start.pin_oom_scores`). It stays
+   root, outside the sandbox's pid namespace: no sandboxed process can name it.
 3. Each command is one fork of the spawner: the child leads a session of its own, sets
    the sandbox's rlimits, takes the command's supplementary group (`bwrap.command_tag`)
    and the sandbox uid, and execs bash in WORKDIR. The spawner reports the host pid
