@@ -52,7 +52,7 @@ from service.models import (
 from service.proxy.endpoints import ResolvedEndpoint
 from service.registry import BACKENDS, load_agent, load_backend
 from service.sandboxes.base import SandboxBackend
-from service.store.base import FencedError, RolloutPage, RolloutStore, TakeRollout
+from service.store.base import FencedError, Interrupted, RolloutPage, RolloutStore, TakeRollout
 from service.telemetry.metrics import Metrics
 
 __all__ = ["Checked", "RolloutManager"]
@@ -168,22 +168,20 @@ class RolloutManager:
         on a shared store, also a replica that stopped renewing its lease)."""
         interrupted = await self._store.non_terminal()
         await self._sweep_sandboxes_of(interrupted)
-        for rollout in interrupted:
+        for rollout, reason in interrupted:
             rollout.status = RolloutStatus.FAILED
             rollout.phase = Phase.DONE
             rollout.finish_time = datetime.now(UTC)
-            rollout.result.error = RolloutError(
-                kind=ErrorKind.INTERNAL, message="interrupted by restart"
-            )
+            rollout.result.error = RolloutError(kind=ErrorKind.INTERNAL, message=reason)
             await self._store.save(rollout)
             await self._hub.close_interrupted(rollout)
         return len(interrupted)
 
-    async def _sweep_sandboxes_of(self, interrupted: list[Rollout]) -> None:
+    async def _sweep_sandboxes_of(self, interrupted: list[Interrupted]) -> None:
         """Kill what the remote backends still run for these rollouts, found by their label
         (the server that ran them is gone), before they are reported ended."""
         by_backend: dict[str, set[str]] = {}
-        for rollout in interrupted:
+        for rollout, _ in interrupted:
             by_backend.setdefault(self._backend_of(rollout), set()).add(rollout.id)
         for name, rollout_ids in by_backend.items():
             if name not in BACKENDS:

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from service.models import Rollout, RolloutEvent, RolloutStatus
 
-__all__ = ["FencedError", "LeaseLostHandler", "RolloutPage", "RolloutStore", "TakeRollout"]
+__all__ = [
+    "RESTARTED",
+    "FencedError",
+    "Interrupted",
+    "LeaseLostHandler",
+    "RolloutPage",
+    "RolloutStore",
+    "TakeRollout",
+]
 
 RolloutPage = tuple[list[Rollout], str]
 """A page of rollouts and the token of the next page ("" on the last)."""
@@ -21,6 +29,18 @@ first rollout it is offered or the page cannot advance."""
 LeaseLostHandler = Callable[[], int]
 """Stops every run this server started under the lease it lost (without a write); returns how
 many it stopped."""
+
+
+RESTARTED = "interrupted by restart"
+"""Why a rollout that an earlier run of this same server left unfinished ended."""
+
+
+class Interrupted(NamedTuple):
+    """An unfinished rollout no live server runs, now this server's to end, and why it ended
+    (its error message: RESTARTED, or which server stopped and which one ended it)."""
+
+    rollout: Rollout
+    reason: str
 
 
 class FencedError(Exception):
@@ -74,8 +94,9 @@ class RolloutStore(Protocol):
         """
         ...
 
-    async def non_terminal(self) -> builtins.list[Rollout]:
-        """Rollouts not in a terminal status (used at startup to fail interrupted ones)."""
+    async def non_terminal(self) -> builtins.list[Interrupted]:
+        """Rollouts not in a terminal status that no live server runs, oldest first, with why
+        (used at startup, and on a shared store every while, to fail interrupted ones)."""
         ...
 
     async def append_events(self, events: Sequence[RolloutEvent]) -> None:

@@ -1,8 +1,9 @@
 """`PostgresStore`: the `RolloutStore` (and `GroupStore`) on a PostgreSQL server.
 
 Chosen by ROLLOUT_DATABASE_URL (a postgresql:// DSN), so that several servers can share one
-database. psycopg 3 talks to it through a small pool of async connections; every write that
-touches more than one row is one transaction. The schema is migrated at `open` by yoyo
+database. psycopg 3 talks to it through a small pool of async connections (the lease's
+heartbeat has one of its own, `postgres_leases`); every write that touches more than one row
+is one transaction. The schema is migrated at `open` by yoyo
 (service/store/postgres_migrations/*.sql, applied under yoyo's lock, so replicas starting
 together migrate once). Rows hold the same values as SQLite's (`rows.py`), plus the slim spec and
 result written beside the full ones, so that a slim list reads no bulk.
@@ -44,7 +45,14 @@ from service.models import (
     RolloutStatus,
 )
 from service.models.group import Group, GroupStatus
-from service.store.base import FencedError, LeaseLostHandler, RolloutPage, TakeRollout
+from service.store.base import (
+    RESTARTED,
+    FencedError,
+    Interrupted,
+    LeaseLostHandler,
+    RolloutPage,
+    TakeRollout,
+)
 from service.store.codec import decode_model, encode_model
 from service.store.group_listing import GroupPage, group_label_rows, group_page_query
 from service.store.groups import StoredGroup
@@ -140,7 +148,7 @@ class PostgresStore:
         )
         await pool.open(wait=True)
         self._pool = pool
-        await self._lease.take(pool)
+        await self._lease.take(self._url)
         await self._notices.start(self._url, self._owner)
 
     async def close(self) -> None:
@@ -168,14 +176,14 @@ class PostgresStore:
         """Insert a new rollout; if its tenant's request_id (or its id) is taken, return that
         rollout instead."""
         stored = redacted(rollout)
-        values = (*encode_insert(stored), *_encode_slim(stored), self._owner)
+        values = (*encode_insert(stored), *_encode_slim(stored), self._owner, self._lease.server)
         rollout_id, tenant, request_id = values[:3]
         async with self._connection() as conn, conn.transaction():
             cursor = await conn.execute(
                 "INSERT INTO rollouts (id, tenant, request_id, status, phase, create_us,"
                 " create_time, start_time, finish_time, spec, result, group_id, member_index,"
-                " slim_spec, slim_result, owner)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " slim_spec, slim_result, owner, server)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT DO NOTHING",
                 values,
             )
@@ -248,13 +256,28 @@ class PostgresStore:
 
         return await read_page(page_size, page_token, page_keys, read, take)
 
-    async def non_terminal(self) -> builtins.list[Rollout]:
+    async def non_terminal(self) -> builtins.list[Interrupted]:
         """Unfinished rollouts of gone server runs (an earlier run of this server, a replica
         whose lease expired), oldest first, taken over by this run; never this run's own or a
         live replica's (`postgres_leases`)."""
         live = [status.value for status in RolloutStatus if status not in TERMINAL_STATUSES]
         rows = await self._claim(claim_rollouts(ROLLOUT_COLUMNS), self._lease.params(live=live))
-        return [decode_rollout(row[1:]) for row in sorted(rows, key=lambda row: row[:2])]
+        return [
+            Interrupted(decode_rollout(row[3:]), self._interrupted(*row[:2]))
+            for row in sorted(rows, key=lambda row: row[2:4])
+        ]
+
+    def _interrupted(self, owner: str, server: str) -> str:
+        """Why a rollout taken from the run `owner` of `server` ended: that server restarted
+        (this one, in a new run), or it stopped renewing its lease (another server, or this
+        one's run that lost its lease) and this one ended the rollout."""
+        if server == self._lease.server and owner not in self._lease.lost:
+            return RESTARTED
+        named = f" ({server})" if server else ""
+        return (
+            f"interrupted: its server{named} stopped renewing its lease;"
+            f" ended by {self._lease.server}"
+        )
 
     async def append_events(self, events: Sequence[RolloutEvent]) -> None:
         """Append events (seq already assigned) in one transaction: all of them or none.

@@ -2,13 +2,17 @@
 
 Each open store is one run of a server: a fresh `owner` id, and the `server` name it keeps
 across restarts (host and state folder). Every rollout and group row names the run that
-admitted it. A run holds a lease (a `servers` row) and renews it every lease_s / 6. A run
+admitted it (a rollout row its server too). A run holds a lease (a `servers` row) and renews
+it every lease_s / 6 on a connection of its own, never the store's pool: a pool busy with
+writes (a loaded replica) would delay the heartbeats past lease_s and lose the lease. A run
 that takes over first deletes the leases not renewed for lease_s (`EXPIRE_SQL`); a run of the
 same server that opens deletes its earlier runs' leases. A run without a lease row is gone for
 certain, and `claim_*` takes over its unfinished rows: never what a live replica runs, never
 this run's own, and each row for exactly one claimant (the UPDATE locks the row; a second
-claimant re-reads its new, live owner and passes it by). The claimant ends those rollouts as
-interrupted and resumes the groups, as a restarted server always did.
+claimant re-reads its new owner and passes it by). The claimant ends those rollouts as
+interrupted (saying whether its own server restarted or which other one stopped: the claim
+returns the run and server it took each row from) and resumes the groups, as a restarted
+server always did.
 
 Fencing: a run writes its rows only `WHERE owner = <its owner>` (`PostgresStore`), so once a
 claimant has set its own owner on a row, the run that lost it can no longer write it. A run
@@ -29,9 +33,12 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-__all__ = ["EXPIRE_SQL", "Lease", "claim_groups", "claim_rollouts"]
+__all__ = ["APPLICATION_NAME", "EXPIRE_SQL", "Lease", "claim_groups", "claim_rollouts"]
 
 log = logging.getLogger(__name__)
+
+APPLICATION_NAME = "rollout-lease"
+"""The heartbeat connection's name in pg_stat_activity."""
 
 EXPIRE_SQL = "DELETE FROM servers WHERE heartbeat_at <= now() - make_interval(secs => %(lease_s)s)"
 """Delete the leases not renewed for lease_s (`Lease.params`): their runs are gone, and a run
@@ -46,10 +53,16 @@ _GONE = (
 
 
 def claim_rollouts(columns: str) -> str:
-    """SQL taking over the unfinished rollouts of gone runs (`Lease.params`, live)."""
+    """SQL taking over the unfinished rollouts of gone runs (`Lease.params`, live), returning
+    the owner and server each was taken from, create_us, then `columns`. A row whose owner
+    changed while the claim waited for its lock (another claimant's) is passed by."""
     return (
-        f"UPDATE rollouts SET owner = %(owner)s WHERE status = ANY(%(live)s) AND {_GONE}"
-        f" RETURNING create_us, {columns}"
+        "UPDATE rollouts SET owner = %(owner)s, server = %(server)s"
+        " FROM (SELECT id AS was_id, owner AS was_owner, server AS was_server FROM rollouts"
+        f" WHERE status = ANY(%(live)s) AND {_GONE}) AS was"
+        " WHERE rollouts.id = was_id AND rollouts.owner = was_owner"
+        " AND rollouts.status = ANY(%(live)s)"
+        f" RETURNING was_owner, was_server, create_us, {columns}"
     )
 
 
@@ -71,15 +84,19 @@ LostHandler = Callable[[str], Awaitable[None]]
 
 
 class Lease:
-    """One run's lease: taken by `take`, renewed (or replaced once lost) until `release`."""
+    """One run's lease: taken by `take`, renewed (or replaced once lost) until `release`, on a
+    connection of its own (reconnected after a failed beat)."""
 
     def __init__(self, owner: str, server: str, lease_s: float, on_lost: LostHandler) -> None:
         self.owner = owner
         self.server = server
         self.lease_s = lease_s
+        self.lost: set[str] = set()
+        """The owner ids of the leases this run lost."""
         self._on_lost = on_lost
         self._renewing: asyncio.Task[None] | None = None
         self._check = asyncio.Event()
+        self._conn: psycopg.AsyncConnection[Any] | None = None
 
     def params(self, **extra: Any) -> dict[str, Any]:
         """The parameters of `claim_rollouts` or `claim_groups` (with `extra` filled in)."""
@@ -89,12 +106,17 @@ class Lease:
         """Renew now rather than at the next beat (a write found itself fenced)."""
         self._check.set()
 
-    async def take(self, pool: AsyncConnectionPool) -> None:
+    async def take(self, url: str) -> None:
         """Forget this server's earlier runs' leases, take this run's, and keep renewing it."""
-        async with pool.connection() as conn, conn.transaction():
-            await conn.execute("DELETE FROM servers WHERE server = %s", (self.server,))
-            await self._insert(conn, self.owner)
-        self._renewing = asyncio.create_task(self._keep(pool), name="postgres-lease")
+        conn = await self._connection(url)
+        try:
+            async with conn.transaction():
+                await conn.execute("DELETE FROM servers WHERE server = %s", (self.server,))
+                await self._insert(conn, self.owner)
+        except BaseException:
+            await self._disconnect()
+            raise
+        self._renewing = asyncio.create_task(self._keep(url), name="postgres-lease")
 
     async def release(self, pool: AsyncConnectionPool) -> None:
         """Stop renewing and give the lease up: what this run left is orphaned at once."""
@@ -102,28 +124,54 @@ class Lease:
         if renewing is not None:
             renewing.cancel()
             await asyncio.gather(renewing, return_exceptions=True)
-        async with pool.connection() as conn:
-            await conn.execute("DELETE FROM servers WHERE owner = %s", (self.owner,))
+        try:
+            async with pool.connection() as conn:
+                await conn.execute("DELETE FROM servers WHERE owner = %s", (self.owner,))
+        finally:
+            await self._disconnect()
 
-    async def _keep(self, pool: AsyncConnectionPool) -> None:
+    async def _keep(self, url: str) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._check.wait(), self.lease_s / 6)
             self._check.clear()
             try:
-                async with pool.connection() as conn:
-                    cursor = await conn.execute(
-                        "UPDATE servers SET heartbeat_at = now() WHERE owner = %s", (self.owner,)
-                    )
-                    if cursor.rowcount:
-                        continue
-                    lost, owner = self.owner, uuid.uuid4().hex
-                    await self._insert(conn, owner)
-                self.owner = owner
-                await self._on_lost(lost)
-            except psycopg.OperationalError as exc:
+                # A beat with no answer (a half-open connection) gives up in time to reconnect;
+                # wait_for, not timeout: a late cancel must never reach this task.
+                lost = await asyncio.wait_for(self._renew(url), self.lease_s / 3)
+            except (psycopg.Error, TimeoutError) as exc:
                 # A missed beat only risks a takeover after lease_s; the next may succeed.
-                log.warning("could not renew this server's lease: %s", exc)
+                log.warning("could not renew this server's lease: %s", str(exc) or "no answer")
+                await self._disconnect()
+                continue
+            if lost is not None:
+                await self._on_lost(lost)
+
+    async def _renew(self, url: str) -> str | None:
+        """Renew the lease; if it was taken, take a new one and return the lost owner id."""
+        conn = await self._connection(url)
+        cursor = await conn.execute(
+            "UPDATE servers SET heartbeat_at = now() WHERE owner = %s", (self.owner,)
+        )
+        if cursor.rowcount:
+            return None
+        lost, owner = self.owner, uuid.uuid4().hex
+        await self._insert(conn, owner)
+        self.owner = owner
+        self.lost.add(lost)
+        return lost
+
+    async def _connection(self, url: str) -> psycopg.AsyncConnection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = await psycopg.AsyncConnection.connect(
+                url, autocommit=True, application_name=APPLICATION_NAME
+            )
+        return self._conn
+
+    async def _disconnect(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
 
     async def _insert(self, conn: psycopg.AsyncConnection[Any], owner: str) -> None:
         await conn.execute(

@@ -23,7 +23,7 @@ from service.errors import NotFoundError
 from service.models import TERMINAL_STATUSES, Rollout, RolloutEvent, RolloutStatus
 from service.models.group import Group, GroupStatus
 from service.store import groups
-from service.store.base import LeaseLostHandler, RolloutPage, TakeRollout
+from service.store.base import RESTARTED, Interrupted, LeaseLostHandler, RolloutPage, TakeRollout
 from service.store.group_listing import GroupPage, sqlite_listed_group, sqlite_page_keys
 from service.store.listing import page_query
 from service.store.pages import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, read_page
@@ -141,9 +141,10 @@ class SqliteStore:
 
         return await read_page(page_size, page_token, page_keys, read, take)
 
-    async def non_terminal(self) -> builtins.list[Rollout]:
-        """Rollouts not in a terminal status, oldest first."""
-        return await self._run(_non_terminal)
+    async def non_terminal(self) -> builtins.list[Interrupted]:
+        """Rollouts not in a terminal status, oldest first: an earlier run left them."""
+        rollouts = await self._run(_non_terminal)
+        return [Interrupted(rollout, RESTARTED) for rollout in rollouts]
 
     async def append_events(self, events: Sequence[RolloutEvent]) -> None:
         """Append events (seq already assigned) in one transaction: all of them or none."""

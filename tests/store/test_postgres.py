@@ -61,6 +61,7 @@ async def test_replicas_opening_a_fresh_database_together_migrate_it_once(
         ("0002.owners-and-leases",),
         ("0003.cancel-requests",),
         ("0004.group-labels",),
+        ("0005.rollout-server",),
     ]
     assert set(_TABLES) <= {name for (name,) in tables}
 
@@ -240,7 +241,7 @@ async def test_a_starting_replica_takes_over_only_what_a_dead_one_left_and_only_
                 groups = await asyncio.gather(b.unfinished_groups(), c.unfinished_groups())
 
     assert sorted(len(claim) for claim in claims) == [0, 1]
-    assert [r.id for claim in claims for r in claim] == [queued.id]
+    assert [r.rollout.id for claim in claims for r in claim] == [queued.id]
     assert [g.id for claim in groups for g, _ in claim] == ["g1"]
 
 
@@ -264,7 +265,7 @@ async def test_a_group_is_taken_over_by_the_run_that_holds_its_unfinished_member
             by_c = await c.unfinished_groups()
             by_b = await b.unfinished_groups()
 
-    assert [r.id for r in claimed] == [member.id]
+    assert [r.rollout.id for r in claimed] == [member.id]
     assert by_c == []
     assert [g.id for g, _ in by_b] == ["g2"]
 
@@ -299,7 +300,7 @@ async def test_a_stalled_replica_s_writes_are_fenced_after_a_takeover_and_it_tak
         running = PhaseChanged(phase=Phase.AGENT, status=RolloutStatus.RUNNING)
         await stalled.append_events([_event(member.id, 1, running)])
         _expire(postgres_url, "a")
-        [claimed] = await takeover.non_terminal()
+        [(claimed, _)] = await takeover.non_terminal()
         claimed.status, claimed.phase = RolloutStatus.FAILED, Phase.DONE
         await takeover.save(claimed)
         await takeover.append_events([_event(member.id, 2, claimed)])
@@ -335,7 +336,7 @@ async def test_a_stalled_replica_s_writes_are_fenced_after_a_takeover_and_it_tak
     assert stored_group.status is GroupStatus.RUNNING
     # Under its new lease it is live again: what it admits now is its own, and it hears
     # cancel requests on its new lease's channel.
-    assert after.id not in {r.id for r in left_to_take}
+    assert after.id not in {r.rollout.id for r in left_to_take}
     assert (sent, heard) == (True, (after.id, "to the new lease"))
 
 
@@ -383,7 +384,7 @@ async def test_a_replica_that_stops_cleanly_leaves_its_rollouts_to_the_next_at_o
             queued = await a.insert(rollout(1))
             assert await b.non_terminal() == []
 
-        assert [r.id for r in await b.non_terminal()] == [queued.id]
+        assert [r.rollout.id for r in await b.non_terminal()] == [queued.id]
 
 
 async def test_api_key_never_lands_in_the_database(postgres_url: str) -> None:

@@ -21,7 +21,7 @@ from service.models import (
     RolloutEvent,
     RolloutStatus,
 )
-from service.store.base import RolloutStore
+from service.store.base import RESTARTED, RolloutStore
 from service.store.codec import encode_page_token
 from service.store.schema import SCHEMA_VERSION
 from service.store.sqlite import SqliteStore
@@ -248,9 +248,9 @@ async def test_a_restart_finds_queued_and_running_only(
     async with new_store() as restarted:
         found = await restarted.non_terminal()
 
-    assert [(r.id, r.status) for r in found] == [
-        ("r0000", RolloutStatus.QUEUED),
-        ("r0001", RolloutStatus.RUNNING),
+    assert [(r.rollout.id, r.rollout.status, r.reason) for r in found] == [
+        ("r0000", RolloutStatus.QUEUED, RESTARTED),
+        ("r0001", RolloutStatus.RUNNING, RESTARTED),
     ]
 
 
@@ -272,7 +272,7 @@ async def test_everything_survives_close_and_reopen(new_store: Callable[[], AnyS
         events = await reopened.events(finished.id, after_seq=0, limit=10)
         assert [type(e.payload) for e in events] == [AgentOutput, type(finished)]
         assert events[1].payload == finished
-        assert [r.id for r in await reopened.non_terminal()] == ["r0001"]
+        assert [r.rollout.id for r in await reopened.non_terminal()] == ["r0001"]
 
 
 async def test_save_of_an_unknown_rollout_is_not_found(store: AnyStore) -> None:
