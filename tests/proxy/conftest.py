@@ -37,8 +37,14 @@ async def upstream() -> AsyncIterator[FakeUpstream]:
 
 
 @pytest.fixture
-async def proxy(state_dir: Path) -> AsyncIterator[CaptureProxy]:
-    settings = Settings(state_dir=state_dir, proxy_listen="127.0.0.1:0", upstream_timeout_s=1.0)
+async def proxy(state_dir: Path, request: pytest.FixtureRequest) -> AsyncIterator[CaptureProxy]:
+    """The proxy, its upstream timeout 30 s (a loaded machine's ordinary call must never hit
+    it), or what a test's `upstream_timeout_s` marker says (the tests of the timeout itself)."""
+    marker = request.node.get_closest_marker("upstream_timeout_s")
+    timeout_s = float(marker.args[0]) if marker else 30.0
+    settings = Settings(
+        state_dir=state_dir, proxy_listen="127.0.0.1:0", upstream_timeout_s=timeout_s
+    )
     proxy = CaptureProxy(settings)
     await proxy.start()
     try:

@@ -48,6 +48,7 @@ async def test_upstream_http_error(
     assert "engine overloaded" in turn.upstream_error
 
 
+@pytest.mark.upstream_timeout_s(1.0)
 async def test_upstream_timeout(
     open_rollout: OpenRollout, agent: httpx.AsyncClient, upstream: FakeUpstream
 ) -> None:
@@ -143,6 +144,7 @@ async def test_one_success_means_not_all_failed(
     assert not rollout.route.all_failed
 
 
+@pytest.mark.upstream_timeout_s(1.0)
 async def test_upstream_stalling_mid_stream_times_out_in_band(
     open_rollout: OpenRollout, agent: httpx.AsyncClient, upstream: FakeUpstream
 ) -> None:
