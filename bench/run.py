@@ -39,6 +39,11 @@ BENCHES = (
         "scale: 600 rollouts on E2B over 3 replicas on PostgreSQL, ramped (--rollouts 10000)",
         ["bench_scale.py"],
     ),
+    (
+        "lease heartbeat age with the store's pool idle and busy, vs the pool heartbeat",
+        ["bench_lease.py"],
+    ),
+    ("a ListGroups page over 10,000 groups vs a ListRollouts page", ["bench_list_groups.py"]),
 )
 
 
