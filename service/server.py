@@ -94,6 +94,7 @@ async def serve(settings: Settings) -> None:
         url.get_secret_value() if url else None,
         settings.database_path,
         state_dir=settings.state_dir,
+        instance_id=settings.instance_id,
         lease_s=settings.database_lease_s,
     )
     await store.open()

@@ -18,18 +18,24 @@ __all__ = ["new_store"]
 
 
 def new_store(
-    database_url: str | None, database_path: Path, *, state_dir: Path, lease_s: float
+    database_url: str | None,
+    database_path: Path,
+    *,
+    state_dir: Path,
+    instance_id: str,
+    lease_s: float,
 ) -> SqliteStore | PostgresStore:
     """The (unopened) store: PostgreSQL at `database_url` when set, else the SQLite file.
 
     On PostgreSQL the server is named by its host and state folder: the same server restarted
-    takes its earlier run's unfinished rollouts back at once, without waiting out `lease_s`.
+    takes its earlier run's unfinished rollouts back at once, without waiting out `lease_s`;
+    what clients read names it by `instance_id` instead (no path).
     """
     if database_url:
         from service.store.postgres import PostgresStore
 
         server = f"{socket.gethostname()}:{state_dir.resolve()}"
-        return PostgresStore(database_url, server=server, lease_s=lease_s)
+        return PostgresStore(database_url, server=server, instance=instance_id, lease_s=lease_s)
     from service.store.sqlite import SqliteStore
 
     return SqliteStore(database_path)

@@ -121,11 +121,14 @@ _OTHERS_RUNNING = (
 class PostgresStore:
     """Rollouts, their events and groups in the PostgreSQL database at `url` (postgresql:// or
     postgres://, as `Settings.database_url` checks), for one run of the server named `server`
-    (the same across its restarts), whose lease expires `lease_s` after its last heartbeat."""
+    (the same across its restarts; it may show a path) and `instance` (`Settings.instance_id`,
+    what clients may read), whose lease expires `lease_s` after its last heartbeat."""
 
-    def __init__(self, url: str, *, server: str, lease_s: float = 30.0) -> None:
+    def __init__(
+        self, url: str, *, server: str, instance: str = "default", lease_s: float = 30.0
+    ) -> None:
         self._url = url
-        self._lease = Lease(uuid.uuid4().hex, server, lease_s, self._lease_lost)
+        self._lease = Lease(uuid.uuid4().hex, server, instance, lease_s, self._lease_lost)
         self._pool: AsyncConnectionPool | None = None
         self._notices = Notices(self._lease.owner)
         self._on_lost: list[LeaseLostHandler] = []
@@ -176,14 +179,21 @@ class PostgresStore:
         """Insert a new rollout; if its tenant's request_id (or its id) is taken, return that
         rollout instead."""
         stored = redacted(rollout)
-        values = (*encode_insert(stored), *_encode_slim(stored), self._owner, self._lease.server)
+        lease = self._lease
+        values = (
+            *encode_insert(stored),
+            *_encode_slim(stored),
+            lease.owner,
+            lease.server,
+            lease.instance,
+        )
         rollout_id, tenant, request_id = values[:3]
         async with self._connection() as conn, conn.transaction():
             cursor = await conn.execute(
                 "INSERT INTO rollouts (id, tenant, request_id, status, phase, create_us,"
                 " create_time, start_time, finish_time, spec, result, group_id, member_index,"
-                " slim_spec, slim_result, owner, server)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " slim_spec, slim_result, owner, server, instance) VALUES"
+                " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT DO NOTHING",
                 values,
             )
@@ -263,20 +273,21 @@ class PostgresStore:
         live = [status.value for status in RolloutStatus if status not in TERMINAL_STATUSES]
         rows = await self._claim(claim_rollouts(ROLLOUT_COLUMNS), self._lease.params(live=live))
         return [
-            Interrupted(decode_rollout(row[3:]), self._interrupted(*row[:2]))
-            for row in sorted(rows, key=lambda row: row[2:4])
+            Interrupted(decode_rollout(row[4:]), self._interrupted(*row[:3]))
+            for row in sorted(rows, key=lambda row: row[3:5])
         ]
 
-    def _interrupted(self, owner: str, server: str) -> str:
-        """Why a rollout taken from the run `owner` of `server` ended: that server restarted
-        (this one, in a new run), or it stopped renewing its lease (another server, or this
-        one's run that lost its lease) and this one ended the rollout."""
+    def _interrupted(self, owner: str, server: str, instance: str) -> str:
+        """Why a rollout taken from the run `owner` of `server` (`instance`) ended: that server
+        restarted (this one, in a new run), or it stopped renewing its lease (another server, or
+        this one's run that lost its lease) and this one ended the rollout. Servers are named
+        by instance id: their server name shows their host and state folder to clients."""
         if server == self._lease.server and owner not in self._lease.lost:
             return RESTARTED
-        named = f" ({server})" if server else ""
+        named = f" ({instance})" if instance else ""
         return (
             f"interrupted: its server{named} stopped renewing its lease;"
-            f" ended by {self._lease.server}"
+            f" ended by {self._lease.instance}"
         )
 
     async def append_events(self, events: Sequence[RolloutEvent]) -> None:

@@ -1,18 +1,19 @@
 """Leases of servers sharing one PostgreSQL database: who runs what, and who is gone.
 
-Each open store is one run of a server: a fresh `owner` id, and the `server` name it keeps
-across restarts (host and state folder). Every rollout and group row names the run that
-admitted it (a rollout row its server too). A run holds a lease (a `servers` row) and renews
-it every lease_s / 6 on a connection of its own, never the store's pool: a pool busy with
-writes (a loaded replica) would delay the heartbeats past lease_s and lose the lease. A run
-that takes over first deletes the leases not renewed for lease_s (`EXPIRE_SQL`); a run of the
-same server that opens deletes its earlier runs' leases. A run without a lease row is gone for
-certain, and `claim_*` takes over its unfinished rows: never what a live replica runs, never
+Each open store is one run of a server: a fresh `owner` id, the `server` name it keeps
+across restarts (host and state folder), and its `instance` id (ROLLOUT_INSTANCE_ID, which
+names it to clients: the server name shows a path). Every rollout and group row names the run
+that admitted it (a rollout row its server and instance too). A run holds a lease (a `servers`
+row) and renews it every lease_s / 6 on a connection of its own, never the store's pool: a pool
+busy with writes (a loaded replica) would delay the heartbeats past lease_s and lose the lease.
+A run that takes over first deletes the leases not renewed for lease_s (`EXPIRE_SQL`); a run of
+the same server that opens deletes its earlier runs' leases. A run without a lease row is gone
+for certain, and `claim_*` takes over its unfinished rows: never what a live replica runs, never
 this run's own, and each row for exactly one claimant (the UPDATE locks the row; a second
 claimant re-reads its new owner and passes it by). The claimant ends those rollouts as
 interrupted (saying whether its own server restarted or which other one stopped: the claim
-returns the run and server it took each row from) and resumes the groups, as a restarted
-server always did.
+returns the run, server and instance it took each row from) and resumes the groups, as a
+restarted server always did.
 
 Fencing: a run writes its rows only `WHERE owner = <its owner>` (`PostgresStore`), so once a
 claimant has set its own owner on a row, the run that lost it can no longer write it. A run
@@ -54,15 +55,16 @@ _GONE = (
 
 def claim_rollouts(columns: str) -> str:
     """SQL taking over the unfinished rollouts of gone runs (`Lease.params`, live), returning
-    the owner and server each was taken from, create_us, then `columns`. A row whose owner
+    the owner, server and instance each was taken from, create_us, then `columns`. A row whose owner
     changed while the claim waited for its lock (another claimant's) is passed by."""
     return (
-        "UPDATE rollouts SET owner = %(owner)s, server = %(server)s"
-        " FROM (SELECT id AS was_id, owner AS was_owner, server AS was_server FROM rollouts"
+        "UPDATE rollouts SET owner = %(owner)s, server = %(server)s, instance = %(instance)s"
+        " FROM (SELECT id AS was_id, owner AS was_owner, server AS was_server,"
+        " instance AS was_instance FROM rollouts"
         f" WHERE status = ANY(%(live)s) AND {_GONE}) AS was"
         " WHERE rollouts.id = was_id AND rollouts.owner = was_owner"
         " AND rollouts.status = ANY(%(live)s)"
-        f" RETURNING was_owner, was_server, create_us, {columns}"
+        f" RETURNING was_owner, was_server, was_instance, create_us, {columns}"
     )
 
 
@@ -87,9 +89,12 @@ class Lease:
     """One run's lease: taken by `take`, renewed (or replaced once lost) until `release`, on a
     connection of its own (reconnected after a failed beat)."""
 
-    def __init__(self, owner: str, server: str, lease_s: float, on_lost: LostHandler) -> None:
+    def __init__(
+        self, owner: str, server: str, instance: str, lease_s: float, on_lost: LostHandler
+    ) -> None:
         self.owner = owner
         self.server = server
+        self.instance = instance
         self.lease_s = lease_s
         self.lost: set[str] = set()
         """The owner ids of the leases this run lost."""
@@ -100,7 +105,13 @@ class Lease:
 
     def params(self, **extra: Any) -> dict[str, Any]:
         """The parameters of `claim_rollouts` or `claim_groups` (with `extra` filled in)."""
-        return {"owner": self.owner, "server": self.server, "lease_s": self.lease_s, **extra}
+        return {
+            "owner": self.owner,
+            "server": self.server,
+            "instance": self.instance,
+            "lease_s": self.lease_s,
+            **extra,
+        }
 
     def check(self) -> None:
         """Renew now rather than at the next beat (a write found itself fenced)."""

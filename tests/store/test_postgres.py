@@ -62,6 +62,7 @@ async def test_replicas_opening_a_fresh_database_together_migrate_it_once(
         ("0003.cancel-requests",),
         ("0004.group-labels",),
         ("0005.rollout-server",),
+        ("0006.rollout-instance",),
     ]
     assert set(_TABLES) <= {name for (name,) in tables}
 

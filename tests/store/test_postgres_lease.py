@@ -1,6 +1,7 @@
 """A replica's lease on PostgreSQL: its heartbeat never waits for the store's pool (a replica
 whose writes queue there must not lose its lease), survives a dropped connection, and a
-rollout taken over says which server stopped and which one ended it."""
+rollout taken over says which server stopped and which one ended it, by instance id (never by
+host name or state folder)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ async def test_the_heartbeat_reconnects_when_its_connection_drops(postgres_url: 
     assert leases == held  # the same lease, renewed
 
 
-async def test_a_rollout_taken_over_says_which_server_stopped_and_which_ended_it(
+async def test_a_rollout_taken_over_names_the_server_that_stopped_and_its_taker_by_instance(
     postgres_url: str,
 ) -> None:
     lost = asyncio.Event()
@@ -67,33 +68,53 @@ async def test_a_rollout_taken_over_says_which_server_stopped_and_which_ended_it
         return 0
 
     async with (
-        PostgresStore(postgres_url, server="a") as a,
-        PostgresStore(postgres_url, server="b") as b,
-        PostgresStore(postgres_url, server="c", lease_s=_LEASE_S) as c,
+        PostgresStore(postgres_url, server=_server("a"), instance="replica-a") as a,
+        PostgresStore(postgres_url, server=_server("b"), instance="replica-b") as b,
+        PostgresStore(
+            postgres_url, server=_server("c"), instance="replica-c", lease_s=_LEASE_S
+        ) as c,
     ):
         c.on_lease_lost(stop_everything)
         by_a = await a.insert(rollout(1))
         by_c = await c.insert(rollout(2))
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             conn.execute(
-                "UPDATE servers SET heartbeat_at = now() - interval '1 hour' WHERE server = 'a'"
+                "UPDATE servers SET heartbeat_at = now() - interval '1 hour' WHERE server = %s",
+                (_server("a"),),
             )
             [taken_by_b] = await b.non_terminal()
-            conn.execute("DELETE FROM servers WHERE server = 'c'")  # as a peer's expiry would
+            # as a peer's expiry would
+            conn.execute("DELETE FROM servers WHERE server = %s", (_server("c"),))
         await lost.wait()  # c's heartbeat found its lease gone and took a new one
         [taken_by_c] = await c.non_terminal()
     # b restarts: what it claimed is its own again; c is gone (it stopped, lease given up).
-    async with PostgresStore(postgres_url, server="b") as b_restarted:
+    async with PostgresStore(
+        postgres_url, server=_server("b"), instance="replica-b"
+    ) as b_restarted:
         at_restart = await b_restarted.non_terminal()
 
     assert taken_by_b.rollout.id == by_a.id
-    assert taken_by_b.reason == "interrupted: its server (a) stopped renewing its lease; ended by b"
+    assert taken_by_b.reason == (
+        "interrupted: its server (replica-a) stopped renewing its lease; ended by replica-b"
+    )
     assert taken_by_c.rollout.id == by_c.id  # its own, from before it lost its lease
-    assert taken_by_c.reason == "interrupted: its server (c) stopped renewing its lease; ended by c"
+    assert taken_by_c.reason == (
+        "interrupted: its server (replica-c) stopped renewing its lease; ended by replica-c"
+    )
     assert [(taken.rollout.id, taken.reason) for taken in at_restart] == [
         (by_a.id, RESTARTED),
-        (by_c.id, "interrupted: its server (c) stopped renewing its lease; ended by b"),
+        (
+            by_c.id,
+            "interrupted: its server (replica-c) stopped renewing its lease; ended by replica-b",
+        ),
     ]
+    reasons = [taken_by_b.reason, taken_by_c.reason, *(taken.reason for taken in at_restart)]
+    assert not [reason for reason in reasons if "host-" in reason or "/state" in reason]
+
+
+def _server(name: str) -> str:
+    """A server name as `new_store` makes it: host and state folder, which clients never see."""
+    return f"host-{name}:/var/lib/rollout/state-{name}"
 
 
 def _heartbeat(url: str, server: str) -> datetime:
