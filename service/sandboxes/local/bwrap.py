@@ -43,7 +43,9 @@ When the server runs as root, every sandboxed process runs as a host uid of its 
 no_new_privs, no access to root-only files, and RLIMIT_NPROC (counted per real uid)
 then counts this sandbox alone. Its only supplementary group is its command's tag
 (`command_tag`).
-An unprivileged server gets a user namespace instead and keeps its own uid.
+An unprivileged server's spawner makes a user namespace of its own instead, mapping
+only its uid, as root (`overlay_start.enter_own_user_namespace`), and starts bwrap there;
+commands run as root of one nested in it, on the host's root as on an image's.
 """
 
 from __future__ import annotations
@@ -192,6 +194,19 @@ def _is_visible(path: str, exposed: Sequence[str]) -> bool:
     return not hidden or any(_within(path, root) for root in exposed)
 
 
+def _reachable(path: str) -> bool:
+    """Whether the server may look at `path` (a missing one is: bwrap skips it). An
+    unprivileged server's PATH may name root's installs (/root/.cargo/bin), which bwrap,
+    running as the server, could not bind: the sandbox could not have seen them anyway."""
+    try:
+        os.stat(path)
+    except PermissionError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def _server_install() -> list[str]:
     """The server's interpreter and code, which in-sandbox helpers (the proxy's forwarder)
     run from, and /etc/resolv.conf's target, which may live under /run."""
@@ -204,7 +219,8 @@ def host_view(settings: Settings, search_path: str | None = None) -> HostView:
     """Decide what the sandboxes of a server with these settings may see of the host."""
     raw_path = os.environ.get("PATH", os.defpath) if search_path is None else search_path
     entries = list(dict.fromkeys(p for p in raw_path.split(os.pathsep) if p.startswith("/")))
-    exposed = [root for root in map(_install_root, entries) if root is not None]
+    installs = (root for root in map(_install_root, entries) if root is not None)
+    exposed = [root for root in installs if _reachable(root)]
     for path in _server_install():
         if not _is_visible(path, exposed):
             exposed.append(path)
@@ -286,15 +302,15 @@ def holder_argv(
     *,
     mounts: list[str] | None = None,
     command: list[str] | None = None,
-    unshare_user: bool | None = None,
 ) -> list[str]:
     """The argv of a sandbox's holder: bwrap making its namespaces, then waiting in them.
 
     `mounts` replaces the host root's (`_mounts`) and `command` the host's sh and sleep:
     an image sandbox's, which runs the host's from a private prefix (`image_view`).
-    bwrap makes a user namespace when `unshare_user` (default: without a sandbox uid),
-    never for an unprivileged server's image sandbox, whose spawner made one already
-    (`overlay_start.enter_own_user_namespace`).
+    bwrap never makes a user namespace: under an unprivileged server the spawner made
+    one already (`overlay_start.enter_own_user_namespace`), which owns the sandbox's
+    namespaces so that the spawner can enter them (it could not enter the mount namespace
+    of a user namespace bwrap made: bwrap's init sits in one nested below it).
 
     bwrap's own init is pid 1 (it reaps orphans); the holder, pid 2, prints `ready` once
     the mounts are in place and sleeps. On a root server it stays root (without any
@@ -307,8 +323,6 @@ def holder_argv(
     # A network namespace of its own whatever the policy: bwrap brings up loopback only;
     # under FULL the spawner connects it to the internet (`network`).
     args += ["--hostname", "sandbox", "--unshare-net"]
-    if layout.uid is None if unshare_user is None else unshare_user:
-        args.append("--unshare-user")
     args += _mounts(view, layout) if mounts is None else mounts
     args += ["--chdir", WORKDIR, "--clearenv", "--"]
     return [*args, *(command or ["sh", "-c", "echo ready && exec sleep infinity"])]
