@@ -44,6 +44,8 @@ pytestmark = [
     ),
 ]
 _BASE: dict[str, Any] = {"sandbox": {"image": "rollout/base"}}
+_HOST: dict[str, Any] = {"sandbox": {"image": "host"}}
+_ROOTS = pytest.mark.parametrize("root", [_BASE, _HOST], ids=["base", "host"])
 
 
 @pytest.fixture(scope="module")
@@ -186,6 +188,27 @@ async def test_an_unprivileged_server_runs_an_image_rollout(
     assert files["owner.txt"] == b"0\n"  # the server's copy of the image: root's inside
     copies = list((home / "state" / "images").iterdir())
     assert [copy.stat().st_uid for copy in copies] == [user.pw_uid]
+
+
+async def test_an_unprivileged_server_runs_a_rollout_on_the_hosts_root(
+    server: ServerProcess,
+) -> None:
+    """`host` (the fallback without a base made ahead): the spawner's own user namespace
+    owns the sandbox's mounts, so it can enter them; the server's PATH names root's
+    installs (/root/...), which it cannot see and so does not bind."""
+    spec = command_spec(
+        "id -u > uid.txt; touch /usr/planted 2> ro.txt; echo made > /tmp/made; "
+        "cp /tmp/made made.txt; test -x /bin/bash && echo host > root.txt",
+        verify=('test "$(cat made.txt)" = made',),
+        **_HOST,
+    )
+    rollout = await _run(server.target, spec)
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
+    assert rollout.result.reward == 1.0
+    files = rollout.result.files
+    assert files["uid.txt"] == b"0\n"  # root of a user namespace mapping the server's uid
+    assert b"Read-only file system" in files["ro.txt"]  # the host's root, read-only
+    assert files["root.txt"] == b"host\n"
 
 
 async def test_root_inside_has_no_other_id(server: ServerProcess) -> None:
@@ -334,7 +357,10 @@ async def test_apt_get_install_under_network_full(server: ServerProcess) -> None
     assert files.get("file.txt", b"").startswith(b"ELF 64-bit"), files.get("apt.log")
 
 
-async def test_root_inside_owns_files_not_namespaces(server: ServerProcess, home: Path) -> None:
+@_ROOTS
+async def test_root_inside_owns_files_not_namespaces(
+    server: ServerProcess, home: Path, root: dict[str, Any]
+) -> None:
     """Root's capabilities cover the sandbox's files only: the mounts and the network belong
     to the spawner's namespace, so the read-only cache, the hidden store and loopback stay."""
     cache = home / "cache"
@@ -351,7 +377,7 @@ async def test_root_inside_owns_files_not_namespaces(server: ServerProcess, home
     script = "; ".join(
         f"({command}) >/dev/null 2>&1; echo $? > {name}.rc" for name, command in attempts.items()
     )
-    rollout = await _run(server.target, command_spec(script, **_BASE))
+    rollout = await _run(server.target, command_spec(script, **root))
     assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
     codes = {name: rollout.result.files[f"{name}.rc"].strip() for name in attempts}
     assert codes.pop("caps") == b"0"  # root there has capabilities
@@ -359,8 +385,9 @@ async def test_root_inside_owns_files_not_namespaces(server: ServerProcess, home
     assert not (cache / "planted").exists()
 
 
+@_ROOTS
 async def test_the_agent_cannot_kill_the_sandbox_to_dodge_its_reward(
-    server: ServerProcess,
+    server: ServerProcess, root: dict[str, Any]
 ) -> None:
     """Commands share the holder's host uid here; the spawner's seccomp filter refuses
     signals to it (pid 2), to every process (-1) and to group 2: the rollout ends scored
@@ -368,7 +395,7 @@ async def test_the_agent_cannot_kill_the_sandbox_to_dodge_its_reward(
     spec = command_spec(
         "kill -9 2 2> k2.txt; kill -9 -1 2> k-1.txt; kill -9 -2 2> k-2.txt; false",
         verify=("false",),
-        **_BASE,
+        **root,
     )
     rollout = await _run(server.target, spec)
     assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
@@ -451,3 +478,30 @@ async def test_the_holder_cannot_be_made_the_oom_killers_first_choice(
     assert files["refused.txt"].count(b"Read-only file system") == len(targets)
     assert files["own.txt"] == b"own\n"
     assert files["holder.txt"] == b"0\n"
+
+
+async def test_without_the_base_made_ahead_the_default_falls_back_to_the_hosts_root(
+    user: pwd.struct_passwd, user_namespaces: None, home: Path
+) -> None:
+    """No base in the server's cache: it says so at start, and a rollout on the default
+    image runs on the host's root."""
+    bare = home / "bare"
+    for path in (bare, bare / "state", bare / "cache"):
+        path.mkdir()
+        os.chown(path, user.pw_uid, user.pw_gid)
+    env = {
+        "ROLLOUT_CACHE_DIR": str(bare / "cache"),
+        "ROLLOUT_SANDBOX_IMAGE": "rollout/base",  # the suite's default is host
+        "HOME": str(bare),
+    }
+    command = [*_as_user(user), sys.executable, "-m", "service.server"]
+    server = ServerProcess(bare / "state", env=env, command=command)
+    server.start()
+    try:
+        assert "unavailable, using host" in server.text(), server.text()
+        spec = command_spec("echo made > made.txt", verify=('test "$(cat made.txt)" = made',))
+        rollout = await _run(server.target, spec)
+        assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
+        assert rollout.result.reward == 1.0
+    finally:
+        assert server.stop() == 0, server.text()

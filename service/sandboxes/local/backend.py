@@ -260,25 +260,16 @@ class LocalBackend:
         cgroup = None if group is None else SandboxCgroup(self._cgroups, group)
         mounts = None if image is None else image_mount_args(self._view, layout)
         command = None if image is None else image_holder_command(image.config)
-        own_user = image is not None and not self._privileged
-        holder = holder_argv(
-            self._bwrap,
-            self._view,
-            layout,
-            mounts=mounts,
-            command=command,
-            unshare_user=layout.uid is None and not own_user,
-        )
+        holder = holder_argv(self._bwrap, self._view, layout, mounts=mounts, command=command)
         setup = SpawnerSetup(
             holder=holder,
-            user_namespace=layout.uid is None and not own_user,
             cgroup=None if group is None else str(group),
             uid=layout.uid,
             disk=str(layout.disk) if self._privileged else None,
             network=network,
             overlays=overlays,
             image=image is not None and self._privileged,
-            own_user_namespace=own_user,
+            own_user_namespace=not self._privileged,
         )
         try:
             spawner = await self._forks.spawner(setup)

@@ -149,9 +149,9 @@ class _Spawner:
                 for fd in pipes:
                     os.close(fd)
             if setup["network"] is not None:
-                pasta = connect_network(init, setup["network"], setup["user_namespace"])
+                pasta = connect_network(init, setup["network"])
                 self._selector.register(os.pidfd_open(pasta), selectors.EVENT_READ, (0, pasta))
-            init_fd, namespaces = attach(bwrap, init, setup["user_namespace"])
+            init_fd, namespaces = attach(bwrap, init)
             self._enter(namespaces, setup)
         except (OSError, SetupError, ValueError, KeyError) as exc:
             if bwrap is not None:

@@ -150,14 +150,15 @@ def await_holder(bwrap: int, pipes: tuple[int, int, int]) -> int:
     return int(json.loads(started)["child-pid"])
 
 
-def attach(bwrap: int, init: int, user_namespace: bool) -> tuple[int, list[tuple[str, int]]]:
-    """A pidfd of the sandbox's init and descriptors of its namespaces, in entering order.
+def attach(bwrap: int, init: int) -> tuple[int, list[tuple[str, int]]]:
+    """A pidfd of the sandbox's init and descriptors of its namespaces, in entering order:
+    all but its user namespace, which is the spawner's own (or, on a root server, the host's).
 
     Everything is read while the pidfd's process is alive and known to be bwrap's child:
     had init died and its pid been reused, nothing here could be another process's.
     """
     init_fd = os.pidfd_open(init)
-    names = [name for name in NAMESPACE_TYPES if user_namespace or name != "user"]
+    names = [name for name in NAMESPACE_TYPES if name != "user"]
     flags = os.O_RDONLY | os.O_CLOEXEC
     namespaces = [(name, os.open(f"/proc/{init}/ns/{name}", flags)) for name in names]
     with open(f"/proc/{init}/stat") as stat:

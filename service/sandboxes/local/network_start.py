@@ -23,15 +23,13 @@ _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def connect_network(init: int, network: dict[str, list[str]], user_namespace: bool) -> int:
+def connect_network(init: int, network: dict[str, list[str]]) -> int:
     """Connect the sandbox's network namespace to the internet (network FULL,
     `network`): start pasta, wait until its interface exists, then route the
-    namespace. Returns pasta's pid; it dies with this process."""
-    target = ["--netns", f"/proc/{init}/ns/net"]
-    if user_namespace:
-        target += ["--userns", f"/proc/{init}/ns/user"]
-    pasta = _start_pasta(network, target)
-    fds = _open_namespaces(init, user_namespace)
+    namespace. Returns pasta's pid; it dies with this process. Called by the spawner,
+    in the user namespace that owns the sandbox's network namespace."""
+    pasta = _start_pasta(network, ["--netns", f"/proc/{init}/ns/net"])
+    fds = _open_namespaces(init, False)
     try:
         _route(fds, network)
     finally:

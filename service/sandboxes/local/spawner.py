@@ -109,8 +109,6 @@ class SpawnerSetup:
 
     holder: list[str]
     """bwrap's command line (`bwrap.holder_argv`)."""
-    user_namespace: bool
-    """Whether bwrap makes a user namespace (an unprivileged server)."""
     cgroup: str | None
     """The sandbox's memory cgroup directory, if any."""
     uid: int | None
@@ -127,8 +125,9 @@ class SpawnerSetup:
     """An image sandbox: `uid` is the first host id of its block, and every command runs
     as root in a user namespace mapping the block."""
     own_user_namespace: bool = False
-    """An unprivileged server's image sandbox: the spawner makes a user namespace of its
-    own before its overlay and bwrap (`overlay_start.enter_own_user_namespace`)."""
+    """An unprivileged server's sandbox (on an image or the host's root): the spawner
+    makes a user namespace of its own before any overlay and bwrap
+    (`overlay_start.enter_own_user_namespace`)."""
 
 
 @dataclass
