@@ -11,8 +11,10 @@ result written beside the full ones, so that a slim list reads no bulk.
 Cross-server watch: `append_events` notifies the rollouts it wrote to, and `follow_events`
 readers on every server wake up and read the new rows (`postgres_notify`). Leases say which
 server runs what, and what a dead one left (`postgres_leases`). `request_cancel` records a
-cancel of a rollout another live server runs and notifies that server's run, whose handler
-(`on_cancel_request`) cancels it there; `request_group_cancel` does the same for a group.
+cancel of a rollout another live server runs and notifies that server's run, which takes the
+request (deletes it: one handling each) when notified and every POLL_S, in case the
+notification was lost, and hands it to its handler (`on_cancel_request`), which cancels it
+there; `request_group_cancel` does the same for a group.
 `save_group` notifies the group, so that `follow_group` readers on every server see it change;
 `follow_others` hands a label-wide watcher the events other servers store.
 
@@ -90,25 +92,38 @@ _POOL_SIZE = 8
 _FOLLOW_PAGE = 500
 _SLIM_COLUMNS = ROLLOUT_COLUMNS.replace("spec, result", "slim_spec, slim_result")
 """ROLLOUT_COLUMNS with the slim documents: `decode_rollout` reads the slim rollout from it."""
-_CANCEL_NOTIFY_SQL = (
-    "SELECT pg_notify('rollout_cancel_' || rollouts.owner,"
-    " json_build_object('id', rollouts.id, 'reason', cancel_requests.reason)::text)"
-    " FROM rollouts JOIN cancel_requests ON cancel_requests.rollout_id = rollouts.id"
+_CANCEL_SQL = (
+    "WITH live AS (SELECT rollouts.owner FROM rollouts"
     " JOIN servers ON servers.owner = rollouts.owner"
     " WHERE rollouts.id = %(id)s AND rollouts.status <> ALL(%(terminal)s)"
     " AND rollouts.owner <> %(owner)s"
-    " AND servers.heartbeat_at > now() - make_interval(secs => %(lease_s)s)"
+    " AND servers.heartbeat_at > now() - make_interval(secs => %(lease_s)s)),"
+    " recorded AS (INSERT INTO cancel_requests (rollout_id, reason)"
+    " SELECT %(id)s::text, %(reason)s::text FROM live ON CONFLICT DO NOTHING)"
+    " SELECT pg_notify('rollout_cancel_' || owner, %(id)s::text) FROM live"
 )
-"""Notify the live run that owns an unfinished rollout (`cancel_channel`) of its cancel
-request; one row if it did."""
-_GROUP_CANCEL_NOTIFY_SQL = (
-    "SELECT pg_notify('rollout_cancel_' || groups.owner,"
-    " json_build_object('group', groups.id, 'reason', %(reason)s::text)::text)"
-    " FROM groups JOIN servers ON servers.owner = groups.owner"
+"""Record a cancel request for the live run that owns an unfinished rollout (the first reason
+of those pending wins) and notify that run (`cancel_channel`); one row if there is one."""
+_GROUP_CANCEL_SQL = (
+    "WITH live AS (SELECT groups.owner FROM groups JOIN servers ON servers.owner = groups.owner"
     " WHERE groups.id = %(id)s AND groups.status = %(running)s AND groups.owner <> %(owner)s"
-    " AND servers.heartbeat_at > now() - make_interval(secs => %(lease_s)s)"
+    " AND servers.heartbeat_at > now() - make_interval(secs => %(lease_s)s)),"
+    " recorded AS (INSERT INTO group_cancel_requests (group_id, reason)"
+    " SELECT %(id)s::text, %(reason)s::text FROM live ON CONFLICT DO NOTHING)"
+    " SELECT pg_notify('rollout_cancel_' || owner, %(id)s::text) FROM live"
 )
-"""Notify the live run that owns a running group of a cancel request; one row if it did."""
+"""`_CANCEL_SQL` for a running group."""
+_TAKE_CANCELS_SQL = (
+    "DELETE FROM cancel_requests USING rollouts WHERE rollouts.id = cancel_requests.rollout_id"
+    " AND rollouts.owner = %s RETURNING rollout_id, reason"
+)
+"""Take (delete) the cancel requests of the rollouts this run owns: each is taken once."""
+_TAKE_GROUP_CANCELS_SQL = (
+    "DELETE FROM group_cancel_requests USING groups"
+    " WHERE groups.id = group_cancel_requests.group_id AND groups.owner = %s"
+    " RETURNING group_id, reason"
+)
+"""`_TAKE_CANCELS_SQL` for groups."""
 _ENDED_KEPT = 10_000
 """Ended rollouts `follow_others` remembers, so that a late notification reads nothing again."""
 _OTHERS_RUNNING = (
@@ -132,6 +147,9 @@ class PostgresStore:
         self._pool: AsyncConnectionPool | None = None
         self._notices = Notices(self._lease.owner)
         self._on_lost: list[LeaseLostHandler] = []
+        self._on_cancel: CancelHandler | None = None
+        self._on_group_cancel: CancelHandler | None = None
+        self._taking: asyncio.Task[None] | None = None
 
     @property
     def _owner(self) -> str:
@@ -153,9 +171,14 @@ class PostgresStore:
         self._pool = pool
         await self._lease.take(self._url)
         await self._notices.start(self._url, self._owner)
+        self._taking = asyncio.create_task(self._take_cancels(), name="postgres-cancels")
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
+        taking, self._taking = self._taking, None
+        if taking is not None:
+            taking.cancel()
+            await asyncio.gather(taking, return_exceptions=True)
         await self._notices.stop()
         if pool is not None:
             try:
@@ -368,23 +391,49 @@ class PostgresStore:
 
     async def request_cancel(self, rollout_id: str, reason: str) -> bool:
         """Ask the live server run that runs this unfinished rollout (not this one) to cancel
-        it: record the request (the first reason wins) and notify that run, in one transaction.
-        False if no live run owns it (its lease expired: the takeover ends it)."""
-        live = self._lease.params(
-            id=rollout_id, reason=reason, terminal=[status.value for status in TERMINAL_STATUSES]
-        )
-        async with self._connection() as conn, conn.transaction():
-            await conn.execute(
-                "INSERT INTO cancel_requests (rollout_id, reason) VALUES (%(id)s, %(reason)s)"
-                " ON CONFLICT DO NOTHING",
-                live,
-            )
-            cursor = await conn.execute(_CANCEL_NOTIFY_SQL, live)
-            return bool(await cursor.fetchall())
+        it: record the request (the first reason wins until that run takes it) and notify that
+        run, in one transaction. False if no live run owns it (its lease expired: the takeover
+        ends it)."""
+        terminal = [status.value for status in TERMINAL_STATUSES]
+        params = self._lease.params(id=rollout_id, reason=reason, terminal=terminal)
+        return await self._ask_owner(_CANCEL_SQL, params)
 
     def on_cancel_request(self, handler: CancelHandler) -> None:
-        """Have `handler` cancel the rollouts other servers ask this run to cancel."""
-        self._notices.on_cancel = handler
+        """Have `handler` cancel the rollouts other servers ask this run to cancel (requests are
+        kept until a handler is set)."""
+        self._on_cancel = handler
+        self._notices.cancel_requested.set()
+
+    async def _ask_owner(self, query: str, params: dict[str, Any]) -> bool:
+        """Run `_CANCEL_SQL` or `_GROUP_CANCEL_SQL`: whether a live run owns the row."""
+        async with self._connection() as conn:
+            cursor = await conn.execute(query, params)
+            return bool(await cursor.fetchall())
+
+    async def _take_cancels(self) -> None:
+        """Take this run's cancel requests when notified of one, and every POLL_S in case a
+        notification was lost (the listening connection was down), for as long as it is open."""
+        wake = self._notices.cancel_requested
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), POLL_S)
+            wake.clear()
+            for query, handler in (
+                (_TAKE_CANCELS_SQL, self._on_cancel),
+                (_TAKE_GROUP_CANCELS_SQL, self._on_group_cancel),
+            ):
+                if handler is None:
+                    continue
+                try:
+                    taken = await self._all(query, self._owner)
+                except psycopg.Error as exc:  # the requests stay recorded: the next look takes them
+                    log.warning("could not read this server's cancel requests: %s", exc)
+                    continue
+                for row_id, reason in taken:
+                    try:
+                        handler(row_id, reason)
+                    except Exception:
+                        log.exception("could not handle a cancel request")
 
     async def follow_others(self) -> AsyncIterator[RolloutEvent]:
         """The events other server runs store from now on, in order per rollout, as they store
@@ -545,13 +594,13 @@ class PostgresStore:
         no live run does (its lease expired: the takeover resumes it, and it can be cancelled
         there)."""
         params = self._lease.params(id=group_id, reason=reason, running=GroupStatus.RUNNING.value)
-        async with self._connection() as conn:
-            cursor = await conn.execute(_GROUP_CANCEL_NOTIFY_SQL, params)
-            return bool(await cursor.fetchall())
+        return await self._ask_owner(_GROUP_CANCEL_SQL, params)
 
     def on_group_cancel_request(self, handler: CancelHandler) -> None:
-        """Have `handler` cancel the groups other servers ask this run to cancel."""
-        self._notices.on_group_cancel = handler
+        """Have `handler` cancel the groups other servers ask this run to cancel (requests are
+        kept until a handler is set)."""
+        self._on_group_cancel = handler
+        self._notices.cancel_requested.set()
 
     async def get_group(self, group_id: str) -> Group | None:
         row = await self._one("SELECT document FROM groups WHERE id = %s", group_id)

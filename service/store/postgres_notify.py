@@ -2,20 +2,19 @@
 saved, on its own channel), one LISTEN connection per store wakes that rollout's (or group's)
 followers and hands every rollout id to the label-wide followers (`following_all`); the same
 connection also listens on its run's own cancel channel (`cancel_channel`), where another
-server asks it to cancel a rollout or a group it runs.
+server tells it that it recorded a request to cancel a rollout or a group it runs.
 
 `append_events` sends `NOTIFY_SQL` inside its transaction, so a notification is delivered at
 commit, in commit order, and never for rows that were rolled back. The rows stay the truth: a
 notification only says "look", and a follower also looks every POLL_S in case one was lost
-(the listening connection dropped). A lost cancel request is not made up: the server that
-sent it returns the rollout as it stands once its wait runs out.
+(the listening connection dropped). So with cancel requests: the store takes its run's
+recorded requests when woken (`cancel_requested`) and every POLL_S.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -41,7 +40,8 @@ _GROUP_CHANNEL = "rollout_groups"
 GROUP_NOTIFY_SQL = f"SELECT pg_notify('{_GROUP_CHANNEL}', %s)"
 """Notify the group id of the one parameter (its row was just written)."""
 POLL_S = 5.0
-"""A follower reads the store again after this long without a notification."""
+"""A follower reads the store again after this long without a notification (and the store
+takes its run's cancel requests)."""
 
 CancelHandler = Callable[[str, str], None]
 """Called with (rollout_id, reason) when another server asks this one to cancel a rollout (or
@@ -63,10 +63,8 @@ class Notices:
         self._cancels = cancel_channel(owner)
         """The cancel channel of the run's current lease (`start` moves it to a new one)."""
         self._everyone: set[asyncio.Queue[str]] = set()
-        self.on_cancel: CancelHandler | None = None
-        """Receives this run's cancel requests; until it is set, they are dropped."""
-        self.on_group_cancel: CancelHandler | None = None
-        """Receives this run's group cancel requests; until it is set, they are dropped."""
+        self.cancel_requested = asyncio.Event()
+        """Set by each notification on the run's cancel channel: a request was recorded."""
 
     async def start(self, url: str, owner: str) -> None:
         """Listen, with `owner`'s cancel channel (a run that lost its lease starts again)."""
@@ -114,7 +112,7 @@ class Notices:
             try:
                 async for note in conn.notifies():
                     if note.channel == self._cancels:
-                        self._cancel(note.payload)
+                        self.cancel_requested.set()
                         continue
                     if note.channel == _CHANNEL:
                         for ids in self._everyone:
@@ -123,17 +121,3 @@ class Notices:
                         wake.set()
             except psycopg.OperationalError as exc:
                 log.warning("stopped listening for other servers' events (%s); followers poll", exc)
-
-    def _cancel(self, payload: str) -> None:
-        """Hand a cancel request ({"id", "reason"} or {"group", "reason"}, written by the store's
-        SQL) to its handler."""
-        try:
-            request = json.loads(payload)
-            if "group" in request:
-                if self.on_group_cancel is not None:
-                    self.on_group_cancel(request["group"], request["reason"])
-            elif self.on_cancel is not None:
-                self.on_cancel(request["id"], request["reason"])
-        except Exception:
-            # One bad request must not stop this connection waking every follower.
-            log.exception("could not handle a cancel request")

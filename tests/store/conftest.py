@@ -49,7 +49,7 @@ def postgres_url(migrated_database: str) -> str:
     with psycopg.connect(migrated_database, autocommit=True) as conn:
         conn.execute(
             "TRUNCATE rollouts, rollout_labels, events, groups, group_labels, servers,"
-            " cancel_requests"
+            " cancel_requests, group_cancel_requests"
         )
     return migrated_database
 

@@ -30,6 +30,8 @@ from tests.store.postgres_server import PostgresServer
 from tests.store.samples import BASE_TIME, full_rollout, rollout
 
 _TABLES = ("rollouts", "rollout_labels", "events", "groups", "group_labels")
+_POLL_S = 0.2
+"""The store's look for lost notifications, made short where a test waits for it."""
 
 
 def test_matches_the_store_protocols() -> None:
@@ -63,6 +65,7 @@ async def test_replicas_opening_a_fresh_database_together_migrate_it_once(
         ("0004.group-labels",),
         ("0005.rollout-server",),
         ("0006.rollout-instance",),
+        ("0007.group-cancel-requests",),
     ]
     assert set(_TABLES) <= {name for (name,) in tables}
 
@@ -185,8 +188,9 @@ async def test_a_cancel_request_is_recorded_and_reaches_only_the_live_owner(
 
         assert await other.request_cancel(running.id, "first") is True
         assert await heard.get() == (running.id, "first")
+        # Taken: a later request is a new one (the owner's handler keeps the first reason).
         assert await other.request_cancel(running.id, "second") is True
-        assert await heard.get() == (running.id, "first")  # the first reason wins, as locally
+        assert await heard.get() == (running.id, "second")
         assert await owner.request_cancel(running.id, "own") is False  # it cancels locally
         assert await other.request_cancel(finished.id, "late") is False
         with psycopg.connect(postgres_url, autocommit=True) as conn:
@@ -197,7 +201,7 @@ async def test_a_cancel_request_is_recorded_and_reaches_only_the_live_owner(
             rows = conn.execute("SELECT rollout_id, reason FROM cancel_requests").fetchall()
 
     assert heard.empty()
-    assert sorted(rows) == sorted([(running.id, "first"), (finished.id, "late")])
+    assert rows == []  # each taken by its owner, or never recorded (no live owner)
 
 
 async def test_a_phase_change_updates_the_row_every_server_reads_but_never_a_terminal_one(
@@ -375,6 +379,52 @@ async def test_a_group_cancel_reaches_its_live_owner_and_its_saves_wake_other_ru
     assert (sent, heard, to_itself, too_late) == (True, (group.id, "from b"), False, False)
     assert asked.empty()
     assert seen == [GroupStatus.RUNNING, GroupStatus.CANCELLED]
+
+
+async def test_cancel_requests_whose_notification_is_lost_reach_the_owner_once(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres, "POLL_S", _POLL_S)
+    async with (
+        PostgresStore(postgres_url, server="a") as owner,
+        PostgresStore(postgres_url, server="b") as other,
+    ):
+        heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        owner.on_cancel_request(lambda rollout_id, reason: heard.put_nowait((rollout_id, reason)))
+        owner.on_group_cancel_request(lambda group_id, reason: heard.put_nowait((group_id, reason)))
+        unnotified = await owner.insert(rollout(1))
+        unheard = await owner.insert(rollout(2))
+        await owner.insert_group(_group("g5"), secret_free=True)
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            # Recorded without a NOTIFY, as if the notification was lost.
+            conn.execute(
+                "INSERT INTO cancel_requests (rollout_id, reason) VALUES (%s, 'no notify')",
+                (unnotified.id,),
+            )
+            conn.execute(
+                "INSERT INTO group_cancel_requests (group_id, reason) VALUES ('g5', 'no notify')"
+            )
+            async with asyncio.timeout(60):  # a hang guard, not a measure
+                without_notify = {await heard.get(), await heard.get()}
+            # The owner's LISTEN connection drops: what it is sent meanwhile is never heard.
+            [(ended,)] = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE query LIKE 'LISTEN %%' || (SELECT owner FROM servers WHERE server = 'a')"
+                " || '%%'"
+            ).fetchall()
+            sent = await other.request_cancel(unheard.id, "listener down")
+            async with asyncio.timeout(60):
+                listener_down = await heard.get()
+            await asyncio.sleep(5 * _POLL_S)  # five more looks: nothing is taken twice
+            left = conn.execute(
+                "SELECT (SELECT count(*) FROM cancel_requests)"
+                " + (SELECT count(*) FROM group_cancel_requests)"
+            ).fetchall()
+
+    assert without_notify == {(unnotified.id, "no notify"), ("g5", "no notify")}
+    assert (ended, sent, listener_down) == (True, True, (unheard.id, "listener down"))
+    assert heard.empty()
+    assert left == [(0,)]
 
 
 async def test_a_replica_that_stops_cleanly_leaves_its_rollouts_to_the_next_at_once(
