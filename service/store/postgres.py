@@ -100,17 +100,21 @@ _CANCEL_SQL = (
     " AND servers.heartbeat_at > now() - make_interval(secs => %(lease_s)s)),"
     " recorded AS (INSERT INTO cancel_requests (rollout_id, reason)"
     " SELECT %(id)s::text, %(reason)s::text FROM live ON CONFLICT DO NOTHING)"
-    " SELECT pg_notify('rollout_cancel_' || owner, %(id)s::text) FROM live"
+    " SELECT pg_notify('rollout_cancel_' || owner,"
+    " json_build_object('id', %(id)s::text, 'reason', %(reason)s::text)::text) FROM live"
 )
 """Record a cancel request for the live run that owns an unfinished rollout (the first reason
-of those pending wins) and notify that run (`cancel_channel`); one row if there is one."""
+of those pending wins) and notify that run (`cancel_channel`); one row if there is one. The
+payload is only read by servers from before the requests were taken from the table (a rolling
+upgrade)."""
 _GROUP_CANCEL_SQL = (
     "WITH live AS (SELECT groups.owner FROM groups JOIN servers ON servers.owner = groups.owner"
     " WHERE groups.id = %(id)s AND groups.status = %(running)s AND groups.owner <> %(owner)s"
     " AND servers.heartbeat_at > now() - make_interval(secs => %(lease_s)s)),"
     " recorded AS (INSERT INTO group_cancel_requests (group_id, reason)"
     " SELECT %(id)s::text, %(reason)s::text FROM live ON CONFLICT DO NOTHING)"
-    " SELECT pg_notify('rollout_cancel_' || owner, %(id)s::text) FROM live"
+    " SELECT pg_notify('rollout_cancel_' || owner,"
+    " json_build_object('group', %(id)s::text, 'reason', %(reason)s::text)::text) FROM live"
 )
 """`_CANCEL_SQL` for a running group."""
 _TAKE_CANCELS_SQL = (
