@@ -96,6 +96,7 @@ class HarborTasks:
         )
         resolved = resolved.model_copy(update={"sandbox": sandbox})
         if built:
+            self._check_upload_template(spec)
             await asyncio.to_thread(self._write_context, tree, digest)
         else:
             await check_image(resolved.sandbox)
@@ -124,6 +125,21 @@ class HarborTasks:
                 "operator set ROLLOUT_HARBOR_UPLOAD_BUILDS=true for trusted callers"
             )
             raise SpecError([FieldViolation(f"{FIELD}.archive", why)])
+
+    def _check_upload_template(self, spec: RolloutSpec) -> None:
+        """Refuse to build an uploaded task's Dockerfile as an E2B template unless the operator
+        allows it: each build is paid for on the operator's E2B account."""
+        assert spec.harbor_task is not None
+        if not spec.harbor_task.archive or self._settings.harbor_upload_builds:
+            return
+        why = (
+            "this server builds the Dockerfiles of its task roots only, not uploaded ones "
+            "(on E2B each build is a template build on the operator's account); put the task "
+            "under ROLLOUT_TASK_ROOTS, name a template in spec.sandbox.template or an image in "
+            "spec.sandbox.image, or have the operator set ROLLOUT_HARBOR_UPLOAD_BUILDS=true for "
+            "trusted callers"
+        )
+        raise SpecError([FieldViolation(f"{FIELD}.archive", why)])
 
     async def _starting_image(
         self, spec: RolloutSpec, dockerfile: str, *, required: bool = True

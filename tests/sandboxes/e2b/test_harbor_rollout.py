@@ -51,13 +51,23 @@ def task_root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def extra_env() -> dict[str, str]:
+    """More server environment (a test parametrizes it)."""
+    return {}
+
+
+@pytest.fixture
 async def stub(
-    cloud: FakeE2B, tmp_path: Path, task_root: Path
+    cloud: FakeE2B, tmp_path: Path, task_root: Path, extra_env: dict[str, str]
 ) -> AsyncIterator[pb_grpc.RolloutServiceAsyncStub]:
-    env = cloud.environment() | {
-        "ROLLOUT_E2B_CREATES_PER_S": "0",
-        "ROLLOUT_TASK_ROOTS": f'["{task_root}"]',
-    }
+    env = (
+        cloud.environment()
+        | {
+            "ROLLOUT_E2B_CREATES_PER_S": "0",
+            "ROLLOUT_TASK_ROOTS": f'["{task_root}"]',
+        }
+        | extra_env
+    )
     server = ServerProcess(tmp_path / "state", env=env)
     await asyncio.to_thread(server.start)  # the fake cloud shares this event loop
     async with grpc.aio.insecure_channel(server.target) as channel:
@@ -99,17 +109,35 @@ async def test_a_harbor_task_reaches_reward_1_on_a_built_template_and_reuses_it(
     assert cloud.live_ids() == set()
 
 
+def _uploaded(task: Path) -> pb.RolloutSpec:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(task, arcname=task.name)
+    spec = _spec("", {"name": "oracle"})
+    spec.harbor_task.archive = buffer.getvalue()
+    return spec
+
+
+async def test_an_uploaded_task_is_not_built_on_e2b_by_default(
+    stub: pb_grpc.RolloutServiceAsyncStub, cloud: FakeE2B, task_root: Path
+) -> None:
+    """Each template build is paid for on the operator's E2B account: uploads need opt-in."""
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await _run(stub, _uploaded(task_root / "needs_root"))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = refused.value.details() or ""
+    assert "spec.harbor_task.archive" in details
+    assert "ROLLOUT_HARBOR_UPLOAD_BUILDS" in details
+    assert cloud.templates.builds == []
+
+
+@pytest.mark.parametrize("extra_env", [{"ROLLOUT_HARBOR_UPLOAD_BUILDS": "true"}])
 async def test_an_uploaded_task_builds_on_e2b_and_shares_the_template_of_its_content(
     stub: pb_grpc.RolloutServiceAsyncStub, cloud: FakeE2B, task_root: Path
 ) -> None:
-    """An uploaded task's Dockerfile is built (its steps run on E2B's builders, not on the
-    server's host, so ROLLOUT_HARBOR_UPLOAD_BUILDS does not apply); same content, same
-    template."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        tar.add(task_root / "needs_root", arcname="needs_root")
-    spec = _spec("", {"name": "oracle"})
-    spec.harbor_task.archive = buffer.getvalue()
+    """When the operator allows it, an uploaded task's Dockerfile is built as a template; same
+    content, same template."""
+    spec = _uploaded(task_root / "needs_root")
     uploaded = await _run(stub, spec)
     assert uploaded.result.reward == 1.0, uploaded.result.error
     by_path = await _run(stub, _spec("needs_root", {"name": "oracle"}))
