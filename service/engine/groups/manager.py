@@ -227,6 +227,7 @@ class GroupManager:
             if parts is not None:
                 await _sweep_template(parts[0], group.id)
             members = await self._member_rollouts(group)
+            members.update((r.id, r) for r in await self._missed_members(group, members))
             await run.resume(members, secret_free=secret_free)
             await self._store.save_group(run.group)  # every server now reads its new members
             self._execute(run)
@@ -335,22 +336,27 @@ class GroupManager:
         self._live.pop(group_id, None)
 
     async def _member_rollouts(self, group: Group) -> dict[str, Rollout]:
-        """Every member rollout of `group` in the store: those its record names, and those
-        it missed (started by a server killed before it saved the group), found by their label
-        and kept only if the group started them (`belongs`)."""
+        """The member rollouts `group`'s record names, as stored."""
         found = {}
         for member in group.members:
             rollout = await self._store.get(member.rollout_id)
             if rollout is not None:
                 found[rollout.id] = rollout
+        return found
+
+    async def _missed_members(self, group: Group, known: Mapping[str, Rollout]) -> list[Rollout]:
+        """Member rollouts `group`'s record missed (started by a server killed before it saved
+        the group), found by their label and kept only if the group started them (`belongs`).
+        Only recovery needs them: a running group saves each member as it starts."""
+        missed: list[Rollout] = []
         token = ""
         while True:
             page, token = await self._store.list(
                 labels={GROUP_LABEL: group.id}, statuses=(), page_size=0, page_token=token
             )
-            found.update((r.id, r) for r in page if r.id not in found and belongs(r, group))
+            missed += [r for r in page if r.id not in known and belongs(r, group)]
             if not token:
-                return found
+                return missed
 
     async def _ended_members(self, group: Group) -> list[Rollout]:
         rollouts = [r for r in (await self._member_rollouts(group)).values() if r.terminal]
