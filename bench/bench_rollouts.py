@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
+from rollout_client.batch.results import PHASES
 
 from service.sandboxes.local.bwrap import SandboxLayout
 from service.sandboxes.local.disk_pool import DiskPool
@@ -39,17 +40,6 @@ from service.sandboxes.local.removal import remove_tree
 from tests.server_process import ServerProcess
 
 RESULTS = Path(__file__).parent / "results"
-PHASES = (
-    "queued",
-    "creating_sandbox",
-    "preparing_agent",
-    "setup",
-    "agent",
-    "verifying",
-    "collecting",
-    "teardown",
-    "total",
-)
 CONFIGS = {
     "pool off": {"ROLLOUT_LOCAL_DISK_POOL": "0"},
     "pool on": {},

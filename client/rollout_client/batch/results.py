@@ -20,7 +20,14 @@ from rollout.v1 import rollout_pb2 as pb
 
 from rollout_client.results import reward_of, status_name
 
-__all__ = ["RETRYABLE_KINDS", "BatchResult", "is_retryable", "rejected_result", "result_of"]
+__all__ = [
+    "PHASES",
+    "RETRYABLE_KINDS",
+    "BatchResult",
+    "is_retryable",
+    "rejected_result",
+    "result_of",
+]
 
 _RETRYABLE_NAMES = ("SANDBOX", "INTERNAL", "AGENT_INSTALL", "UPSTREAM_LLM", "POLICY_STALE")
 RETRYABLE_KINDS = frozenset(
@@ -36,7 +43,7 @@ SCORED = "scored"
 INFRASTRUCTURE = "infrastructure"
 CANCELLED = "cancelled"
 REJECTED = "rejected"
-_PHASES = (
+PHASES = (
     "queued",
     "creating_sandbox",
     "preparing_agent",
@@ -119,7 +126,7 @@ def _outcome(rollout: pb.Rollout) -> str:
 def _timings(timings: pb.PhaseTimings) -> dict[str, float]:
     return {
         name: getattr(timings, name).ToTimedelta().total_seconds()
-        for name in _PHASES
+        for name in PHASES
         if timings.HasField(name)
     }
 
