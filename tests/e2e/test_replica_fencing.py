@@ -21,7 +21,7 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from tests.e2e.specs import command_spec
-from tests.e2e.test_replicas import _processes_with
+from tests.e2e.test_replicas import _processes_with, events_until_ready
 from tests.e2e.test_replicas import database_url as database_url  # the PostgreSQL fixture
 from tests.server_process import ServerProcess
 
@@ -96,11 +96,7 @@ async def test_a_stalled_replica_leaves_the_takeover_s_end_and_stops_its_run(
     started = await a.StartRollout(pb.StartRolloutRequest(spec=spec))
     rollout_id = started.rollout.id
     on_b = b.WatchRollout(pb.WatchRolloutRequest(rollout_id=rollout_id))
-    seen: list[pb.RolloutEvent] = []
-    async for response in on_b:
-        seen.append(response.event)
-        if "replica-ready" in response.event.output.text:
-            break
+    seen = await events_until_ready(on_b)
 
     os.kill(server_a.pid, signal.SIGSTOP)  # alive, but no heartbeat and no write
     try:

@@ -10,7 +10,7 @@ second server provably receives events while the rollout runs, not a replay afte
 from __future__ import annotations
 
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from pathlib import Path
 
 import grpc
@@ -84,11 +84,7 @@ async def test_a_watch_on_the_other_replica_is_live_and_sees_every_event_in_orde
     request = pb.WatchRolloutRequest(rollout_id=rollout_id)
     on_a = a.WatchRollout(request)
     on_b = b.WatchRollout(request)
-    seen_on_b: list[pb.RolloutEvent] = []
-    async for response in on_b:
-        seen_on_b.append(response.event)
-        if "replica-ready" in response.event.output.text:
-            break
+    seen_on_b = await events_until_ready(on_b)
 
     # The agent sleeps until cancelled: B saw its output while the rollout ran on A.
     running = await b.GetRollout(pb.GetRolloutRequest(rollout_id=rollout_id))
@@ -134,11 +130,7 @@ async def test_a_cancel_sent_to_another_replica_reaches_the_owner_and_ends_its_r
         on_c = pb_grpc.RolloutServiceStub(to_c).WatchRollout(
             pb.WatchRolloutRequest(rollout_id=rollout_id)
         )
-        seen: list[pb.RolloutEvent] = []
-        async for response in on_c:
-            seen.append(response.event)
-            if "replica-ready" in response.event.output.text:
-                break
+        seen = await events_until_ready(on_c)
         assert _processes_with(f"sleep {marker}"), "the agent's process is not to be found"
 
         request = pb.CancelRolloutRequest(rollout_id=rollout_id, reason="asked on b")
@@ -167,11 +159,7 @@ async def test_a_replica_killed_mid_rollout_loses_no_event_and_leaks_no_process(
     started = await a.StartRollout(pb.StartRolloutRequest(spec=spec))
     rollout_id = started.rollout.id
     on_b = b.WatchRollout(pb.WatchRolloutRequest(rollout_id=rollout_id))
-    seen: list[pb.RolloutEvent] = []
-    async for response in on_b:
-        seen.append(response.event)
-        if "replica-ready" in response.event.output.text:
-            break
+    seen = await events_until_ready(on_b)
 
     assert _processes_with(f"sleep {marker}"), "the agent's process is not to be found"
     assert server_a.stop(signal.SIGKILL) == -signal.SIGKILL
@@ -200,11 +188,7 @@ async def test_a_replica_killed_for_good_is_taken_over_by_the_others(
         started = await c.StartRollout(pb.StartRolloutRequest(spec=spec))
     rollout_id = started.rollout.id
     on_b = b.WatchRollout(pb.WatchRolloutRequest(rollout_id=rollout_id))
-    seen: list[pb.RolloutEvent] = []
-    async for response in on_b:
-        seen.append(response.event)
-        if "replica-ready" in response.event.output.text:
-            break
+    seen = await events_until_ready(on_b)
 
     assert server_c.stop(signal.SIGKILL) == -signal.SIGKILL
     seen += [response.event async for response in on_b]  # ends when A or B has taken over
@@ -219,6 +203,19 @@ async def test_a_replica_killed_for_good_is_taken_over_by_the_others(
     server_c.start()
     mounts = Path("/proc/self/mounts").read_text()
     assert str(server_c.state_dir) not in mounts
+
+
+async def events_until_ready(
+    watch: AsyncIterable[pb.WatchRolloutResponse],
+) -> list[pb.RolloutEvent]:
+    """The events of `watch` up to the agent's `replica-ready` line (the agent then runs on;
+    iterating `watch` again goes on from there)."""
+    seen = []
+    async for response in watch:
+        seen.append(response.event)
+        if "replica-ready" in response.event.output.text:
+            return seen
+    raise AssertionError(f"the rollout ended before its agent was ready: {seen}")
 
 
 def _processes_with(text: str) -> list[int]:
