@@ -15,11 +15,10 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import grpc
 import httpx
 import pytest
 from playwright.async_api import Page, expect
@@ -27,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from tests.dashboard.conftest import KEY, MODEL
 from tests.dashboard.support import chromium, dashboard_url
 from tests.fakes.llm_upstream import FakeUpstream, Reply
 from tests.server_process import ServerProcess
@@ -35,7 +35,6 @@ pytestmark = pytest.mark.e2e
 # What the page shows waits on a loaded machine's server and browser: room, never a timing.
 expect.set_options(timeout=20_000)
 
-MODEL = "fake-policy-8b"
 LABELS = {"suite": "dashboard"}
 
 # A scripted agent: `count` chat calls (logprobs asked, so the page draws its sparklines).
@@ -80,24 +79,12 @@ def dashboard_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
     assert server.stop() == 0, server.text()
 
 
-@pytest.fixture
-async def stub(dashboard_server: ServerProcess) -> AsyncIterator[pb_grpc.RolloutServiceAsyncStub]:
-    async with grpc.aio.insecure_channel(dashboard_server.target) as channel:
-        yield pb_grpc.RolloutServiceStub(channel)
-
-
-@pytest.fixture
-async def upstream() -> AsyncIterator[FakeUpstream]:
-    async with FakeUpstream(api_key="sk-dashboard-test", model=MODEL) as upstream:
-        yield upstream
-
-
 def spec(upstream: FakeUpstream, marker: str, count: int) -> pb.RolloutSpec:
     command = CALL_MODEL.replace("MARKER", marker).replace("COUNT", str(count))
     return pb.RolloutSpec(
         task=pb.Task(instruction="answer twice", setup=["echo staged"], verify=["echo verified"]),
         agent=pb.Agent(name="command", command=command),
-        endpoint=pb.Endpoint(base_url=upstream.base_url, api_key="sk-dashboard-test", model=MODEL),
+        endpoint=pb.Endpoint(base_url=upstream.base_url, api_key=KEY, model=MODEL),
         labels=LABELS,
     )
 

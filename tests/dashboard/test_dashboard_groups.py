@@ -16,9 +16,8 @@ from __future__ import annotations
 import base64
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
-import grpc
 import httpx
 import pytest
 from google.rpc import error_details_pb2
@@ -26,6 +25,7 @@ from playwright.async_api import expect
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from tests.dashboard.conftest import KEY, MODEL
 from tests.dashboard.support import chromium, dashboard_url
 from tests.e2e.group_support import call_model_then
 from tests.fakes.llm_upstream import FakeUpstream, Reply
@@ -35,8 +35,6 @@ pytestmark = pytest.mark.e2e
 # What the page shows waits on a loaded machine's server and browser: room, never a timing.
 expect.set_options(timeout=20_000)
 
-MODEL = "fake-policy-8b"
-KEY = "sk-dashboard-groups"
 
 # Every status the group's row shows, in order (rows are replaced as the group changes).
 RECORD_ROW_STATUSES = """(groupId) => {
@@ -61,18 +59,6 @@ def dashboard_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
     server.start()
     yield server
     assert server.stop() == 0, server.text()
-
-
-@pytest.fixture
-async def stub(dashboard_server: ServerProcess) -> AsyncIterator[pb_grpc.RolloutServiceAsyncStub]:
-    async with grpc.aio.insecure_channel(dashboard_server.target) as channel:
-        yield pb_grpc.RolloutServiceStub(channel)
-
-
-@pytest.fixture
-async def upstream() -> AsyncIterator[FakeUpstream]:
-    async with FakeUpstream(api_key=KEY, model=MODEL) as upstream:
-        yield upstream
 
 
 async def test_a_group_appears_on_the_groups_page_and_finishes_there(
