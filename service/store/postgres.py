@@ -147,7 +147,9 @@ class PostgresStore:
         self, url: str, *, server: str, instance: str = "default", lease_s: float = 30.0
     ) -> None:
         self._url = url
-        self._lease = Lease(uuid.uuid4().hex, server, instance, lease_s, self._lease_lost)
+        self._lease = Lease(
+            uuid.uuid4().hex, server, instance, lease_s, self._lease_lost, self._lease_expired
+        )
         self._pool: AsyncConnectionPool | None = None
         self._notices = Notices(self._lease.owner)
         self._on_lost: list[LeaseLostHandler] = []
@@ -551,12 +553,7 @@ class PostgresStore:
             await self._notices.start(self._url, self._owner)
         except psycopg.OperationalError as exc:  # followers still read every POLL_S
             log.warning("not listening for other servers' events or cancel requests: %s", exc)
-        stopped = 0
-        for handler in self._on_lost:
-            try:
-                stopped += handler()
-            except Exception:
-                log.exception("stopping the work of a lost lease failed")
+        stopped = self._stop_runs()
         log.error(
             "lost this server's database lease: no heartbeat for over %gs, another replica "
             "takes over what it ran; stopped %d rollouts and groups without saving them; "
@@ -564,6 +561,28 @@ class PostgresStore:
             self._lease.lease_s,
             stopped,
         )
+
+    def _lease_expired(self) -> None:
+        """This run could not renew its lease for a whole lease by its own clock: a replica may
+        be taking its work over, so stop it now, without the database (`postgres_leases`)."""
+        stopped = self._stop_runs()
+        log.error(
+            "could not reach the database for %gs since this server's lease was last renewed: "
+            "another replica may take over what it ran; stopped %d rollouts and groups without "
+            "saving them",
+            self._lease.lease_s,
+            stopped,
+        )
+
+    def _stop_runs(self) -> int:
+        """Call the handlers of a lost lease; how many runs they stopped."""
+        stopped = 0
+        for handler in self._on_lost:
+            try:
+                stopped += handler()
+            except Exception:
+                log.exception("stopping the work of a lost lease failed")
+        return stopped
 
     async def _refused(self, table: str, row_id: str) -> NoReturn:
         """Why a write guarded on ownership changed no row: the row is missing, or another run

@@ -20,6 +20,13 @@ claimant has set its own owner on a row, the run that lost it can no longer writ
 whose heartbeat finds its lease row deleted (it stalled past lease_s and a replica expired it)
 has lost everything it ran: it takes a new lease under a new owner id for new work and tells
 the store (`on_lost`, with the old owner), whose handlers stop the runs of the old one.
+
+A run cut off from the database cannot learn that: once its heartbeats have failed for lease_s
+by its own monotonic clock since the last one that succeeded (measured from when that one was
+sent, so never later than the database's expiry), a replica may be taking its work over, so it
+fences itself at once (`on_expired`: stop the runs, sandboxes torn down, nothing written). When
+it reaches the database again it gives that lease up and takes a new one, as above: what the
+old one ran is taken over (ended as interrupted) by whichever replica claims it first.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -83,6 +91,8 @@ def claim_groups() -> str:
 
 LostHandler = Callable[[str], Awaitable[None]]
 """Called with the owner id of a lease this run lost, once it holds a new one."""
+ExpiredHandler = Callable[[], None]
+"""Called, without the database, when this run's lease expired by its own clock."""
 
 
 class Lease:
@@ -90,7 +100,13 @@ class Lease:
     connection of its own (reconnected after a failed beat)."""
 
     def __init__(
-        self, owner: str, server: str, instance: str, lease_s: float, on_lost: LostHandler
+        self,
+        owner: str,
+        server: str,
+        instance: str,
+        lease_s: float,
+        on_lost: LostHandler,
+        on_expired: ExpiredHandler,
     ) -> None:
         self.owner = owner
         self.server = server
@@ -99,6 +115,11 @@ class Lease:
         self.lost: set[str] = set()
         """The owner ids of the leases this run lost."""
         self._on_lost = on_lost
+        self._on_expired = on_expired
+        self._renewed_at = 0.0
+        """When the last heartbeat that succeeded was sent (time.monotonic)."""
+        self._expired = False
+        """This run fenced itself (its lease expired by its clock): give the lease up."""
         self._renewing: asyncio.Task[None] | None = None
         self._check = asyncio.Event()
         self._conn: psycopg.AsyncConnection[Any] | None = None
@@ -119,6 +140,7 @@ class Lease:
 
     async def take(self, url: str) -> None:
         """Forget this server's earlier runs' leases, take this run's, and keep renewing it."""
+        self._renewed_at = time.monotonic()
         conn = await self._connection(url)
         try:
             async with conn.transaction():
@@ -141,33 +163,55 @@ class Lease:
         finally:
             await self._disconnect()
 
+    def _left_s(self) -> float:
+        """How long the lease still holds by this run's clock (infinite once fenced)."""
+        if self._expired:
+            return float("inf")
+        return self._renewed_at + self.lease_s - time.monotonic()
+
     async def _keep(self, url: str) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._check.wait(), self.lease_s / 6)
+                await asyncio.wait_for(
+                    self._check.wait(), max(min(self.lease_s / 6, self._left_s()), 0)
+                )
             self._check.clear()
+            sent = time.monotonic()
             try:
-                # A beat with no answer (a half-open connection) gives up in time to reconnect;
-                # wait_for, not timeout: a late cancel must never reach this task.
-                lost = await asyncio.wait_for(self._renew(url), self.lease_s / 3)
+                # A beat with no answer (a half-open connection) gives up in time to reconnect,
+                # or when the lease expires; wait_for, not timeout: a late cancel must never
+                # reach this task.
+                timeout_s = max(min(self.lease_s / 3, self._left_s()), 0)
+                lost = await asyncio.wait_for(self._renew(url), timeout_s)
             except (psycopg.Error, TimeoutError) as exc:
                 # A missed beat only risks a takeover after lease_s; the next may succeed.
                 log.warning("could not renew this server's lease: %s", str(exc) or "no answer")
                 await self._disconnect()
+                if self._left_s() <= 0:
+                    self._expired = True
+                    self._on_expired()
                 continue
+            self._renewed_at = sent
             if lost is not None:
                 await self._on_lost(lost)
 
     async def _renew(self, url: str) -> str | None:
-        """Renew the lease; if it was taken, take a new one and return the lost owner id."""
+        """Renew the lease; if it was taken (or this run fenced itself), take a new one and
+        return the lost owner id."""
         conn = await self._connection(url)
-        cursor = await conn.execute(
-            "UPDATE servers SET heartbeat_at = now() WHERE owner = %s", (self.owner,)
-        )
-        if cursor.rowcount:
-            return None
         lost, owner = self.owner, uuid.uuid4().hex
-        await self._insert(conn, owner)
+        if self._expired:
+            async with conn.transaction():
+                await conn.execute("DELETE FROM servers WHERE owner = %s", (lost,))
+                await self._insert(conn, owner)
+            self._expired = False
+        else:
+            cursor = await conn.execute(
+                "UPDATE servers SET heartbeat_at = now() WHERE owner = %s", (lost,)
+            )
+            if cursor.rowcount:
+                return None
+            await self._insert(conn, owner)
         self.owner = owner
         self.lost.add(lost)
         return lost
