@@ -27,6 +27,7 @@ import asyncio
 import builtins
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -67,6 +68,7 @@ from service.store.postgres_notify import (
     POLL_S,
     CancelHandler,
     Notices,
+    Reconnected,
 )
 from service.store.rows import (
     ROLLOUT_COLUMNS,
@@ -135,6 +137,13 @@ _OTHERS_RUNNING = (
     " FROM rollouts WHERE status <> ALL(%s) AND owner <> %s"
 )
 """The unfinished rollouts other runs own, with their last seq (None: no event yet)."""
+_OTHERS_ENDED_SINCE = (
+    "SELECT id FROM rollouts WHERE status = ANY(%s) AND owner <> %s"
+    " AND finish_time::timestamptz >= to_timestamp(%s) ORDER BY create_us, id"
+)
+"""The rollouts other runs ended since a time (epoch seconds), oldest first."""
+_CLOCK_SLACK_S = 10.0
+"""How far servers' clocks (which stamp finish_time) may be behind this one's."""
 
 
 class PostgresStore:
@@ -446,9 +455,12 @@ class PostgresStore:
         them; runs until cancelled. A rollout this run owns is left out (its events are this
         server's own); one that was running at the call starts after the events stored by then.
         Every POLL_S without a notification it looks at what other runs run, in case one was
-        lost (a rollout that began and ended within such a gap is not seen)."""
+        lost; once notifications flow again after a gap (`Reconnected`), it also reads the
+        rollouts other runs ended since the last notification before it (those that began and
+        ended within it)."""
         terminal = [status.value for status in TERMINAL_STATUSES]
-        with self._notices.following_all() as ids:
+        started = time.time()
+        with self._notices.following_all() as notes:
             after = {
                 rollout_id: seq or 0
                 for rollout_id, seq in await self._all(_OTHERS_RUNNING, terminal, self._owner)
@@ -457,15 +469,22 @@ class PostgresStore:
             while True:
                 try:
                     async with asyncio.timeout(POLL_S):
-                        due = [await ids.get()]
-                    while not ids.empty():  # one read per rollout however many notifications
-                        due.append(ids.get_nowait())
-                    due = list(dict.fromkeys(due))
+                        noted = [await notes.get()]
+                    while not notes.empty():  # one read per rollout however many notifications
+                        noted.append(notes.get_nowait())
                 except TimeoutError:
+                    noted = []
+                due = [note for note in noted if isinstance(note, str)]
+                gaps = [note.since for note in noted if isinstance(note, Reconnected)]
+                if gaps or not noted:
                     running = dict(await self._all(_OTHERS_RUNNING, terminal, self._owner))
-                    due = [rollout_id for rollout_id in after if rollout_id not in running]
+                    due += [rollout_id for rollout_id in after if rollout_id not in running]
                     due += [r for r, seq in running.items() if (seq or 0) > after.get(r, 0)]
-                for rollout_id in due:
+                if gaps:
+                    since = max(min(gaps), started) - _CLOCK_SLACK_S
+                    missed = await self._all(_OTHERS_ENDED_SINCE, terminal, self._owner, since)
+                    due += [rollout_id for (rollout_id,) in missed]
+                for rollout_id in dict.fromkeys(due):
                     if rollout_id in ended:
                         continue
                     row = await self._one("SELECT owner FROM rollouts WHERE id = %s", rollout_id)

@@ -9,6 +9,10 @@ commit, in commit order, and never for rows that were rolled back. The rows stay
 notification only says "look", and a follower also looks every POLL_S in case one was lost
 (the listening connection dropped). So with cancel requests: the store takes its run's
 recorded requests when woken (`cancel_requested`) and every POLL_S.
+
+A dropped listening connection is connected again (every _RECONNECT_S until it is); then every
+follower is woken, and each label-wide follower is handed `Reconnected`, naming when the last
+notification before the drop came, so that it looks in the store for what it missed.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -28,6 +34,7 @@ __all__ = [
     "POLL_S",
     "CancelHandler",
     "Notices",
+    "Reconnected",
     "cancel_channel",
 ]
 
@@ -43,9 +50,23 @@ POLL_S = 5.0
 """A follower reads the store again after this long without a notification (and the store
 takes its run's cancel requests)."""
 
+_RECONNECT_S = 1.0
+"""How often a dropped listening connection tries to connect again."""
+_APPLICATION_NAME = "rollout-listen"
+"""The listening connection's name in pg_stat_activity."""
+
 CancelHandler = Callable[[str, str], None]
 """Called with (rollout_id, reason) when another server asks this one to cancel a rollout (or
 (group_id, reason), a group)."""
+
+
+@dataclass(frozen=True)
+class Reconnected:
+    """Handed to label-wide followers once notifications flow again after a gap: what other
+    servers stored since `since` (time.time() of the last notification before it) may have
+    gone unnoticed."""
+
+    since: float
 
 
 def cancel_channel(owner: str) -> str:
@@ -62,18 +83,43 @@ class Notices:
         self._listener: asyncio.Task[None] | None = None
         self._cancels = cancel_channel(owner)
         """The cancel channel of the run's current lease (`start` moves it to a new one)."""
-        self._everyone: set[asyncio.Queue[str]] = set()
+        self._everyone: set[asyncio.Queue[str | Reconnected]] = set()
+        self._seen_at: float | None = None
+        """time.time() of the last notification (or of listening), None before the first start."""
         self.cancel_requested = asyncio.Event()
         """Set by each notification on the run's cancel channel: a request was recorded."""
 
     async def start(self, url: str, owner: str) -> None:
         """Listen, with `owner`'s cancel channel (a run that lost its lease starts again)."""
         self._cancels = cancel_channel(owner)
-        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-        await conn.execute(f"LISTEN {_CHANNEL}")
-        await conn.execute(f"LISTEN {_GROUP_CHANNEL}")
-        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._cancels)))
-        self._listener = asyncio.create_task(self._listen(conn), name="postgres-listen")
+        conn = await self._connect(url)
+        self._listener = asyncio.create_task(self._listen(url, conn), name="postgres-listen")
+
+    async def _connect(self, url: str) -> psycopg.AsyncConnection[Any]:
+        """Listen on a new connection; once it listens, what came before it was missed."""
+        conn = await psycopg.AsyncConnection.connect(
+            url, autocommit=True, application_name=_APPLICATION_NAME
+        )
+        try:
+            await conn.execute(f"LISTEN {_CHANNEL}")
+            await conn.execute(f"LISTEN {_GROUP_CHANNEL}")
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._cancels)))
+        except BaseException:
+            await conn.close()
+            raise
+        if self._seen_at is not None:
+            self._missed(self._seen_at)
+        self._seen_at = time.time()
+        return conn
+
+    def _missed(self, since: float) -> None:
+        """Notifications may have been lost since `since`: wake everyone to look."""
+        self.cancel_requested.set()
+        for followers in self._followers.values():
+            for wake in followers:
+                wake.set()
+        for ids in self._everyone:
+            ids.put_nowait(Reconnected(since))
 
     async def stop(self) -> None:
         listener, self._listener = self._listener, None
@@ -97,27 +143,45 @@ class Notices:
                 self._followers.pop(rollout_id, None)
 
     @contextlib.contextmanager
-    def following_all(self) -> Iterator[asyncio.Queue[str]]:
+    def following_all(self) -> Iterator[asyncio.Queue[str | Reconnected]]:
         """A queue of the rollout id of every notification while the block runs (a rollout
-        that stores events in several transactions comes once per transaction)."""
-        ids: asyncio.Queue[str] = asyncio.Queue()
+        that stores events in several transactions comes once per transaction), and of
+        `Reconnected` after a gap."""
+        ids: asyncio.Queue[str | Reconnected] = asyncio.Queue()
         self._everyone.add(ids)
         try:
             yield ids
         finally:
             self._everyone.discard(ids)
 
-    async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        async with conn:
+    async def _listen(self, url: str, conn: psycopg.AsyncConnection[Any]) -> None:
+        while True:
+            async with conn:
+                try:
+                    async for note in conn.notifies():
+                        self._seen_at = time.time()
+                        if note.channel == self._cancels:
+                            self.cancel_requested.set()
+                            continue
+                        if note.channel == _CHANNEL:
+                            for ids in self._everyone:
+                                ids.put_nowait(note.payload)
+                        for wake in self._followers.get(note.payload, ()):
+                            wake.set()
+                except psycopg.OperationalError as exc:
+                    log.warning(
+                        "stopped listening for other servers' events (%s); followers poll "
+                        "until it listens again",
+                        exc,
+                    )
+            conn = await self._reconnect(url)
+
+    async def _reconnect(self, url: str) -> psycopg.AsyncConnection[Any]:
+        while True:
+            await asyncio.sleep(_RECONNECT_S)
             try:
-                async for note in conn.notifies():
-                    if note.channel == self._cancels:
-                        self.cancel_requested.set()
-                        continue
-                    if note.channel == _CHANNEL:
-                        for ids in self._everyone:
-                            ids.put_nowait(note.payload)
-                    for wake in self._followers.get(note.payload, ()):
-                        wake.set()
-            except psycopg.OperationalError as exc:
-                log.warning("stopped listening for other servers' events (%s); followers poll", exc)
+                conn = await self._connect(url)
+            except psycopg.Error:
+                continue
+            log.warning("listening for other servers' events again")
+            return conn
