@@ -18,6 +18,14 @@ event's `time` to its arrival at a watcher on another replica (a sample of `--wa
 Then every rollout is cancelled (timed). With `--profile`, replica 0 runs under cProfile and
 its top functions are printed. Writes bench/results/scale.json and prints markdown tables.
 
+Clean-up: on SIGINT (Ctrl-C), SIGTERM or an error the bench kills its replicas (their rollouts
+are the fake cloud's), stops the fake clouds, the upstream and PostgreSQL, and removes their
+folders. Should the bench itself be killed (kill -9), a guard process in its own session
+(`--guard`, started first) does the same once the bench's end closes its stdin: it stops
+PostgreSQL (immediate shutdown), kills every process whose command line or environment names
+the bench's folders (all it started have its folder in their environment), and removes the
+folders (/tmp/rollout-pg-*, the replicas' state).
+
     python bench/bench_scale.py [--rollouts 600] [--every 30] [--window 30] [--profile]
     python bench/bench_scale.py --rollouts 10000 --window 20 --watch 200 --cancel 1000
 """
@@ -26,17 +34,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import json
 import os
 import pstats
 import resource
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +75,8 @@ LOOP_BUDGET_CORES = 0.7
 """A replica is one event loop: plan for it to be at most this busy (the rest absorbs bursts)."""
 PROJECTED = 100_000
 _TICK = os.sysconf("SC_CLK_TCK")
+_ROOT_VARIABLE = "BENCH_SCALE_ROOT"
+"""In the environment of every process the bench starts: its folder, which the guard looks for."""
 
 
 def spec(upstream: str) -> pb.RolloutSpec:
@@ -111,6 +124,79 @@ def free_port() -> int:
         return port
 
 
+class Guard:
+    """The `--guard` process: told the bench's folders, it cleans up after the bench when its
+    stdin ends, however the bench ended. In its own session: Ctrl-C in a terminal does not
+    reach it, so it outlives the bench's own clean-up and finds nothing left when that worked."""
+
+    def __init__(self) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, __file__, "--guard"],
+            stdin=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+
+    def watch(self, folder: Path) -> None:
+        """Kill whatever process names `folder`, stop a PostgreSQL cluster in it, remove it."""
+        assert self._process.stdin is not None
+        self._process.stdin.write(f"{folder}\n")
+        self._process.stdin.flush()
+
+    def close(self) -> None:
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        self._process.wait()
+
+
+def guard() -> None:
+    """`--guard`: read folders from stdin until it ends, then clean up after them."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    folders = [line.strip() for line in sys.stdin if line.strip()]
+    mine = os.getpid()
+    for _ in range(2):  # again for any a dying parent had started meanwhile
+        for folder in folders:
+            _stop_postgres(Path(folder))
+        for pid in _naming(folders):
+            if pid != mine:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _naming(folders: list[str]) -> list[int]:
+    """Processes whose command line or environment contains one of `folders`."""
+    marks = [folder.encode() for folder in folders]
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
+        except OSError:  # gone, or not ours to read
+            continue
+        if any(mark in text for mark in marks):
+            found.append(int(entry.name))
+    return found
+
+
+def _stop_postgres(folder: Path) -> None:
+    """Immediate shutdown (SIGQUIT) of the cluster whose postmaster.pid is in `folder`/data."""
+    try:
+        postmaster = int((folder / "data" / "postmaster.pid").read_text().split()[0])
+        os.kill(postmaster, signal.SIGQUIT)
+    except (OSError, ValueError, IndexError):
+        return
+    for _ in range(100):
+        if not Path(f"/proc/{postmaster}").exists():
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(postmaster, signal.SIGKILL)
+
+
 class Cloud:
     """One `scale_cloud.py` process."""
 
@@ -141,11 +227,12 @@ class Cloud:
         self.process.stdin.write(b"stats\n")
         return await self._line(self.process)
 
-    async def stop(self) -> None:
+    async def stop(self, timeout_s: float) -> None:
+        """Close its stdin (it closes its sandboxes and exits); kill it after `timeout_s`."""
         assert self.process.stdin is not None
         self.process.stdin.close()
         try:
-            await asyncio.wait_for(self.process.wait(), 120)
+            await asyncio.wait_for(self.process.wait(), timeout_s)
         except TimeoutError:
             self.process.kill()
             await self.process.wait()
@@ -438,17 +525,20 @@ def profile_top(path: Path, lines: int = 30) -> str:
     return out.getvalue()
 
 
-async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+async def run(args: argparse.Namespace, root: Path, guard: Guard) -> dict[str, Any]:
     bin_dir = postgres_bin_dir()
     if bin_dir is None:
         raise SystemExit("PostgreSQL is not installed (apt-get install postgresql)")
     postgres = PostgresServer(bin_dir)
-    postgres.start()
-    upstream, upstream_url = start_upstream()
+    guard.watch(postgres.folder)
+    upstream: subprocess.Popen[str] | None = None
     clouds: list[Cloud] = []
     replicas: list[ServerProcess] = []
     profile = root / "replica-0.prof"
+    completed = False
     try:
+        await asyncio.to_thread(postgres.start)
+        upstream, upstream_url = start_upstream()
         database_url = postgres.create_database()
         with psycopg.connect(database_url, autocommit=True) as conn:
             data_dir = str(conn.execute("SHOW data_directory").fetchone()[0])  # type: ignore[index]
@@ -494,23 +584,52 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         }
         for channel in channels:
             await channel.close()
+        completed = True
     finally:
-        for index, replica in enumerate(replicas):  # what was not cancelled is not waited for
-            profiled = args.profile and index == 0  # cProfile writes its file at exit
-            if args.cancel < 0 or profiled:
-                await asyncio.to_thread(replica.stop, signal.SIGTERM, 600.0)
-            else:
-                await asyncio.to_thread(replica.stop, signal.SIGKILL)
-        for cloud in clouds:
-            await cloud.stop()
-        upstream.terminate()
-        upstream.wait()
-        postgres.stop()
+        # Graceful only after a whole run, for what asks for it: all cancelled (the replicas
+        # drain nothing), or replica 0 profiled (cProfile writes its file at exit).
+        drain = [completed and (args.cancel < 0 or (args.profile and i == 0)) for i in range(3)]
+        stopping = list(zip(replicas, drain, strict=False))
+        await asyncio.shield(stop_all(stopping, clouds, upstream, postgres))
     if args.profile:
         figures["profile_replica_0"] = (
             profile_top(profile) if profile.exists() else "not written (replica 0 did not exit)"
         )
     return figures
+
+
+async def stop_all(
+    replicas: list[tuple[ServerProcess, bool]],
+    clouds: list[Cloud],
+    upstream: subprocess.Popen[str] | None,
+    postgres: PostgresServer,
+) -> None:
+    """Stop everything, each part whatever happened to the others: the replicas, with SIGTERM
+    (drained) where their flag says so, else SIGKILL; the clouds; the upstream; PostgreSQL."""
+
+    async def stop_replica(replica: ServerProcess, drained: bool) -> None:
+        if drained:
+            await asyncio.to_thread(replica.stop, signal.SIGTERM, 600.0)
+        else:
+            await asyncio.to_thread(replica.stop, signal.SIGKILL)
+
+    parts = [stop_replica(replica, drained) for replica, drained in replicas]
+    for outcome in await asyncio.gather(*parts, return_exceptions=True):
+        if isinstance(outcome, BaseException):
+            print(f"stopping a replica: {outcome!r}", file=sys.stderr)
+    timeout_s = 120.0 if all(drained for _, drained in replicas) else 10.0
+    for outcome in await asyncio.gather(
+        *(cloud.stop(timeout_s) for cloud in clouds), return_exceptions=True
+    ):
+        if isinstance(outcome, BaseException):
+            print(f"stopping a fake cloud: {outcome!r}", file=sys.stderr)
+    if upstream is not None:
+        upstream.terminate()
+        await asyncio.to_thread(upstream.wait)
+    try:
+        await asyncio.to_thread(postgres.stop)
+    except RuntimeError as exc:  # the guard stops it
+        print(f"stopping PostgreSQL: {exc}", file=sys.stderr)
 
 
 def save(figures: dict[str, Any], rollouts: int) -> None:
@@ -572,12 +691,42 @@ def main() -> None:
         help="rollouts cancelled at the end (-1: all); "
         "the rest end with their replicas (kill -9) and the fake cloud",
     )
+    parser.add_argument("--guard", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.guard:
+        guard()
+        return
     raise_file_limit()
-    with tempfile.TemporaryDirectory() as directory:
-        figures = asyncio.run(run(args, Path(directory)))
+    watchdog = Guard()
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            watchdog.watch(Path(directory))
+            os.environ[_ROOT_VARIABLE] = directory  # the guard finds every child by it
+            figures = asyncio.run(stopped_by_signals(run(args, Path(directory), watchdog)))
+    except asyncio.CancelledError:
+        print("interrupted: replicas, fake clouds and PostgreSQL stopped", file=sys.stderr)
+        raise SystemExit(130) from None
+    finally:
+        watchdog.close()
     save(figures, args.rollouts)
     print_tables(figures)
+
+
+async def stopped_by_signals(work: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
+    """Run `work`; the first SIGINT or SIGTERM cancels it (its clean-up runs), later ones are
+    ignored so that the clean-up finishes."""
+    task = asyncio.create_task(work)
+    loop = asyncio.get_running_loop()
+
+    def cancel(signum: signal.Signals) -> None:
+        print(f"{signum.name}: stopping everything", file=sys.stderr)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, lambda: None)
+        task.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, cancel, sig)
+    return await task
 
 
 if __name__ == "__main__":

@@ -45,6 +45,11 @@ class PostgresServer:
         self.port = 0
         self._names = itertools.count(1)
 
+    @property
+    def folder(self) -> Path:
+        """The cluster's folder (data, socket, log), made at construction, removed by `stop`."""
+        return self._dir
+
     def start(self) -> None:
         if os.geteuid() == 0:
             shutil.chown(self._dir, _RUN_AS)
