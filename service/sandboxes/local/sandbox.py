@@ -103,6 +103,8 @@ class LocalSandbox:
         self._holder: Holder | None = None
         self._namespace = ""
         self._cgroup = cgroup
+        self._joined = False
+        """Whether its spawner joined the cgroup, so that every command was born in it."""
         self._output_bytes = output_bytes
         self._image = image
         """The config of the image it runs on (`image_view`); None on the host's root."""
@@ -182,6 +184,7 @@ class LocalSandbox:
             self._root_fd = self._holder.open_root()
             root = Path(f"/proc/self/fd/{self._root_fd}")
             self._roots = {"": root} if self._image is not None else _trees_inside(root)
+        self._joined = unjoined is None
         if unjoined is not None and self._cgroup is not None:
             _log.warning("commands run outside memory cgroup %s: %s", self._cgroup.path, unjoined)
 
@@ -339,7 +342,8 @@ class LocalSandbox:
     async def _kill_commands(self) -> int:
         if not (self._namespace and self.alive):
             raise SandboxError(f"sandbox {self.id} is gone: the holder of its namespaces exited")
-        killed, done = await kill_all(SandboxProcesses(self._namespace), _RECLAIM_ROUNDS)
+        members = self._cgroup.path if self._cgroup is not None and self._joined else None
+        killed, done = await kill_all(SandboxProcesses(self._namespace, members), _RECLAIM_ROUNDS)
         if not done:  # the agent's doing: never SANDBOX
             raise VerifierError(f"the agent's processes kept forking after {killed} were killed")
         return killed

@@ -8,10 +8,12 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from service.models import Resources
 from service.sandboxes.base import HOME, VERIFIER_DIR, WORKDIR
 from service.sandboxes.local.backend import LocalSandbox
-from service.sandboxes.local.reclaim import _state
+from service.sandboxes.local.reclaim import SandboxProcesses, _state
 from tests.sandboxes.conftest import LEADER_LEAVES, MakeSandbox, SleepMarker, threads_named
 
 _HIDING = {
@@ -42,6 +44,22 @@ async def test_reclaim_kills_every_daemon_and_keeps_the_sandbox(
     assert reclaimed.processes >= certain
     after = await local_sandbox.exec("echo alive", timeout_s=30)
     assert after.stdout == "alive\n"  # init and holder were spared
+
+
+async def test_the_cgroup_finds_what_a_scan_of_every_process_finds(
+    local_sandbox: LocalSandbox, sleep_marker: SleepMarker
+) -> None:
+    if local_sandbox.cgroup is None:
+        pytest.skip("no memory cgroups here: reclaim scans every process")
+    hidden = f"( setsid {sleep_marker.command} & ( {sleep_marker.command} & ) & ) >/dev/null 2>&1"
+    assert (await local_sandbox.exec(hidden, timeout_s=30)).exit_code == 0
+    await sleep_marker.wait_running()
+    namespace = os.readlink(f"/proc/{sleep_marker.pids()[0]}/ns/pid")
+
+    by_cgroup = SandboxProcesses(namespace, local_sandbox.cgroup.path).find()
+
+    assert by_cgroup == SandboxProcesses(namespace).find()
+    assert set(sleep_marker.pids()) <= by_cgroup
 
 
 async def test_reclaim_of_an_idle_sandbox_kills_nothing(local_sandbox: LocalSandbox) -> None:
