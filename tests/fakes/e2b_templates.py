@@ -7,6 +7,7 @@ the e2b SDK's `AsyncTemplate.build` and `AsyncTemplate.exists` speak:
     POST /v2/templates/{id}/builds/{buildID}         {fromImage, steps, force} -> 202
     GET  /templates/{id}/builds/{buildID}/status     ?logsOffset -> {status, logEntries, reason}
     GET  /templates/aliases/{alias}                  200 once its build was requested, else 404
+    GET  /templates/{id}                             the template and its builds' statuses
 
 A build is realised for real: the steps are written back as a Dockerfile over a context made
 of the uploaded archives, and built by the service's own image store (buildah, FROM an image
@@ -18,7 +19,8 @@ logs; a failed step is status "error" with the store's message. The images are r
 As E2B's API, an alias is known from the moment its build is requested (the alias lookup
 joins the alias table and the templates, whatever their builds' state), so a template whose
 only build failed still "exists"; creating a sandbox of it fails (the fake answers 400 "has
-no ready build", its own wording).
+no ready build", its own wording). `fail_next_build` makes the next build fail in E2B's
+builder whatever its steps (an outage, not the task's fault).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class FakeBuild:
     reason: dict[str, Any] | None = None
     image: Image | None = None
     dockerfile: str = ""
+    created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
     def log(self, message: str, level: str = "info") -> None:
         stamp = datetime.now(UTC).isoformat()
@@ -76,6 +79,7 @@ class FakeTemplateBuilds:
         self._template_ids: dict[str, str] = {}
         self._uploads: dict[str, bytes] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._failing: list[str] = []
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -84,6 +88,10 @@ class FakeTemplateBuilds:
         for build in self.builds:
             if build.image is not None:
                 await self.store.remove(_image_name(build))
+
+    def fail_next_build(self, message: str) -> None:
+        """Fail the next build started, with `message`, before it runs a step."""
+        self._failing.append(message)
 
     def registered(self, template: str) -> bool:
         """Whether `template` (a name or a template id) was ever requested."""
@@ -108,6 +116,8 @@ class FakeTemplateBuilds:
             await self._request_build(json.loads(request.body), response)
         elif method == "GET" and parts[:2] == ["templates", "aliases"] and len(parts) == 3:
             await self._alias(parts[2], response)
+        elif method == "GET" and len(parts) == 2 and parts[0] == "templates":
+            await self._template(parts[1], response)
         elif method == "GET" and len(parts) == 4 and parts[::2] == ["templates", "files"]:
             uploaded = parts[3] in self._uploads
             link = {"present": uploaded, "url": f"{base_url}{UPLOAD_PREFIX}{parts[3]}"}
@@ -141,6 +151,41 @@ class FakeTemplateBuilds:
             return await response.reply_json(404, {"code": 404, "message": message})
         await response.reply_json(200, {"templateID": self._template_ids[alias], "public": False})
 
+    async def _template(self, template: str, response: HttpResponse) -> None:
+        """`GET /templates/{id}` (a name too): E2B's TemplateWithBuilds."""
+        builds = [b for b in self._requested.values() if template in (b.name, b.template_id)]
+        if not builds:
+            message = f"template '{template}' not found"
+            return await response.reply_json(404, {"code": 404, "message": message})
+        last, ready = builds[-1], [b for b in builds if b.status == "ready"]
+        sizes = {"cpuCount": 2, "memoryMB": 512, "diskSizeMB": 1024, "envdVersion": "0.2.0"}
+        answer = {
+            "templateID": last.template_id,
+            "buildID": (ready or builds)[-1].build_id,
+            "public": False,
+            "aliases": [last.name],
+            "names": [last.name],
+            "createdAt": builds[0].created_at,
+            "updatedAt": last.created_at,
+            "createdBy": None,
+            "lastSpawnedAt": None,
+            "spawnCount": 0,
+            "buildCount": len(builds),
+            "buildStatus": last.status,
+            "builds": [
+                {
+                    "buildID": b.build_id,
+                    "status": b.status,
+                    "createdAt": b.created_at,
+                    "updatedAt": b.created_at,
+                    **sizes,
+                }
+                for b in builds
+            ],
+            **sizes,
+        }
+        await response.reply_json(200, answer)
+
     async def _start(
         self, template_id: str, build_id: str, body: dict[str, Any], response: HttpResponse
     ) -> None:
@@ -173,6 +218,8 @@ class FakeTemplateBuilds:
         await response.reply_json(200, answer)
 
     async def _realise(self, build: FakeBuild) -> None:
+        if self._failing:
+            return self._fail(build, self._failing.pop(0))
         context = self.root / "builds" / build.build_id
         try:
             build.dockerfile = await asyncio.to_thread(self._write_context, build, context)
