@@ -12,10 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
-__all__ = ["Relay", "relayed"]
+import pytest
+
+from tests.server_process import ServerProcess
+
+__all__ = ["Relay", "relayed", "relayed_pair"]
 
 _T = TypeVar("_T")
 _STARTUP_BYTES = 4096
@@ -124,3 +129,33 @@ def relayed(upstream_port: int) -> Iterator[Relay]:
         yield relay
     finally:
         relay.stop()
+
+
+@contextlib.contextmanager
+def relayed_pair(
+    tmp_path_factory: pytest.TempPathFactory,
+    database_url: str,
+    names: tuple[str, str],
+    env: Mapping[str, str],
+) -> Iterator[tuple[ServerProcess, ServerProcess, Relay]]:
+    """Two servers on the database (`env` on top, each its name as ROLLOUT_INSTANCE_ID), the
+    first through a relay, the second directly; each must exit 0 at the end."""
+    parts = urlsplit(database_url)
+    assert parts.port is not None
+    with relayed(parts.port) as relay:
+        relayed_url = parts._replace(netloc=f"{parts.username}@127.0.0.1:{relay.port}").geturl()
+        servers = [
+            ServerProcess(
+                tmp_path_factory.mktemp(f"relayed-{name}"),
+                {**env, "ROLLOUT_DATABASE_URL": url, "ROLLOUT_INSTANCE_ID": name},
+            )
+            for name, url in zip(names, (relayed_url, database_url), strict=True)
+        ]
+        for server in servers:
+            server.start()
+        try:
+            yield servers[0], servers[1], relay
+        finally:
+            relay.mend()
+            for server in servers:
+                assert server.stop() == 0, server.text()

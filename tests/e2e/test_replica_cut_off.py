@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from urllib.parse import urlsplit
 
 import grpc
 import psycopg
@@ -17,7 +16,7 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.e2e.db_relay import Relay, relayed
+from tests.e2e.db_relay import Relay, relayed_pair
 from tests.e2e.specs import command_spec
 from tests.e2e.test_replicas import _processes_with, events_until_ready
 from tests.e2e.test_replicas import database_url as database_url  # the PostgreSQL fixture
@@ -34,30 +33,10 @@ _LOST = "lost this server's database lease"
 def cut_off(
     tmp_path_factory: pytest.TempPathFactory, database_url: str
 ) -> Iterator[tuple[ServerProcess, ServerProcess, Relay]]:
-    """Server A reaches the database through a relay, server B directly; each exits 0."""
-    parts = urlsplit(database_url)
-    assert parts.port is not None
-    with relayed(parts.port) as relay:
-        relayed_url = parts._replace(netloc=f"{parts.username}@127.0.0.1:{relay.port}").geturl()
-        servers = [
-            ServerProcess(
-                tmp_path_factory.mktemp(f"cut-off-{name}"),
-                {
-                    "ROLLOUT_DATABASE_URL": url,
-                    "ROLLOUT_DATABASE_LEASE_S": str(_LEASE_S),
-                    "ROLLOUT_INSTANCE_ID": name,
-                },
-            )
-            for name, url in (("cut", relayed_url), ("taker", database_url))
-        ]
-        for server in servers:
-            server.start()
-        try:
-            yield servers[0], servers[1], relay
-        finally:
-            relay.mend()
-            for server in servers:
-                assert server.stop() == 0, server.text()
+    """Server "cut" reaches the database through a relay, "taker" directly."""
+    env = {"ROLLOUT_DATABASE_LEASE_S": str(_LEASE_S)}
+    with relayed_pair(tmp_path_factory, database_url, ("cut", "taker"), env) as pair:
+        yield pair
 
 
 async def _until(condition: str, check: Callable[[], bool], limit_s: float) -> None:

@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from urllib.parse import urlsplit
 
 import grpc
 import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.e2e.db_relay import Relay, relayed
+from tests.e2e.db_relay import Relay, relayed_pair
 from tests.e2e.specs import command_spec
 from tests.e2e.test_replica_fencing import _logged
 from tests.e2e.test_replicas import database_url as database_url  # the PostgreSQL fixture
@@ -36,23 +35,9 @@ _LIMIT_S = 60.0
 def relayed_replicas(
     tmp_path_factory: pytest.TempPathFactory, database_url: str
 ) -> Iterator[tuple[ServerProcess, ServerProcess, Relay]]:
-    """Server A reaches the database through a relay, server B directly; each exits 0."""
-    parts = urlsplit(database_url)
-    assert parts.port is not None
-    with relayed(parts.port) as relay:
-        relayed_url = parts._replace(netloc=f"{parts.username}@127.0.0.1:{relay.port}").geturl()
-        servers = [
-            ServerProcess(tmp_path_factory.mktemp(f"gap-{name}"), {"ROLLOUT_DATABASE_URL": url})
-            for name, url in (("a", relayed_url), ("b", database_url))
-        ]
-        for server in servers:
-            server.start()
-        try:
-            yield servers[0], servers[1], relay
-        finally:
-            relay.mend()
-            for server in servers:
-                assert server.stop() == 0, server.text()
+    """Server A reaches the database through a relay, server B directly."""
+    with relayed_pair(tmp_path_factory, database_url, ("a", "b"), {}) as pair:
+        yield pair
 
 
 async def _until_final(
