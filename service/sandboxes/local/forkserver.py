@@ -62,7 +62,7 @@ from service.sandboxes.local.overlay_start import (
     enter_own_user_namespace,
     mount_overlay,
 )
-from service.sandboxes.local.seccomp import forbid_namespaces, forbid_user_namespaces
+from service.sandboxes.local.seccomp import Filter, forbid_user_namespaces, namespace_filter
 from service.sandboxes.local.wire import receive, send
 
 __all__: list[str] = []  # a program, run by `local_spawner.ForkServer`
@@ -129,6 +129,8 @@ class _Spawner:
         self._uid: int | None = None
         self._user_namespace = -1
         """An image sandbox's (`overlay_start`): each command enters it as root."""
+        self._namespace_filter: Filter | None = None
+        """What each command entering that user namespace installs (`seccomp`)."""
         self._stdin = -1
 
     def set_up(self, setup: dict[str, Any]) -> None:
@@ -178,6 +180,8 @@ class _Spawner:
                 self._user_namespace = namespaces.get((0, 0, 1))
         finally:
             namespaces.close(keep=self._user_namespace)
+        if self._user_namespace >= 0:
+            self._namespace_filter = namespace_filter()
 
     def _enter(self, namespaces: list[tuple[str, int]], setup: dict[str, Any]) -> None:
         try:
@@ -225,7 +229,7 @@ class _Spawner:
         pid = os.fork()
         if pid == 0:
             stdio = (self._stdin, *fds)
-            identity = _Identity(self._uid, groups, self._user_namespace)
+            identity = _Identity(self._uid, groups, self._user_namespace, self._namespace_filter)
             _become_command(program, argv, env, cwd, stdio, limits, identity)
         self._selector.register(os.pidfd_open(pid), selectors.EVENT_READ, (message["id"], pid))
         return pid
@@ -263,6 +267,8 @@ class _Identity(NamedTuple):
     uid: int | None
     groups: list[int]
     user_namespace: int
+    namespace_filter: Filter | None
+    """Installed once in the user namespace (`seccomp.namespace_filter`)."""
 
 
 def _become_command(
@@ -283,7 +289,7 @@ def _become_command(
             resource.setrlimit(limit, (value, value))
         if identity.user_namespace >= 0:
             _check(_libc.setns(identity.user_namespace, _CLONE_NEWUSER), "entering the userns")
-            forbid_namespaces()
+            (identity.namespace_filter or namespace_filter()).install()
             if identity.uid is not None:
                 os.setgroups([])
             os.setresgid(0, 0, 0)
