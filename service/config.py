@@ -155,6 +155,9 @@ class Settings(BaseSettings):
     """Largest disk quota a spec may ask for, in MiB."""
     local_warm_sandboxes: int = 1
     """Local sandboxes made ahead, per network policy, so a rollout need not wait (0: off)."""
+    local_warm_agents: bool = False
+    """Start the agent of the last rollout of each kind ahead in the next warm local sandbox
+    (opencode), used only if the next rollout would start exactly the same."""
     local_disk_pool: int = Field(default=16, ge=0)
     """Local sandbox disks of the default size kept formatted and mounted, wiped after each
     sandbox, so a rollout need not wait for a mount (0: a new disk per sandbox)."""

@@ -46,7 +46,7 @@ from service.agents.process import run_in_task
 from service.config import Settings
 from service.errors import AgentError, AgentInstallError, FieldViolation, MissingDependencyError
 from service.models.model_access import ModelAccess
-from service.sandboxes.base import OutputStream, Sandbox
+from service.sandboxes.base import OutputCallback, OutputStream, Sandbox
 from service.sandboxes.output import HeadTailBuffer
 
 __all__ = ["EventStream", "Harness", "HarnessAgent", "closed_to_sandbox_users"]
@@ -160,11 +160,10 @@ class HarnessAgent:
             else:
                 events.stderr(chunk)
 
-        command = f"exec bash {shlex.quote(self._harness.launcher)}"
-        env = self._harness.env(model, context.options)
+        command, env = self._launch(model, context)
         started = time.monotonic()
         try:
-            outcome = await run_in_task(sandbox, context, command, env=env, on_output=on_output)
+            outcome = await self._start(sandbox, context, command, env, on_output)
         finally:
             events.close()
         log.debug(
@@ -176,6 +175,24 @@ class HarnessAgent:
             outcome.timed_out,
         )
         return dataclasses.replace(outcome, log_tail=tail.text())
+
+    def _launch(self, model: ModelAccess, context: AgentContext) -> tuple[str, dict[str, str]]:
+        """The command and the harness's environment run() starts."""
+        return f"exec bash {shlex.quote(self._harness.launcher)}", self._harness.env(
+            model, context.options
+        )
+
+    async def _start(
+        self,
+        sandbox: Sandbox,
+        context: AgentContext,
+        command: str,
+        env: dict[str, str],
+        on_output: OutputCallback,
+    ) -> AgentOutcome:
+        """Run the launcher (`process.run_in_task`); a harness may hand it to a process
+        started ahead instead (opencode)."""
+        return await run_in_task(sandbox, context, command, env=env, on_output=on_output)
 
     async def _entry_for(self, sandbox: Sandbox, context: AgentContext) -> str:
         probe = await sandbox.exec(

@@ -8,16 +8,19 @@ the workdir with the instruction on stdin, and adds the server's `rg` to its PAT
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
 import sys
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from service.agents.base import AgentContext, EmitOutput
+from service.agents.base import AgentContext, AgentOutcome, EmitOutput
 from service.agents.harness import EventStream, HarnessAgent, closed_to_sandbox_users
 from service.agents.opencode_config import (
+    INSTRUCTION_FILE,
     LAUNCHER,
     XDG_ROOT,
     launcher_script,
@@ -27,9 +30,19 @@ from service.agents.opencode_config import (
 )
 from service.agents.opencode_events import OpencodeEventStream
 from service.agents.opencode_install import opencode_package
+from service.agents.opencode_warm import discard, hand_over, holder_script, settled
+from service.agents.process import task_launch, wait_for_agent
 from service.config import Settings
 from service.errors import FieldViolation
 from service.models.model_access import ModelAccess
+from service.sandboxes.base import OutputCallback, Sandbox, in_workdir
+from service.sandboxes.local.warm_agent import (
+    AgentPlan,
+    PrestartedAgent,
+    has_warm_agents,
+    learn,
+    take,
+)
 
 __all__ = ["OpencodeAgent", "OpencodeHarness", "closed_to_sandbox_users"]
 
@@ -64,10 +77,70 @@ class OpencodeHarness:
 
 
 class OpencodeAgent(HarnessAgent):
-    """Runs the pinned opencode-ai (`settings.opencode_version`) on the task's instruction."""
+    """Runs the pinned opencode-ai (`settings.opencode_version`) on the task's instruction;
+    with `settings.local_warm_agents`, in an opencode started ahead when it is exactly the
+    one this rollout would start (`opencode_warm`)."""
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings, OpencodeHarness(settings))
+        self._warm: weakref.WeakKeyDictionary[Sandbox, PrestartedAgent] = (
+            weakref.WeakKeyDictionary()
+        )
+        """The opencode started ahead in a sandbox, taken at prepare() for run()."""
+        self.warm_runs = 0
+        """Runs handed to an opencode started ahead (tests and benchmarks read it)."""
+
+    async def prepare(self, sandbox: Sandbox, context: AgentContext) -> None:
+        plan = None
+        fits = context.model is not None and not self.option_violations(context.options)
+        if fits and has_warm_agents(sandbox) and context.model is not None:
+            plan = self._plan(str(await self._install.ensure()), context, context.model)
+        warm = take(sandbox)
+        if warm is not None and not (
+            plan is not None and warm.plan == plan and await settled(warm)
+        ):
+            await discard(sandbox, warm)
+            warm = None
+        await super().prepare(sandbox, context)
+        if plan is not None:
+            learn(sandbox, plan)
+        if warm is not None:
+            self._warm[sandbox] = warm
+
+    def _plan(self, entry: str, context: AgentContext, model: ModelAccess) -> AgentPlan:
+        """What the cold path starts for `context`, as a warm sandbox would start it."""
+        files = self._harness.files(entry, context)
+        del files[INSTRUCTION_FILE]  # the rollout's own: written by prepare(), read at run()
+        command, env = task_launch(context, *self._launch(model, context))
+        return AgentPlan.of(files, in_workdir(context.workdir, holder_script()), command, env)
+
+    async def _start(
+        self,
+        sandbox: Sandbox,
+        context: AgentContext,
+        command: str,
+        env: dict[str, str],
+        on_output: OutputCallback,
+    ) -> AgentOutcome:
+        warm = self._warm.pop(sandbox, None)
+        if warm is None:
+            return await super()._start(sandbox, context, command, env, on_output)
+        try:
+            handed = await hand_over(sandbox, warm, context.workdir)
+        except BaseException:
+            await asyncio.shield(warm.kill())
+            raise
+        if not handed or warm.process is None:
+            log.info("opencode started ahead in %s was not handed over: cold", sandbox.id)
+            await discard(sandbox, warm)
+            await super().prepare(sandbox, context)
+            return await super()._start(sandbox, context, command, env, on_output)
+        self.warm_runs += 1
+        warm.attach(on_output)
+        try:
+            return await wait_for_agent(warm.process, context)
+        finally:
+            await asyncio.shield(warm.kill())
 
 
 def _ripgrep_dir() -> str:

@@ -23,10 +23,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from service.agents.base import AgentContext, AgentOutcome
-from service.sandboxes.base import OutputCallback, Sandbox, in_workdir
+from service.sandboxes.base import BackgroundProcess, OutputCallback, Sandbox, in_workdir
 from service.sandboxes.deadline import wait_or_kill
 
-__all__ = ["run_in_task"]
+__all__ = ["run_in_task", "task_launch", "wait_for_agent"]
+
+
+def task_launch(
+    context: AgentContext, command: str, env: Mapping[str, str]
+) -> tuple[str, dict[str, str]]:
+    """What `run_in_task` starts: `command` in the task's workdir, and the task's
+    environment with `env` over it."""
+    return in_workdir(context.workdir, command), dict(context.env) | dict(env)
 
 
 async def run_in_task(
@@ -39,9 +47,13 @@ async def run_in_task(
 ) -> AgentOutcome:
     """Run a harness's `command` to `context.timeout_s` as Harbor runs agents: in the
     task's workdir, with the task's environment and `env` (the harness's own) over it."""
-    process = await sandbox.spawn(
-        in_workdir(context.workdir, command), env=dict(context.env) | dict(env), on_output=on_output
-    )
+    launched, launched_env = task_launch(context, command, env)
+    process = await sandbox.spawn(launched, env=launched_env, on_output=on_output)
+    return await wait_for_agent(process, context)
+
+
+async def wait_for_agent(process: BackgroundProcess, context: AgentContext) -> AgentOutcome:
+    """Its outcome at exit, or once it has been killed at `context`'s deadline."""
     # Kills it, children too; time the model calls were paused is not counted.
     result = await wait_or_kill(process, context.timeout_s, paused_s=context.paused_s)
     if result is None:
