@@ -77,6 +77,7 @@ from service.sandboxes.local.snapshot import (
 )
 from service.sandboxes.local.spawner import ForkServer, SpawnerSetup
 from service.sandboxes.local.warm import WarmKey, WarmPool
+from service.sandboxes.local.warm_agent import WarmAgents
 
 __all__ = ["LocalBackend", "LocalSandbox", "require_bwrap"]
 
@@ -112,10 +113,12 @@ class LocalBackend:
         self._sandboxes: dict[str, LocalSandbox] = {}
         self._forks = ForkServer()
         pooled = settings.local_disk_pool if self._privileged else 0
-        default_disk = Limits.resolve(Resources(), settings).disk_bytes
+        default_limits = Limits.resolve(Resources(), settings)
+        default_disk = default_limits.disk_bytes
         self._disks = DiskPool(self._state_dir, pooled, default_disk)
         self._reaper = Reaper(self._disks.recycle)
-        self._warm = WarmPool(settings.local_warm_sandboxes, self._build)
+        self._warm = WarmPool(settings.local_warm_sandboxes, self._build_warm)
+        self._agents = WarmAgents(default_limits.rlimits) if settings.local_warm_agents else None
         store = ImageStore(
             Path(settings.cache_dir),
             timeout_s=settings.image_build_timeout_s,
@@ -219,6 +222,8 @@ class LocalBackend:
         # Never a warm one from a snapshot: its layer is mounted as a sandbox starts.
         warm = None if snapshot is not None else await self._warm.take(key)
         sandbox = None if warm is None else await self._adopt(warm, rollout_id, limits)
+        if sandbox is not None and self._agents is not None:
+            self._agents.claimed(sandbox, limits.rlimits)
         if sandbox is None:
             sandbox = await self._build(rollout_id, key, limits, snapshot)
         if snapshot is None:
@@ -233,6 +238,13 @@ class LocalBackend:
         if snapshot.image_id != key.image:
             raise SandboxError("the snapshot was taken on another image than the sandbox's")
         return snapshot
+
+    async def _build_warm(self, name: str, key: WarmKey) -> LocalSandbox:
+        """A warm sandbox, with the agent of its kind started ahead in it (`warm_agent`)."""
+        sandbox = await self._build(name, key)
+        if self._agents is not None:
+            await self._agents.start_in(sandbox, key)
+        return sandbox
 
     async def _build(
         self,
@@ -296,6 +308,8 @@ class LocalBackend:
             lowers=_lowers(image, snapshot),
         )
         self._sandboxes[name] = sandbox
+        if self._agents is not None:
+            self._agents.register(sandbox, key)
         try:
             await sandbox.open()
         except BaseException:
