@@ -56,11 +56,7 @@ class HarborTasks:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._contexts = settings.state_dir / "harbor"
-        self._store = ImageStore(
-            settings.cache_dir,
-            timeout_s=settings.image_build_timeout_s,
-            aliases=settings.image_aliases,
-        )
+        self._store = ImageStore.of_server(settings)
         self._templates: TemplateBuilds | None = None
 
     async def resolve(self, spec: RolloutSpec, check_image: CheckImage) -> RolloutSpec:

@@ -10,8 +10,9 @@
     python -m service.images remove NAME
     python -m service.images prune [--all]
 
-The cache is the server's (`ROLLOUT_CACHE_DIR`); progress lines go to stderr, results to
-stdout as JSON.
+The cache is the server's (`ROLLOUT_CACHE_DIR`); run by another user than root, the store is
+that user's rootless one under `ROLLOUT_STATE_DIR` (an unprivileged server's: `base` then
+imports the base root made ahead). Progress lines go to stderr, results to stdout as JSON.
 """
 
 from __future__ import annotations
@@ -91,11 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     settings = Settings()
     try:
-        store = ImageStore(
-            settings.cache_dir,
-            timeout_s=settings.image_build_timeout_s,
-            aliases=settings.image_aliases,
-        )
+        store = ImageStore.of_server(settings)
         result = asyncio.run(_run(args, store))
     except (ImageError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -5,21 +5,34 @@ No registry is needed, only the Debian mirror: mmdebstrap builds a minbase root 
 store's container storage as one layer, named both `rollout/base` and `debian:bookworm`, so a
 Dockerfile's `FROM debian:bookworm` builds on it. `debian:bookworm` here is this base, never the
 Docker Hub image.
+
+A rootless store (an unprivileged server's) cannot run mmdebstrap (its `unshare` mode needs
+/etc/subuid ranges and the setuid newuidmap): it imports the base root made ahead instead
+(`import_base`), copied first so that every file is the server's (owned.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import shutil
 from pathlib import Path
 
 from service.errors import ImageError
-from service.images.models import ProgressCallback
+from service.images.models import Image, ProgressCallback
 from service.images.names import qualify
+from service.images.owned import owned_copy
 from service.images.process import run_tool
 from service.images.storage import ContainerStorage
 
-__all__ = ["BASE_NAMES", "BASE_PACKAGES", "BASE_SUITE", "base_key", "build_base"]
+__all__ = [
+    "BASE_NAMES",
+    "BASE_PACKAGES",
+    "BASE_SUITE",
+    "base_key",
+    "build_base",
+    "import_base",
+]
 
 BASE_SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "bash", "coreutils", "ca-certificates", "git")
@@ -59,6 +72,19 @@ async def build_base(
             image=image, step="base", on_progress=on_progress, timeout_s=timeout_s,
         )  # fmt: skip
         return await _commit(storage, scratch / "rootfs", on_progress)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+async def import_base(
+    storage: ContainerStorage, made: Image, scratch: Path, on_progress: ProgressCallback
+) -> str:
+    """Commit the base `made` by root (copied into `scratch`, every file ours) under
+    BASE_NAMES; return its image id."""
+    _fresh(scratch)
+    try:
+        copy = await asyncio.to_thread(owned_copy, made, scratch)
+        return await _commit(storage, copy.rootfs, on_progress)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -114,7 +114,7 @@ async def import_oci(
     transport = skopeo_source(source, select)
     storage.root.mkdir(parents=True, exist_ok=True)
     await run_tool(
-        ["skopeo", "copy", transport, storage.transport(name)],
+        storage.tool(["skopeo", "copy", transport, storage.transport(name)]),
         image=name,
         step="import",
         on_progress=on_progress,

@@ -76,6 +76,9 @@ async def _copy_out(
 
     container = (await buildah("from", "--quiet", "--pull=never", image_id))[-1].strip()
     try:
+        if storage.rootless:
+            await _copy_out_rootless(storage, container, destination, image, on_progress)
+            return
         mountpoint = (await buildah("mount", container))[-1].strip()
         await run_tool(
             ["cp", "-a", "--reflink=auto", f"{mountpoint}/.", str(destination)],
@@ -87,3 +90,28 @@ async def _copy_out(
     finally:
         await buildah("umount", container)
         await buildah("rm", container)
+
+
+# buildah's mount lives in the mount namespace of the user namespace it ran in, gone when it
+# exits: a rootless storage's mount, copy and unmount run in one namespace.
+_MOUNT_COPY = (
+    'container=$1 destination=$2; shift 2; mountpoint=$("$@" mount "$container"); '
+    'trap \'"$@" umount "$container"\' EXIT; cp -a --reflink=auto "$mountpoint/." "$destination"'
+)
+
+
+async def _copy_out_rootless(
+    storage: ContainerStorage,
+    container: str,
+    destination: Path,
+    image: str,
+    on_progress: ProgressCallback,
+) -> None:
+    script = ["sh", "-ec", _MOUNT_COPY, "sh", container, str(destination)]
+    await run_tool(
+        storage.tool([*script, *storage.plain_buildah()]),
+        image=image,
+        step="unpack",
+        on_progress=on_progress,
+        timeout_s=storage.timeout_s,
+    )

@@ -5,17 +5,22 @@ directory, never in the machine's /var/lib/containers, so the service's images a
 removing the cache removes them. Names are spelled by `names.qualify` (`debian:bookworm` is
 stored as `docker.io/library/debian:bookworm`); nothing is ever pulled, so every name, with a
 registry host or not, means an image of the store, never a registry's.
+
+A rootless storage (an unprivileged server's own) runs every tool through `rootless.py`: as
+root of a user namespace mapping the server's ids alone, so its layers are the server's files.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from service.errors import ImageError
+from service.images import rootless
 from service.images.models import ImageConfig, ImageProgress, ProgressCallback
 from service.images.names import candidates, qualify
 from service.images.process import run_tool
@@ -40,8 +45,19 @@ class ContainerStorage:
     root: Path
     runroot: Path
     timeout_s: float
+    rootless: bool = False
+
+    def tool(self, argv: Sequence[str]) -> list[str]:
+        """`argv` as run on this storage: in a user namespace of its own if rootless."""
+        if not self.rootless:
+            return list(argv)
+        return [sys.executable, "-I", rootless.__file__, str(self.runroot), *argv]
 
     def buildah(self, *args: str) -> list[str]:
+        return self.tool(self.plain_buildah(*args))
+
+    def plain_buildah(self, *args: str) -> list[str]:
+        """buildah's argv on this storage, run as it is (`buildah` wraps it in `tool`)."""
         return [
             "buildah",
             "--root", str(self.root),

@@ -11,21 +11,28 @@ image it still holds, is a hit and runs no tool. `outcomes` records each request
 
 A name is looked up (`resolve`) as `names.qualify` spells it, then through the operator's
 aliases (names.py); the base counts as held, since it is made at first use.
+
+A server not running as root has a rootless store of its own (`of_server`): the same layout
+under `<state_dir>/rootless/images`, every tool run as root of a user namespace mapping the
+server's ids alone (rootless.py), every file the server's. Its base is the one root made
+ahead in `<cache_dir>/images` (`made_base`), imported (base.py), so it needs no mmdebstrap.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
+import hashlib
 import os
 import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
+from service.config import Settings
 from service.errors import ImageError
 from service.file_lock import file_lock
-from service.images.base import BASE_NAMES, base_key, build_base
+from service.images.base import BASE_NAMES, base_key, build_base, import_base
 from service.images.dockerfile import (
     build_dockerfile,
     build_key,
@@ -48,7 +55,7 @@ from service.images.oci import import_oci
 from service.images.rootfs import ROOTFS_DIR, TMP_PREFIX, read_config, unpack
 from service.images.storage import ContainerStorage
 
-__all__ = ["ImageStore"]
+__all__ = ["BASE_NOT_MADE", "ImageStore"]
 
 _BASE = {qualify(name) for name in BASE_NAMES}
 _HOW_TO_PROVIDE = (
@@ -57,6 +64,11 @@ _HOW_TO_PROVIDE = (
     "`python -m service.images build CONTEXT --name {name}`, or have the operator alias it to "
     "a local image (ROLLOUT_IMAGE_ALIASES); `rollout/base` and `debian:bookworm` name the "
     "Debian base, made at first use"
+)
+BASE_NOT_MADE = (
+    "the Debian base was not made ahead: a server not running as root cannot make it; run "
+    "`python -m service.images base` as root with the same ROLLOUT_CACHE_DIR (readable by the "
+    "server's user)"
 )
 Produce = Callable[[ProgressCallback], Awaitable[str]]
 
@@ -74,15 +86,34 @@ class ImageStore:
         *,
         timeout_s: float = 3600.0,
         aliases: Mapping[str, str] | None = None,
+        rootless: Path | None = None,
     ) -> None:
-        self.directory = cache_dir / "images"
+        """`rootless`: the store is there instead, run without root (the module's docstring);
+        its base is the one made ahead under `cache_dir`."""
+        self.shared = cache_dir / "images"
+        """Where root makes the base ahead (`made_base`): `directory` unless rootless."""
+        self.directory = self.shared if rootless is None else rootless / "images"
         self.aliases = ImageAliases(aliases or {})
         self.storage = ContainerStorage(
-            self.directory / "containers", self.directory / "containers-run", timeout_s
+            self.directory / "containers",
+            self.directory / "containers-run",
+            timeout_s,
+            rootless=rootless is not None,
         )
         self.unpacked = self.directory / "unpacked"
         self.outcomes: list[BuildOutcome] = []
         self._flights: Flights[Image] = Flights()
+
+    @classmethod
+    def of_server(cls, settings: Settings) -> ImageStore:
+        """A server's store: the cache's, or its own rootless one if it is not root."""
+        rootless = None if os.geteuid() == 0 else settings.state_dir / "rootless"
+        return cls(
+            settings.cache_dir,
+            timeout_s=settings.image_build_timeout_s,
+            aliases=settings.image_aliases,
+            rootless=rootless,
+        )
 
     async def get(self, name: str, on_progress: ProgressCallback = _ignore) -> Image:
         """The ready image `name` (or its alias): the base is made at first use; any other
@@ -104,26 +135,39 @@ class ImageStore:
         return await self._flights.run(f"unpack\0{image_id}\0{name}", name, work, on_progress)
 
     async def base(self, on_progress: ProgressCallback = _ignore) -> Image:
-        """The Debian base (mmdebstrap), made once."""
+        """The Debian base (mmdebstrap), made once; a rootless store's is imported, once per
+        base made ahead."""
         scratch = self.directory / "base-scratch"
+        if not self.storage.rootless:
 
-        async def produce(report: ProgressCallback) -> str:
-            return await build_base(self.storage, scratch, report, self.storage.timeout_s)
+            async def produce(report: ProgressCallback) -> str:
+                return await build_base(self.storage, scratch, report, self.storage.timeout_s)
 
-        return await self._once(base_key(), BASE_NAMES[0], produce, on_progress)
+            return await self._once(base_key(), BASE_NAMES[0], produce, on_progress)
+        made = self.made_base()
+        if made is None:
+            raise ImageError(BASE_NAMES[0], "base", BASE_NOT_MADE)
+
+        async def imported(report: ProgressCallback) -> str:
+            assert made is not None
+            return await import_base(self.storage, made, scratch, report)
+
+        key = hashlib.sha256(f"{base_key()}\0{made.id}".encode()).hexdigest()
+        return await self._once(key, BASE_NAMES[0], imported, on_progress)
 
     def made_base(self) -> Image | None:
         """The base as made and unpacked ahead (`base`), found from the store's own files
         alone: for an unprivileged server, which can run no tool on a root's container
         storage. None if it was not made, or not unpacked yet."""
+        unpacked = self.shared / "unpacked"
         try:
-            image_id = (self.directory / "builds" / base_key()).read_text().strip()
-            config = read_config(self.unpacked / image_id)
+            image_id = (self.shared / "builds" / base_key()).read_text().strip()
+            config = read_config(unpacked / image_id)
         except (FileNotFoundError, PermissionError):
             return None
         if config is None:
             return None
-        rootfs = self.unpacked / image_id / ROOTFS_DIR
+        rootfs = unpacked / image_id / ROOTFS_DIR
         return Image(
             id=image_id, names=[qualify(n) for n in BASE_NAMES], rootfs=rootfs, config=config
         )
