@@ -119,11 +119,7 @@ class LocalBackend:
         self._reaper = Reaper(self._disks.recycle)
         self._warm = WarmPool(settings.local_warm_sandboxes, self._build_warm)
         self._agents = WarmAgents(default_limits.rlimits) if settings.local_warm_agents else None
-        store = ImageStore(
-            Path(settings.cache_dir),
-            timeout_s=settings.image_build_timeout_s,
-            aliases=settings.image_aliases,
-        )
+        store = ImageStore.of_server(settings)
         owned = None if self._privileged else self._state_dir / "images"
         self._images = ImageRoots(store, settings.sandbox_image, owned=owned)
         self._id_blocks = UidBlocks(_ID_BLOCKS)
@@ -137,8 +133,8 @@ class LocalBackend:
         the host's root when the default image cannot be had."""
         base = self._images.store.made_base()
         images = (
-            "the Debian base made ahead only (copied at first use, every file root's inside; "
-            "no other owner), no build, import or unpack"
+            "the Debian base made ahead (copied at first use, every file root's inside; "
+            "no other owner), and images built or imported rootless, on it"
             if base is not None
             else f"none ({BASE_NOT_MADE})"
         )

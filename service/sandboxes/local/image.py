@@ -28,13 +28,13 @@ from service.images import Image, ImageProgress, ImageStore
 from service.images.base import BASE_NAMES
 from service.images.names import qualify
 from service.images.owned import owned_copy
+from service.images.store import BASE_NOT_MADE
 from service.sandboxes.local.bwrap import SandboxLayout
 from service.sandboxes.local.overlay_start import ID_SPAN
 
 __all__ = [
     "BASE_NOT_MADE",
     "HOST_IMAGE",
-    "UNPRIVILEGED_IMAGES",
     "ImageRoots",
     "UidBlocks",
     "image_dirs",
@@ -44,16 +44,6 @@ __all__ = [
 
 HOST_IMAGE = "host"
 """The name that keeps the host's root, read-only (no image)."""
-UNPRIVILEGED_IMAGES = (
-    "a server not running as root runs only the Debian base (rollout/base) made ahead by "
-    "root, or host; it cannot build, import or unpack images (buildah, skopeo and mmdebstrap "
-    "need root here)"
-)
-BASE_NOT_MADE = (
-    "the Debian base was not made ahead: a server not running as root cannot make it; run "
-    "`python -m service.images base` as root with the same ROLLOUT_CACHE_DIR (readable by the "
-    "server's user)"
-)
 _FIELD = "spec.sandbox.image"
 _BASE = {qualify(name) for name in BASE_NAMES}
 _BLOCKS_FIRST = 0x2000_0000
@@ -68,8 +58,8 @@ class ImageRoots:
         self.store = store
         self.default = default
         self.owned = owned
-        """An unprivileged server's: where it copies the base made ahead (`owned_copy`),
-        the only image it can have (it runs none of the store's tools); None for root."""
+        """An unprivileged server's: where it copies the base made ahead (`owned_copy`);
+        its other images are its rootless store's (`ImageStore.of_server`). None for root."""
         self._base: Image | None = None
         self._by_id: dict[str, Image] = {}
         self._copying = asyncio.Lock()
@@ -84,9 +74,7 @@ class ImageRoots:
         name = self.name(requested)
         if name == HOST_IMAGE:
             return
-        if self.owned is not None:
-            if qualify(name) not in _BASE:
-                raise SpecError([FieldViolation(_FIELD, f"{name!r}: {UNPRIVILEGED_IMAGES}")])
+        if self.owned is not None and qualify(name) in _BASE:
             if self.store.made_base() is None:
                 raise SpecError([FieldViolation(_FIELD, f"{name!r}: {BASE_NOT_MADE}")])
             return
@@ -110,7 +98,7 @@ class ImageRoots:
             return None
         if qualify(name) in _BASE and self._base is not None and self._base.rootfs.is_dir():
             return self._base
-        if self.owned is not None:
+        if self.owned is not None and qualify(name) in _BASE:
             return await self._owned_base(name, report)
 
         def progress(event: ImageProgress) -> None:
