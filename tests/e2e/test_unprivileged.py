@@ -7,6 +7,8 @@ cache's `images/` in a mount namespace of the server's own (as a Kubernetes pod 
 a volume a root filled ahead). Everything else is the server's own doing: it copies the
 base into its state dir at first use (`service.images.owned`), and each image sandbox's
 spawner makes a user namespace, mounts the overlay there and starts bwrap.
+A Harbor task's Dockerfile is built by the server itself, rootless: buildah in a user
+namespace of its own (`service.images.rootless`), on the base it imports from the one made ahead.
 Skipped only where the host forbids unprivileged user namespaces, saying why.
 """
 
@@ -29,11 +31,12 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import json_format
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.config import Settings
-from service.images import ImageStore
+from service.images import ImageStore, rootless
 from tests.e2e.specs import command_spec
 from tests.server_process import ServerProcess
 
@@ -87,7 +90,13 @@ def user_namespaces(user: pwd.struct_passwd) -> None:
 def home(user: pwd.struct_passwd) -> Iterator[Path]:
     """The user's own directory for the server's state and cache (outside root's 0700 tmp)."""
     directory = Path(tempfile.mkdtemp(prefix="rollout-unprivileged-", dir="/tmp"))
-    for path in (directory, directory / "state", directory / "cache", directory / "cache/images"):
+    for path in (
+        directory,
+        directory / "state",
+        directory / "cache",
+        directory / "cache/images",
+        directory / "tasks",
+    ):
         path.mkdir(exist_ok=True)
         os.chown(path, user.pw_uid, user.pw_gid)
     yield directory
@@ -117,6 +126,7 @@ def server(user: pwd.struct_passwd, user_namespaces: None, home: Path) -> Iterat
     env = {
         "ROLLOUT_CACHE_DIR": str(cache),
         "ROLLOUT_SANDBOX_IMAGE": "rollout/base",
+        "ROLLOUT_TASK_ROOTS": json.dumps([str(home / "tasks")]),
         "HOME": str(home),
     }
     server = ServerProcess(home / "state", env=env, command=command)
@@ -228,7 +238,73 @@ async def test_what_needs_root_is_refused_naming_the_field(server: ServerProcess
     other = await _refusal(server.target, command_spec("true", sandbox={"image": "task/other"}))
     assert other.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "spec.sandbox.image" in (other.details() or "")
-    assert "cannot build, import" in (other.details() or "")
+    assert "no image 'task/other' in the store" in (other.details() or "")
+
+
+_TASK = {
+    "task.toml": "[agent]\ntimeout_sec = 60.0\n",
+    "instruction.md": "Write /app/answer.txt.\n",
+    "environment/Dockerfile": (
+        "FROM rollout/base\n"
+        "RUN apt-get --version | head -1 > /opt/apt.txt && echo built > /opt/built.txt\n"
+        "COPY greeting.txt /app/greeting.txt\n"
+        "WORKDIR /app\n"
+    ),
+    "environment/greeting.txt": "hello from the context\n",
+    "solution/solve.sh": "#!/bin/bash\ncat /opt/built.txt greeting.txt > answer.txt\n",
+    "tests/test.sh": (
+        "#!/bin/bash\n"
+        'ok=0; [ "$(cat /app/answer.txt)" = "$(printf \'built\\nhello from the context\')" ] '
+        "&& grep -q '^apt ' /opt/apt.txt && ok=1\n"
+        'echo "$ok" > /logs/verifier/reward.txt\n'
+    ),
+}
+
+
+def _rootless_buildah(user: pwd.struct_passwd, home: Path, *args: str) -> Any:
+    """A query of the server's rootless container storage, run as its user, as it runs it."""
+    storage = home / "state" / "rootless" / "images"
+    argv = [
+        *_as_user(user), sys.executable, "-I", rootless.__file__, str(storage / "containers-run"),
+        "buildah",
+        "--root", str(storage / "containers"), "--runroot", str(storage / "containers-run"),
+        "--storage-driver", "overlay", *args,
+    ]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, env={"HOME": "/"})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout or "null")
+
+
+async def test_an_unprivileged_server_builds_a_harbor_tasks_dockerfile(
+    server: ServerProcess, user: pwd.struct_passwd, home: Path
+) -> None:
+    """FROM the base made ahead, a RUN step (apt inside: as root, see owned.py) and a COPY,
+    built by the server as its own user; the oracle reaches reward 1 on it, and the build
+    leaves no container, mount or process behind."""
+    task = home / "tasks" / f"built-{uuid.uuid4().hex[:6]}"
+    for relative, text in _TASK.items():
+        path = task / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o755 if relative.endswith(".sh") else 0o644)
+    for path in [task, *task.rglob("*")]:
+        os.chown(path, user.pw_uid, user.pw_gid)
+    spec = json_format.ParseDict(
+        {"agent": {"name": "oracle"}, "harborTask": {"path": task.name}}, pb.RolloutSpec()
+    )
+    rollout = await _run(server.target, spec)
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, (
+        rollout.result.error.message,
+        rollout.result.verify_results,
+    )
+    assert rollout.result.reward == 1.0
+    assert rollout.spec.sandbox.image.startswith("harbor/task:")
+    images = _rootless_buildah(user, home, "images", "--json")
+    names = [name for image in images for name in image.get("names") or []]
+    assert any(rollout.spec.sandbox.image in name for name in names), names
+    assert not _rootless_buildah(user, home, "containers", "--json")  # --force-rm, rm
+    containers = home / "state" / "rootless" / "images" / "containers"
+    assert _mounts_under(containers) == []  # each in a namespace now gone
 
 
 async def test_nothing_is_left_after_the_server_stops(
