@@ -259,19 +259,22 @@ class FakeE2B:
             for record in self.records.values()
             if record.sandbox.alive and wanted.items() <= record.metadata.items()
         ]
-        await self._reply_page(request, response, matching)
+        await self._reply_page(request, response, matching, "sandboxID")
 
     @staticmethod
     async def _reply_page(
-        request: HttpRequest, response: HttpResponse, items: list[dict[str, Any]]
+        request: HttpRequest, response: HttpResponse, items: list[dict[str, Any]], key: str
     ) -> None:
-        """One page of a listing, the next page's offset in `x-next-token` as E2B does."""
-        offset = int(request.param("nextToken") or 0)
+        """One page of a listing in `key` order, `x-next-token` naming where the next starts
+        as E2B does: a cursor (the last `key` sent), so that items removed between two pages
+        do not make the next skip others, as an offset would."""
+        after = request.param("nextToken") or ""
         limit = int(request.param("limit") or 100)
-        page = items[offset : offset + limit]
+        rest = sorted((item for item in items if item[key] > after), key=lambda item: item[key])
+        page = rest[:limit]
         headers = {"content-type": "application/json"}
-        if offset + limit < len(items):
-            headers["x-next-token"] = str(offset + limit)
+        if len(rest) > limit:
+            headers["x-next-token"] = page[-1][key]
         body = json.dumps(page).encode()
         await response.start(200, headers | {"content-length": str(len(body))})
         await response.send(body)
@@ -316,7 +319,7 @@ class FakeE2B:
 
     async def _list_snapshots(self, request: HttpRequest, response: HttpResponse) -> None:
         snapshots = [self._snapshot_info(s) for s in self.snapshots if s in self._templates]
-        await self._reply_page(request, response, snapshots)
+        await self._reply_page(request, response, snapshots, "snapshotID")
 
     async def _delete_template(self, template_id: str, response: HttpResponse) -> None:
         template_id = unquote(template_id)

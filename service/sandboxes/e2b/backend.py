@@ -33,6 +33,7 @@ from e2b import (
     RateLimitException,
     SandboxException,
     SandboxQuery,
+    SandboxState,
     ServiceBusyException,
 )
 
@@ -47,6 +48,7 @@ from service.sandboxes.e2b.guard import (
     Slot,
     retry_transient,
 )
+from service.sandboxes.e2b.presence import PAGE, Presence
 from service.sandboxes.e2b.sandbox import KILL_TIMEOUT_S, SDK_ERRORS, E2BSandbox
 from service.sandboxes.e2b.snapshot import (
     E2BSnapshot,
@@ -67,7 +69,7 @@ ROLLOUT_LABEL = "rollout-id"
 MAX_TIMEOUT_S = 24 * 3600
 """The longest sandbox life E2B grants (Pro tier)."""
 HEALTH_INTERVAL_S = 10.0
-"""How often a waiting command checks that its sandbox still exists."""
+"""How often the sandboxes of waiting commands are checked to still exist (`presence`)."""
 _MISSING_KEY = f"backend 'e2b' is not available: {API_KEY_ENV} is not set on the server"
 
 
@@ -96,7 +98,7 @@ class E2BBackend:
         self._slots = SandboxSlots(settings.e2b_max_sandboxes)
         self._rate = CreateRateLimiter(settings.e2b_creates_per_s)
         self._retry = retry or RetryPolicy()
-        self._health_interval_s = health_interval_s
+        self._presence = Presence(self._existing, health_interval_s)
         self._live: dict[str, E2BSandbox] = {}
         self._snapshots: set[str] = set()
         """The ids of the snapshots taken and not released (`snapshot`)."""
@@ -197,6 +199,7 @@ class E2BBackend:
         while self._reapers:
             await asyncio.wait(set(self._reapers))
         await asyncio.gather(*(sandbox.kill() for sandbox in list(self._live.values())))
+        await self._presence.close()
 
     async def _create_with_retries(self, request: SandboxRequest, slot: Slot) -> AsyncSandbox:
         idempotency_key = str(uuid.uuid4())
@@ -265,25 +268,33 @@ class E2BBackend:
             self._live.pop(sandbox_id, None)
             slot.release()
 
-        sandbox = E2BSandbox(
-            sdk, self._settings, on_killed=forget, health_interval_s=self._health_interval_s
-        )
+        sandbox = E2BSandbox(sdk, self._settings, on_killed=forget, presence=self._presence)
         self._live[sandbox_id] = sandbox
         return sandbox
 
     async def _list_own(self) -> list[Any]:
         return await self._list({INSTANCE_LABEL: self._settings.instance_id})
 
+    async def _existing(self) -> set[str]:
+        """The ids of this instance's sandboxes, running or paused (`presence`)."""
+        query = SandboxQuery(
+            metadata={INSTANCE_LABEL: self._settings.instance_id},
+            state=[SandboxState.RUNNING, SandboxState.PAUSED],
+        )
+        return {info.sandbox_id for info in await self._list_pages(query)}
+
     async def _list(self, metadata: dict[str, str]) -> list[Any]:
         """The sandboxes whose metadata includes `metadata`."""
-        query = SandboxQuery(metadata=metadata)
-        paginator = AsyncSandbox.list(query=query, api_key=self._api_key)
+        return await self._list_pages(SandboxQuery(metadata=metadata))
+
+    async def _list_pages(self, query: SandboxQuery) -> list[Any]:
+        paginator = AsyncSandbox.list(query=query, limit=PAGE, api_key=self._api_key)
         found: list[Any] = []
         try:
             while paginator.has_next:
                 found += await paginator.next_items()
         except SDK_ERRORS as exc:
-            raise SandboxError(f"could not list E2B sandboxes for a sweep: {exc}") from exc
+            raise SandboxError(f"could not list E2B sandboxes: {exc}") from exc
         return found
 
     async def _kill_by_id(self, sandbox_id: str) -> bool:

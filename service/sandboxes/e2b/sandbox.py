@@ -29,6 +29,7 @@ from service.errors import SandboxError, VerifierError
 from service.sandboxes.base import WORKDIR, ExecResult, FileEntry, OutputCallback, Reclaimed
 from service.sandboxes.deadline import wait_or_kill
 from service.sandboxes.e2b.find_listing import list_by_find
+from service.sandboxes.e2b.presence import Presence
 from service.sandboxes.e2b.process import E2BProcess, TextOutput
 from service.sandboxes.e2b.reclaim import RESISTED, STUCK, reclaim_runs
 
@@ -54,8 +55,6 @@ KILL_RETRIES = 3
 ENVD_DEADLINE_GRACE_S = 5.0
 """envd's own deadline for a foreground command lies this far past ours: a backstop for a
 lost stream, never the one that fires first."""
-GONE_AFTER_FAILURES = 3
-"""Consecutive failed health probes after which a sandbox counts as gone."""
 RECLAIM_TIMEOUT_S = 120.0
 """Budget of one run of the reclaim script (killing a fork bomb's worth, removing trees)."""
 
@@ -79,12 +78,12 @@ class E2BSandbox:
         settings: Settings,
         *,
         on_killed: Callable[[], None],
-        health_interval_s: float,
+        presence: Presence,
     ) -> None:
         self._sdk = sdk
         self._settings = settings
         self._on_killed = on_killed
-        self._health_interval_s = health_interval_s
+        self._presence = presence
         self._processes: set[E2BProcess] = set()
         self._chores: set[asyncio.Task[None]] = set()
         self._kill_task: asyncio.Task[None] | None = None
@@ -216,19 +215,9 @@ class E2BSandbox:
             _log.debug("E2B sandbox %s: kill of command %d: %s", self.id, pid, exc)
 
     async def until_gone(self) -> None:
-        """Return once health probes say the sandbox is gone. A sandbox can vanish without
-        closing the command streams, which would then wait forever."""
-        failures = 0
-        while failures < GONE_AFTER_FAILURES:
-            await asyncio.sleep(self._health_interval_s)
-            try:
-                running = await self._sdk.is_running(request_timeout=self._health_interval_s)
-            except SDK_ERRORS:
-                failures += 1
-                continue
-            if not running:
-                return
-            failures = 0
+        """Return once the backend's listings say the sandbox is gone (`presence`). A sandbox
+        can vanish without closing the command streams, which would then wait forever."""
+        await self._presence.until_gone(self.id)
 
     async def _launch(
         self,

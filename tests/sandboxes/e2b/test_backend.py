@@ -192,6 +192,29 @@ async def test_sandbox_vanishing_silently_is_noticed(sandbox: E2BSandbox, cloud:
         await process.wait()
 
 
+async def test_one_listing_tells_a_vanished_sandbox_from_a_live_one(
+    backend: E2BBackend, sandbox: E2BSandbox, cloud: FakeE2B
+) -> None:
+    """The backend's one listing a round (`presence`) ends the command of the sandbox that
+    vanished and keeps the other one's waiting."""
+    other = await backend.create(make_request("rollout-2"))
+    try:
+        processes = []
+        for each in (sandbox, other):
+            processes.append(await each.spawn("echo $$ > /tmp/pid; sleep 300"))
+            await _until_file(each, "/tmp/pid")
+        waits = [asyncio.create_task(process.wait()) for process in processes]
+        cloud.vanish(sandbox.id, drop_connections=False)
+        with pytest.raises(SandboxError, match="stopped while a command was running"):
+            await waits[0]
+        assert not waits[1].done()
+        assert (await other.exec("echo alive", timeout_s=30)).stdout == "alive\n"
+        await processes[1].kill()
+        assert (await waits[1]).exit_code == -1
+    finally:
+        await other.kill()
+
+
 async def test_calls_on_a_dead_sandbox_fail_with_sandbox_error(
     sandbox: E2BSandbox, cloud: FakeE2B
 ) -> None:
