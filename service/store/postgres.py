@@ -130,6 +130,26 @@ _TAKE_GROUP_CANCELS_SQL = (
     " RETURNING group_id, reason"
 )
 """`_TAKE_CANCELS_SQL` for groups."""
+_APPEND_SQL = (
+    "WITH owners AS (SELECT id, owner FROM rollouts WHERE id = ANY(%(ids)s) FOR SHARE),"
+    " allowed AS (SELECT count(*) = cardinality(%(ids)s::text[])"
+    " AND coalesce(bool_and(owner = %(owner)s), false) AS yes FROM owners),"
+    " stored AS (INSERT INTO events (rollout_id, seq, time, kind, payload)"
+    " SELECT * FROM unnest(%(rollout_ids)s::text[], %(seqs)s::bigint[], %(times)s::text[],"
+    " %(kinds)s::text[], %(payloads)s::text[]) WHERE (SELECT yes FROM allowed)),"
+    " phased AS (UPDATE rollouts SET status = change.status, phase = change.phase"
+    " FROM (SELECT DISTINCT ON (id) id, status, phase FROM unnest(%(changed)s::text[],"
+    " %(statuses)s::text[], %(phases)s::text[]) WITH ORDINALITY AS c(id, status, phase, n)"
+    " ORDER BY id, n DESC) AS change WHERE rollouts.id = change.id"
+    " AND rollouts.status <> ALL(%(terminal)s) AND (SELECT yes FROM allowed)),"
+    f" notified AS ({NOTIFY_SQL} WHERE (SELECT yes FROM allowed))"
+    " SELECT id, owner, (SELECT count(*) FROM notified) FROM owners"
+)
+"""`append_events` in one statement (one round trip, its own transaction): lock the rollouts'
+rows (FOR SHARE: a takeover's claim waits for this commit), and only if all exist and this run
+owns them all, insert the events, set each rollout's status and phase from its last
+PhaseChanged (unless the row is already terminal: the final save may come first), and notify
+them; returns (id, owner) of the rows found, for the caller to tell why it stored nothing."""
 _ENDED_KEPT = 10_000
 """Ended rollouts `follow_others` remembers, so that a late notification reads nothing again."""
 _OTHERS_RUNNING = (
@@ -329,7 +349,8 @@ class PostgresStore:
         )
 
     async def append_events(self, events: Sequence[RolloutEvent]) -> None:
-        """Append events (seq already assigned) in one transaction: all of them or none.
+        """Append events (seq already assigned) in one statement (`_APPEND_SQL`): all of them
+        or none.
 
         A `PhaseChanged` also sets its rollout's row's status and phase (unless the row is
         already terminal: the final save may come first), so that every server reads a
@@ -338,33 +359,33 @@ class PostgresStore:
         if not events:
             return
         rows = [encode_event(event) for event in events]
+        changes = _phase_changes(events)
         ids = sorted({row[0] for row in rows})
+        params = {
+            "ids": ids,
+            "owner": self._owner,
+            "rollout_ids": [row[0] for row in rows],
+            "seqs": [row[1] for row in rows],
+            "times": [row[2] for row in rows],
+            "kinds": [row[3] for row in rows],
+            "payloads": [row[4] for row in rows],
+            "changed": [change[0] for change in changes],
+            "statuses": [change[1] for change in changes],
+            "phases": [change[2] for change in changes],
+            "terminal": [status.value for status in TERMINAL_STATUSES],
+        }
         try:
-            async with self._connection() as conn, conn.transaction(), conn.cursor() as cursor:
-                # FOR SHARE: a takeover's claim of these rows waits for this commit.
-                await cursor.execute(
-                    "SELECT id, owner FROM rollouts WHERE id = ANY(%s) FOR SHARE", (ids,)
-                )
-                owners = dict(await cursor.fetchall())
-                if len(owners) < len(ids):
-                    raise NotFoundError(f"events for unknown rollouts among {ids}")
-                fenced = [rollout_id for rollout_id in ids if owners[rollout_id] != self._owner]
-                if fenced:
-                    self._lease.check()
-                    raise FencedError(fenced)
-                await cursor.executemany(
-                    "INSERT INTO events (rollout_id, seq, time, kind, payload)"
-                    " VALUES (%s, %s, %s, %s, %s)",
-                    rows,
-                )
-                await cursor.executemany(
-                    "UPDATE rollouts SET status = %s, phase = %s"
-                    " WHERE id = %s AND status <> ALL(%s)",
-                    _phase_changes(events),
-                )
-                await cursor.execute(NOTIFY_SQL, (ids,))
+            async with self._connection() as conn:
+                cursor = await conn.execute(_APPEND_SQL, params)
+                owners = {row[0]: row[1] for row in await cursor.fetchall()}
         except errors.UniqueViolation as exc:
             raise ValueError(f"an event's (rollout_id, seq) is already stored: {exc}") from exc
+        if len(owners) < len(ids):
+            raise NotFoundError(f"events for unknown rollouts among {ids}")
+        fenced = [rollout_id for rollout_id in ids if owners[rollout_id] != self._owner]
+        if fenced:
+            self._lease.check()
+            raise FencedError(fenced)
 
     async def events(
         self, rollout_id: str, *, after_seq: int, limit: int
@@ -736,11 +757,10 @@ def _encode_slim(rollout: Rollout) -> tuple[str, str]:
     return encode_model(slim.spec), encode_model(slim.result)
 
 
-def _phase_changes(events: Sequence[RolloutEvent]) -> list[tuple[str, str, str, list[str]]]:
-    """(status, phase, rollout_id, terminal statuses) of each PhaseChanged, in order."""
-    terminal = [status.value for status in TERMINAL_STATUSES]
+def _phase_changes(events: Sequence[RolloutEvent]) -> list[tuple[str, str, str]]:
+    """(rollout_id, status, phase) of each PhaseChanged, in order."""
     return [
-        (event.payload.status.value, event.payload.phase.value, event.rollout_id, terminal)
+        (event.rollout_id, event.payload.status.value, event.payload.phase.value)
         for event in events
         if isinstance(event.payload, PhaseChanged)
     ]

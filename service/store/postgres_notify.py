@@ -4,10 +4,10 @@ followers and hands every rollout id to the label-wide followers (`following_all
 connection also listens on its run's own cancel channel (`cancel_channel`), where another
 server tells it that it recorded a request to cancel a rollout or a group it runs.
 
-`append_events` sends `NOTIFY_SQL` inside its transaction, so a notification is delivered at
-commit, in commit order, and never for rows that were rolled back. The rows stay the truth: a
-notification only says "look", and a follower also looks every POLL_S in case one was lost
-(the listening connection dropped). So with cancel requests: the store takes its run's
+`append_events` sends `NOTIFY_SQL` inside its statement (a transaction), so a notification is
+delivered at commit, in commit order, and never for rows that were rolled back. The rows stay
+the truth: a notification only says "look", and a follower also looks every POLL_S in case one
+was lost (the listening connection dropped). So with cancel requests: the store takes its run's
 recorded requests when woken (`cancel_requested`) and every POLL_S.
 
 A dropped listening connection is connected again (every _RECONNECT_S until it is); then every
@@ -41,8 +41,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _CHANNEL = "rollout_events"
-NOTIFY_SQL = f"SELECT pg_notify('{_CHANNEL}', id) FROM unnest(%s::text[]) AS id"
-"""Notify each rollout id of the one parameter (a list), once."""
+NOTIFY_SQL = f"SELECT pg_notify('{_CHANNEL}', id) FROM unnest(%(ids)s::text[]) AS id"
+"""Notify each rollout id of the parameter `ids` (a list), once."""
 _GROUP_CHANNEL = "rollout_groups"
 GROUP_NOTIFY_SQL = f"SELECT pg_notify('{_GROUP_CHANNEL}', %s)"
 """Notify the group id of the one parameter (its row was just written)."""
