@@ -4,11 +4,13 @@ Everything the service talks to is the test suite's fake (`tests.fakes.e2b_cloud
 plane, envd's Connect streams, files, network updates), on one loopback port. What is cheap is
 the agent: a command containing `AGENT_MARK` is not a process but a coroutine of this process
 that speaks envd's wire format like one (a start event, stdout chunks, an end event, killed
-by SendSignal). It makes a streamed chat call through the URL the service gave it
-(`OPENAI_BASE_URL`: the replica's capture proxy) every `--every` seconds (jittered), prints one
-line per call, until it is killed (the rollout cancelled). Every other command (the service's
-own clean-up and listings) runs for real, as in the suite. So 10,000 live rollouts cost 10,000
-open envd streams and model calls here, not 20,000 processes.
+by SendSignal or by a kill of its process group). It makes a streamed chat call through the URL
+the service gave it (`OPENAI_BASE_URL`: the replica's capture proxy) every `--every` seconds
+(jittered), prints one line per call, until it is killed (the rollout cancelled). The service's
+kill of an agent's process group (`kill -KILL -- -PID`) kills the coroutine and exits 0, as bash
+would; every other command (the service's own clean-up and listings) runs for real, as in the
+suite. So 10,000 live rollouts cost 10,000 open envd streams and model calls here, not 20,000
+processes, and cancelling them boots no sandbox.
 
 Driven by lines on stdin: `stats` is answered by one JSON line on stdout (live agents, calls
 made and failed, call latency percentiles since the last `stats`); an empty line or the end of
@@ -25,6 +27,7 @@ import base64
 import itertools
 import json
 import random
+import re
 import signal
 import sys
 import time
@@ -40,6 +43,8 @@ from tests.fakes.envd import FakeProcess, FakeSandbox
 
 AGENT_MARK = "bench-scale-agent"
 _PIDS = itertools.count(1000)
+_GROUP_KILL = re.compile(r"kill -KILL -- -(\d+) ")
+"""The command `E2BSandbox.kill_process_group` runs."""
 
 
 class Agents:
@@ -150,13 +155,37 @@ async def _stream_chat(base_url: str, key: str, model: str) -> str:
     return "ok"
 
 
+class Exited(FakeProcess):
+    """A command that has already exited 0 (the kill of a scripted agent's group)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.pid = self.host_pid = next(_PIDS)
+        self.events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self.events.put_nowait({"end": self._end(0)})
+        self.events.put_nowait(None)
+        self.pump = asyncio.create_task(asyncio.sleep(0))
+
+    def signal(self, signum: int) -> None:
+        return
+
+
 class ScaleSandbox(FakeSandbox):
-    """A fake sandbox whose agent command is a `ScriptedAgent`; other commands run for real."""
+    """A fake sandbox whose agent command is a `ScriptedAgent`, and the kill of its group an
+    `Exited` command that kills it; other commands run for real."""
 
     agents: Agents
 
     async def start(self, config: dict[str, Any], timeout_s: float | None) -> FakeProcess:
-        if AGENT_MARK not in " ".join(config.get("args", [])):
+        command = " ".join(config.get("args", []))
+        group_kill = _GROUP_KILL.search(command)
+        if group_kill is not None:
+            agent = self.processes.get(int(group_kill.group(1)))
+            if isinstance(agent, ScriptedAgent):
+                agent.signal(signal.SIGKILL)
+                self.started.append(config)
+                return Exited(config)
+        if AGENT_MARK not in command:
             return await super().start(config, timeout_s)
         self.started.append(config)
         agent = ScriptedAgent(config, self.envs | config.get("envs", {}), self.agents)
