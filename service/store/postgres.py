@@ -478,9 +478,11 @@ class PostgresStore:
         Every POLL_S without a notification it looks at what other runs run, in case one was
         lost; once notifications flow again after a gap (`Reconnected`), it also reads the
         rollouts other runs ended since the last notification before it (those that began and
-        ended within it)."""
+        ended within it). A round whose reads fail (the database away) is a gap too: the next
+        rounds read what ended since the last round that read everything, until one does."""
         terminal = [status.value for status in TERMINAL_STATUSES]
-        started = time.time()
+        started = read_at = time.time()
+        failed_since: float | None = None
         with self._notices.following_all() as notes:
             after = {
                 rollout_id: seq or 0
@@ -497,23 +499,51 @@ class PostgresStore:
                     noted = []
                 due = [note for note in noted if isinstance(note, str)]
                 gaps = [note.since for note in noted if isinstance(note, Reconnected)]
-                if gaps or not noted:
-                    running = dict(await self._all(_OTHERS_RUNNING, terminal, self._owner))
-                    due += [rollout_id for rollout_id in after if rollout_id not in running]
-                    due += [r for r, seq in running.items() if (seq or 0) > after.get(r, 0)]
-                if gaps:
-                    since = max(min(gaps), started) - _CLOCK_SLACK_S
-                    missed = await self._all(_OTHERS_ENDED_SINCE, terminal, self._owner, since)
-                    due += [rollout_id for (rollout_id,) in missed]
-                for rollout_id in dict.fromkeys(due):
-                    if rollout_id in ended:
-                        continue
-                    row = await self._one("SELECT owner FROM rollouts WHERE id = %s", rollout_id)
-                    if row is None or row[0] == self._owner:  # taken over by this run
-                        after.pop(rollout_id, None)
-                        continue
-                    async for event in self._events_after(rollout_id, after, ended):
+                gaps += [] if failed_since is None else [failed_since]
+                round_at = time.time()
+                try:
+                    async for event in self._others_round(
+                        due, gaps, polled=not noted, after=after, ended=ended, started=started
+                    ):
                         yield event
+                except psycopg.Error as exc:
+                    if failed_since is None:
+                        log.warning("could not read other servers' events (%s); trying again", exc)
+                        failed_since = read_at
+                    continue
+                failed_since, read_at = None, round_at
+
+    async def _others_round(
+        self,
+        due: builtins.list[str],
+        gaps: builtins.list[float],
+        *,
+        polled: bool,
+        after: dict[str, int],
+        ended: dict[str, None],
+        started: float,
+    ) -> AsyncIterator[RolloutEvent]:
+        """One round of `follow_others`: the new events of the rollouts notified (`due`), of
+        those a look at what other runs run finds (after a gap, or POLL_S without a
+        notification), and, after gaps, of those other runs ended since the earliest."""
+        terminal = [status.value for status in TERMINAL_STATUSES]
+        if gaps or polled:
+            running = dict(await self._all(_OTHERS_RUNNING, terminal, self._owner))
+            due = due + [rollout_id for rollout_id in after if rollout_id not in running]
+            due += [r for r, seq in running.items() if (seq or 0) > after.get(r, 0)]
+        if gaps:
+            since = max(min(gaps), started) - _CLOCK_SLACK_S
+            missed = await self._all(_OTHERS_ENDED_SINCE, terminal, self._owner, since)
+            due += [rollout_id for (rollout_id,) in missed]
+        for rollout_id in dict.fromkeys(due):
+            if rollout_id in ended:
+                continue
+            row = await self._one("SELECT owner FROM rollouts WHERE id = %s", rollout_id)
+            if row is None or row[0] == self._owner:  # taken over by this run
+                after.pop(rollout_id, None)
+                continue
+            async for event in self._events_after(rollout_id, after, ended):
+                yield event
 
     async def _events_after(
         self, rollout_id: str, after: dict[str, int], ended: dict[str, None]
