@@ -246,7 +246,8 @@ _TASK = {
     "instruction.md": "Write /app/answer.txt.\n",
     "environment/Dockerfile": (
         "FROM rollout/base\n"
-        "RUN apt-get --version | head -1 > /opt/apt.txt && echo built > /opt/built.txt\n"
+        "RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends file "
+        "&& file --brief /bin/bash > /opt/file.txt && echo built > /opt/built.txt\n"
         "COPY greeting.txt /app/greeting.txt\n"
         "WORKDIR /app\n"
     ),
@@ -255,7 +256,7 @@ _TASK = {
     "tests/test.sh": (
         "#!/bin/bash\n"
         'ok=0; [ "$(cat /app/answer.txt)" = "$(printf \'built\\nhello from the context\')" ] '
-        "&& grep -q '^apt ' /opt/apt.txt && ok=1\n"
+        "&& grep -q '^ELF 64-bit' /opt/file.txt && ok=1\n"
         'echo "$ok" > /logs/verifier/reward.txt\n'
     ),
 }
@@ -278,9 +279,9 @@ def _rootless_buildah(user: pwd.struct_passwd, home: Path, *args: str) -> Any:
 async def test_an_unprivileged_server_builds_a_harbor_tasks_dockerfile(
     server: ServerProcess, user: pwd.struct_passwd, home: Path
 ) -> None:
-    """FROM the base made ahead, a RUN step (apt inside: as root, see owned.py) and a COPY,
-    built by the server as its own user; the oracle reaches reward 1 on it, and the build
-    leaves no container, mount or process behind."""
+    """FROM the base made ahead, a RUN step installing a Debian package (apt's downloads as
+    root: its `_apt` has no id there, see owned.py) and a COPY, built by the server as its own
+    user; the oracle reaches reward 1 on it, and the build leaves no container or mount."""
     task = home / "tasks" / f"built-{uuid.uuid4().hex[:6]}"
     for relative, text in _TASK.items():
         path = task / relative
