@@ -8,6 +8,8 @@ registry host or not, means an image of the store, never a registry's.
 
 A rootless storage (an unprivileged server's own) runs every tool through `rootless.py`: as
 root of a user namespace mapping the server's ids alone, so its layers are the server's files.
+A layer's other owners (an imported image's `_apt`, uid 42) have no id there: overlay's
+`ignore_chown_errors` makes them root's, as the owned copy of the base has them (owned.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from service.images.process import run_tool
 __all__ = ["ContainerStorage"]
 
 _QUERY_TIMEOUT_S = 120.0
+_ROOTLESS_OPTION = "overlay.ignore_chown_errors=true"
 _LIST_TRIES = 5
 _VANISHED = ("image not known", 'locating item named "manifest"')
 """What buildah says of an image removed while it was reading it: gone, or its record
@@ -63,12 +66,14 @@ class ContainerStorage:
             "--root", str(self.root),
             "--runroot", str(self.runroot),
             "--storage-driver", "overlay",
+            *(["--storage-opt", _ROOTLESS_OPTION] if self.rootless else []),
             *args,
         ]  # fmt: skip
 
     def transport(self, name: str) -> str:
         """The skopeo transport string of a local name in this storage."""
-        return f"containers-storage:[overlay@{self.root}+{self.runroot}]{qualify(name)}"
+        option = f":{_ROOTLESS_OPTION}" if self.rootless else ""
+        return f"containers-storage:[overlay@{self.root}+{self.runroot}{option}]{qualify(name)}"
 
     async def run(
         self, args: Sequence[str], *, image: str, step: str, on_progress: ProgressCallback
