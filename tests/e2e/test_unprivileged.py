@@ -308,6 +308,53 @@ async def test_an_unprivileged_server_builds_a_harbor_tasks_dockerfile(
     assert _mounts_under(containers) == []  # each in a namespace now gone
 
 
+def _archive_of_several_owners(directory: Path) -> Path:
+    """An oci-archive of the base with a file of uid 42 on top, made in root's store."""
+    shared = ImageStore(Path(Settings().cache_dir)).storage
+    (directory / "owned.txt").write_text("of uid 42\n")
+    archive = directory / "several-owners.tar"
+
+    def run(*argv: str) -> str:
+        return subprocess.run(argv, check=True, capture_output=True, text=True).stdout.strip()
+
+    container = run(*shared.buildah("from", "--quiet", "--pull=never", "rollout/base"))
+    try:
+        run(*shared.buildah("copy", "--chown", "42:42", container, str(directory / "owned.txt")))
+        run(*shared.buildah("commit", "--quiet", container, f"oci-archive:{archive}"))
+    finally:
+        run(*shared.buildah("rm", container))
+    archive.chmod(0o644)
+    return archive
+
+
+async def test_an_unprivileged_server_runs_an_image_it_imported(
+    server: ServerProcess, user: pwd.struct_passwd, home: Path
+) -> None:
+    """The operator's command, run as the server's user, imports into the server's rootless
+    store an image with a file of another owner (uid 42, which has no id there: root's now)."""
+    scratch = Path(tempfile.mkdtemp(dir=home))
+    os.chown(scratch, user.pw_uid, user.pw_gid)
+    archive = await asyncio.to_thread(_archive_of_several_owners, scratch)
+    env = {
+        "ROLLOUT_STATE_DIR": str(home / "state"),
+        "ROLLOUT_CACHE_DIR": str(home / "cache"),
+        "HOME": str(home),
+        "PATH": os.environ["PATH"],
+    }
+    command = [*_as_user(user), sys.executable, "-m", "service.images", "import"]
+    command += [f"oci-archive:{archive}", "--name", "local/imported"]
+    done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    spec = command_spec(
+        "cat /owned.txt > owned.txt; stat -c %u /owned.txt > owner.txt",
+        sandbox={"image": "local/imported"},
+    )
+    rollout = await _run(server.target, spec)
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
+    assert rollout.result.files["owned.txt"] == b"of uid 42\n"
+    assert rollout.result.files["owner.txt"] == b"0\n"
+
+
 async def test_nothing_is_left_after_the_server_stops(
     server: ServerProcess, user: pwd.struct_passwd, home: Path
 ) -> None:
