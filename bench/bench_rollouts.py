@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -62,13 +63,65 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def cpu_ms(pid: int) -> tuple[float, float]:
-    """CPU time of the server process itself (Python, gRPC, engine), and of its reaped
-    descendants (fork server, spawners, sandbox processes), in ms."""
+def cpu_ms(pid: int) -> float:
+    """CPU time of the server process itself (Python, gRPC, engine, its threads), in ms."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
-    utime, stime, cutime, cstime = (int(field) for field in fields[11:15])
-    return (utime + stime) * tick_ms, (cutime + cstime) * tick_ms
+    utime, stime = (int(field) for field in fields[11:13])
+    return (utime + stime) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+class TreeCpu:
+    """CPU of the server and of every process it started (fork server, spawners, bwrap,
+    sandboxed commands), kernel work on their behalf included: a cpuacct cgroup (v1) the
+    bench moves them into, where this host has one and the bench runs as root; else None.
+    What the machine spends per rollout, so what bounds rollouts/s on its cores."""
+
+    def __init__(self) -> None:
+        self._group = _CPUACCT / f"bench-rollouts-{os.getpid()}"
+        self.enabled = False
+
+    def follow(self, pid: int) -> None:
+        """Move `pid` and its descendants in; those they start later are born in it."""
+        try:
+            self._group.mkdir(exist_ok=True)
+            for member in _descendants(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    (self._group / "cgroup.procs").write_text(str(member))
+        except OSError:
+            return
+        self.enabled = True
+
+    def ms(self) -> float | None:
+        if not self.enabled:
+            return None
+        return int((self._group / "cpuacct.usage").read_text()) / 1e6
+
+    def close(self) -> None:
+        """Remove the group (every process in it has exited by now, or is moved out)."""
+        if not self._group.is_dir():
+            return
+        with contextlib.suppress(OSError):
+            for member in (self._group / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):
+                    (_CPUACCT / "cgroup.procs").write_text(member)
+            self._group.rmdir()
+
+
+_CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo += children.get(found[-1], [])
+    return found
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -110,14 +163,18 @@ async def run_batch(
 
 async def measure(target: str, pid: int, soak: int) -> dict[str, object]:
     figures: dict[str, object] = {}
+    tree = TreeCpu()
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.RolloutServiceStub(channel)
         await run_batch(stub, 32, 16)  # warm sandboxes, disk pool, caches
+        tree.follow(pid)
         for concurrency, total in ((1, 100), (16, 320), (64, 640)):
             phases: dict[str, list[float]] = {}
-            server_before, children_before = cpu_ms(pid)
+            server_before = cpu_ms(pid)
+            tree_before = tree.ms()
             latencies, wall = await run_batch(stub, total, concurrency, phases)
-            server_after, children_after = cpu_ms(pid)
+            server_after = cpu_ms(pid)
+            tree_after = tree.ms()
             figures[f"c{concurrency}"] = {
                 "rollouts": total,
                 "p50_ms": round(statistics.median(latencies), 1),
@@ -125,7 +182,12 @@ async def measure(target: str, pid: int, soak: int) -> dict[str, object]:
                 "rollouts_per_s": round(total / wall, 1),
                 "server_rss_mb": round(rss_mb(pid), 1),
                 "server_cpu_ms_per_rollout": round((server_after - server_before) / total, 1),
-                "reaped_cpu_ms_per_rollout": round((children_after - children_before) / total, 1),
+                "tree_cpu_ms_per_rollout": (
+                    None
+                    if tree_before is None or tree_after is None
+                    else round((tree_after - tree_before) / total, 1)
+                ),
+                "load_average": round(os.getloadavg()[0], 1),
                 "phase_p50_ms": {
                     phase: round(statistics.median(values), 1) for phase, values in phases.items()
                 },
@@ -136,6 +198,7 @@ async def measure(target: str, pid: int, soak: int) -> dict[str, object]:
                 await run_batch(stub, soak // 10, 16)
                 samples.append(round(rss_mb(pid), 1))
             figures["soak"] = {"rollouts": soak, "rss_mb_every_10pct": samples}
+    tree.close()
     return figures
 
 
@@ -214,17 +277,29 @@ def run_server(env: dict[str, str], soak: int) -> dict[str, object]:
 def print_table(figures: dict[str, object]) -> None:
     print(
         "| concurrency | rollouts | p50 ms | p99 ms | rollouts/s | server RSS MB "
-        "| server CPU ms/rollout | reaped children CPU ms/rollout |"
+        "| server CPU ms/rollout | whole tree CPU ms/rollout | load average |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for key in ("c1", "c16", "c64"):
         row = figures[key]
         assert isinstance(row, dict)
+        tree = row["tree_cpu_ms_per_rollout"]
         print(
             f"| {key[1:]} | {row['rollouts']} | {row['p50_ms']} | {row['p99_ms']} "
             f"| {row['rollouts_per_s']} | {row['server_rss_mb']} "
-            f"| {row['server_cpu_ms_per_rollout']} | {row['reaped_cpu_ms_per_rollout']} |"
+            f"| {row['server_cpu_ms_per_rollout']} | {'' if tree is None else tree} "
+            f"| {row['load_average']} |"
         )
+    print("\nPer phase, p50 ms:\n")
+    print("| phase | c1 | c16 | c64 |")
+    print("|---|---|---|---|")
+    for phase in PHASES:
+        cells = []
+        for key in ("c1", "c16", "c64"):
+            row = figures[key]
+            assert isinstance(row, dict)
+            cells.append(str(row["phase_p50_ms"].get(phase, "")))
+        print(f"| {phase} | " + " | ".join(cells) + " |")
     if "soak" in figures:
         print(f"\nRSS over the soak: {figures['soak']}")
 
