@@ -1,10 +1,13 @@
 """AGENT start to the first model call, per harness, against the baseline in the same run.
 
-Two servers run side by side: the baseline (`ROLLOUT_OPENCODE_EMPTY_MODELS_CACHE=false`, opencode
-as before its empty models.dev cache) and the current defaults. Rollouts alternate between
-them, one at a time, so both see the same load. Each rollout's start is its AGENT PhaseChanged
-event, its first model call the earliest turn's `start_time` (when the request reached the
-capture proxy). The scripted upstream answers at once, so the figure is the harness's own
+Three servers run side by side: the baseline (`ROLLOUT_OPENCODE_EMPTY_MODELS_CACHE=false`,
+opencode as before its empty models.dev cache), the current defaults, and, for opencode only,
+the current defaults with opencode started ahead in warm sandboxes (`ROLLOUT_LOCAL_WARM_AGENTS`;
+its first two rollouts teach it the plan and are not timed; how many of its rollouts were
+handed to an opencode started ahead is read from its log). Rollouts alternate between them,
+one at a time, so all see the same load. Each rollout's start is its AGENT PhaseChanged event,
+its first model call the earliest turn's `start_time` (when the request reached the capture
+proxy). The scripted upstream answers at once, so the figure is the harness's own
 start-up: process start, config, and whatever it does before it asks the model.
 
 Harnesses not installed yet are installed on their first rollout (PREPARING_AGENT, not timed).
@@ -38,6 +41,10 @@ KEY = "sk-bench"
 MODEL = "policy"
 AGENTS = ("command", "opencode", "claude-code", "codex", "mini-swe-agent")
 BASELINE_ENV = {"ROLLOUT_OPENCODE_EMPTY_MODELS_CACHE": "false"}
+WARM_ENV = {"ROLLOUT_LOCAL_WARM_AGENTS": "true"}
+WARM_AGENTS = ("opencode",)
+"""Harnesses that start ahead with `ROLLOUT_LOCAL_WARM_AGENTS`: measured on the warm server."""
+HANDED_OVER = "was started ahead: handed its instruction"
 ONE_CALL = """python3 - <<'PY'
 import json, os, urllib.request
 request = urllib.request.Request(
@@ -97,16 +104,20 @@ def percentile(samples: list[float], fraction: float) -> float:
 async def measure(
     targets: dict[str, str], agents: list[str], runs: int
 ) -> dict[str, dict[str, dict[str, float]]]:
-    samples: dict[str, dict[str, list[float]]] = {a: {m: [] for m in targets} for a in agents}
+    samples: dict[str, dict[str, list[float]]] = {
+        a: {m: [] for m in targets if m != "warm" or a in WARM_AGENTS} for a in agents
+    }
     async with FakeUpstream(api_key=KEY, model=MODEL) as upstream:
         channels = {mode: grpc.aio.insecure_channel(target) for mode, target in targets.items()}
         stubs = {mode: pb_grpc.RolloutServiceStub(channel) for mode, channel in channels.items()}
         try:
             for agent in agents:
-                for stub in stubs.values():  # warm-up: installs, first sandbox of its kind
-                    await first_call_s(stub, upstream, agent)
+                modes = {mode: stubs[mode] for mode in samples[agent]}
+                for mode, stub in modes.items():  # warm-up: installs, first sandbox of its kind
+                    for _ in range(2 if mode == "warm" else 1):  # the warm one learns the plan
+                        await first_call_s(stub, upstream, agent)
                 for _ in range(runs):
-                    for mode, stub in stubs.items():
+                    for mode, stub in modes.items():
                         samples[agent][mode].append(await first_call_s(stub, upstream, agent))
                 print(f"  {agent}: {samples[agent]}", file=sys.stderr, flush=True)
         finally:
@@ -117,6 +128,7 @@ async def measure(
             mode: {
                 "p50": round(statistics.median(values), 3),
                 "p90": round(percentile(values, 0.9), 3),
+                "p99": round(percentile(values, 0.99), 3),
             }
             for mode, values in by_mode.items()
         }
@@ -135,24 +147,35 @@ def main() -> None:
             "baseline": ServerProcess(Path(state) / "baseline", env=BASELINE_ENV),
             "current": ServerProcess(Path(state) / "current"),
         }
+        if any(agent in WARM_AGENTS for agent in agents):
+            servers["warm"] = ServerProcess(Path(state) / "warm", env=WARM_ENV)
         try:
             targets = {mode: server.start() for mode, server in servers.items()}
             figures = asyncio.run(measure(targets, agents, args.runs))
+            handed = servers["warm"].text().count(HANDED_OVER) if "warm" in servers else 0
         finally:
             for server in servers.values():
                 server.stop()
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "agent_start.json").write_text(json.dumps(figures, indent=2))
     print(f"AGENT start to the first model call, seconds ({args.runs} rollouts each):\n")
-    print("| harness | baseline p50 | baseline p90 | current p50 | current p90 | p50 ratio |")
+    print("| harness | baseline p50 | baseline p99 | current p50 | current p99 | p50 ratio |")
     print("|---|---|---|---|---|---|")
     for agent, by_mode in figures.items():
-        base, now = by_mode["baseline"], by_mode["current"]
-        ratio = base["p50"] / now["p50"] if now["p50"] else float("nan")
-        print(
-            f"| {agent} | {base['p50']:.2f} | {base['p90']:.2f} | {now['p50']:.2f} | "
-            f"{now['p90']:.2f} | {ratio:.2f}x |"
-        )
+        rows = [(agent, by_mode["baseline"], by_mode["current"])]
+        if "warm" in by_mode:  # against this run's cold current: started ahead or not
+            rows.append(
+                (f"{agent} started ahead (vs current)", by_mode["current"], by_mode["warm"])
+            )
+        for name, base, now in rows:
+            ratio = base["p50"] / now["p50"] if now["p50"] else float("nan")
+            print(
+                f"| {name} | {base['p50']:.2f} | {base['p99']:.2f} | {now['p50']:.2f} | "
+                f"{now['p99']:.2f} | {ratio:.2f}x |"
+            )
+    if any("warm" in by_mode for by_mode in figures.values()):
+        total = sum(args.runs + 2 for agent in agents if agent in WARM_AGENTS)
+        print(f"\nstarted ahead: {handed} of the warm server's {total} rollouts (2 untimed)")
 
 
 if __name__ == "__main__":

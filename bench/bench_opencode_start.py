@@ -4,6 +4,8 @@ start in a fresh state directory as a rollout's is, against the scripted upstrea
 - `--version`: the floor of any start (the binary and its bundled JavaScript loaded);
 - `run`, as the harness starts it, with the empty models.dev cache (current) and without it
   (baseline): wall time and CPU time (user + system, all threads) to the first model call;
+- `run` started ahead, stdin a pipe left open until its start is done (CPU idle), then handed
+  the prompt: what `ROLLOUT_LOCAL_WARM_AGENTS` leaves on the rollout's path (`opencode_warm`);
 - `serve` started ahead and warmed (`/config`, then the tool list), then handed a session and
   the prompt over HTTP: what a pre-started opencode would leave on the rollout's path.
 
@@ -99,6 +101,35 @@ async def run_to_first_call(
     return figures
 
 
+async def prestarted_first_call(
+    binary: str, root: Path, upstream: FakeUpstream
+) -> dict[str, float]:
+    env = fresh_state(root, upstream, empty_models_cache=True)
+    workdir = Path(tempfile.mkdtemp(dir=root))
+    process = await asyncio.create_subprocess_exec(
+        *(binary, "run", "--pure", "--format", "json"),
+        cwd=workdir,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert process.stdin is not None
+    used = -1.0
+    while used != cpu_s(process.pid):  # until it blocks on its prompt
+        used = cpu_s(process.pid)
+        await asyncio.sleep(0.5)
+    seen = len(upstream.requests)
+    handed = time.perf_counter()
+    process.stdin.write(INSTRUCTION.encode())
+    process.stdin.close()
+    await upstream.wait_for_requests(seen + 1)
+    figures = {"wall": time.perf_counter() - handed, "cpu": cpu_s(process.pid) - used}
+    if await process.wait() != 0:
+        raise RuntimeError("opencode run failed")
+    return figures
+
+
 async def served_first_call(binary: str, root: Path, upstream: FakeUpstream) -> dict[str, float]:
     env = fresh_state(root, upstream, empty_models_cache=True)
     workdir = Path(tempfile.mkdtemp(dir=root))
@@ -150,6 +181,7 @@ async def measure(binary: str, runs: int) -> dict[str, dict[str, float]]:
         "version": [],
         "run_baseline": [],
         "run_current": [],
+        "run_ahead": [],
         "serve_warm": [],
     }
     with tempfile.TemporaryDirectory() as scratch:
@@ -163,6 +195,7 @@ async def measure(binary: str, runs: int) -> dict[str, dict[str, float]]:
                 samples["run_current"].append(
                     await run_to_first_call(binary, root, upstream, empty_models_cache=True)
                 )
+                samples["run_ahead"].append(await prestarted_first_call(binary, root, upstream))
                 samples["serve_warm"].append(await served_first_call(binary, root, upstream))
     return {name: summary(values) for name, values in samples.items()}
 
@@ -187,6 +220,11 @@ def main() -> None:
     print(f"| `--version` only (floor of any start) | {floor['wall']:.2f} | {floor['cpu']:.2f} |")
     print(f"| `run`, baseline (no models cache) | {base['wall']:.2f} | {base['cpu']:.2f} |")
     print(f"| `run`, empty models cache (current) | {now['wall']:.2f} | {now['cpu']:.2f} |")
+    ahead = figures["run_ahead"]
+    print(
+        f"| `run` started ahead, from the prompt on stdin | {ahead['wall']:.2f} | "
+        f"{ahead['cpu']:.2f} |"
+    )
     print(
         f"| `serve` warmed ahead, from the prompt over HTTP | {served['wall']:.2f} | "
         f"{served['cpu']:.2f} |"

@@ -136,6 +136,7 @@ class OpencodeAgent(HarnessAgent):
             await super().prepare(sandbox, context)
             return await super()._start(sandbox, context, command, env, on_output)
         self.warm_runs += 1
+        log.info("opencode in %s was started ahead: handed its instruction", sandbox.id)
         warm.attach(on_output)
         try:
             return await wait_for_agent(warm.process, context)

@@ -15,8 +15,8 @@ it found (the project and its config: a `git init` in setup after that would be 
 the holder starts it only where none of them is, and says `settled` once opencode has read
 them (`init` in its log); prepare() waits for that before the rollout's setup can run, and
 the hand-over checks again that none is there and that the workdir is the same directory.
-Otherwise the process is killed, opencode's state and /tmp/opencode are removed, and the
-rollout runs cold.
+Otherwise the process is killed, what it wrote (opencode's state, /tmp/opencode, the library
+bun unpacked in /tmp) is removed, and the rollout runs cold.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ __all__ = ["discard", "hand_over", "holder_script", "settled"]
 _INPUT_GO = f"{XDG_ROOT}/.warm-go"
 """The holder waits on this FIFO for the hand-over."""
 _LOG = f"{XDG_ROOT}/data/opencode/log/opencode.log"
+_BUN_LIBRARIES = "/tmp/.[0-9a-f]*-00000000.so"
+"""Where bun unpacks a library at each start (a killed process leaves it)."""
 _SETTLE_TIMEOUT_S = 60.0
 _COMMAND_TIMEOUT_S = 30.0
 _NO_PROJECT = """d=$PWD
@@ -97,4 +99,6 @@ async def hand_over(sandbox: Sandbox, agent: PrestartedAgent, workdir: str) -> b
 async def discard(sandbox: Sandbox, agent: PrestartedAgent) -> None:
     """Kill `agent` and remove what it wrote, so the cold path starts as if it never was."""
     await agent.kill()
-    await sandbox.exec(f"rm -rf -- {XDG_ROOT} /tmp/opencode", timeout_s=_COMMAND_TIMEOUT_S)
+    await sandbox.exec(
+        f"rm -rf -- {XDG_ROOT} /tmp/opencode {_BUN_LIBRARIES}", timeout_s=_COMMAND_TIMEOUT_S
+    )

@@ -37,7 +37,7 @@ def _look_command(secret: str = "SECRET-") -> str:
     pattern = secret.replace("-", "[-]", 1)
     return (
         "tr '\\0' '\\n' < /proc/$PPID/environ | sort; tr '\\0' ' ' < /proc/$PPID/cmdline; echo; "
-        "ls -A ~/.opencode-xdg ~/.opencode-xdg/config/opencode /tmp; ps -eo args | sort; "
+        "ls -A ~/.opencode-xdg ~/.opencode-xdg/config/opencode /tmp; ps -eo args --sort=args; "
         f"echo \"FOUND:$(grep -rl '{pattern}' ~ /tmp 2>/dev/null | tr '\\n' ' ')END\""
     )
 
@@ -153,7 +153,11 @@ def _same(value: Any) -> Any:
     if isinstance(value, str):
         value = re.sub(r"\b(call|ses|msg|prt)_[A-Za-z0-9]+|\b1[0-9]{12}\b", "<id>", value)
         # Sandbox directories, and the library bun unpacks under a random name at each start.
-        return re.sub(r"warm-[0-9a-f]{16}|\.[0-9a-f]{16}-0+\.so", "<random>", value)
+        value = re.sub(r"warm-[0-9a-f]{16}|\.[0-9a-f]{16}-0+\.so", "<random>", value)
+        # The one known difference: the hand-over's command and the holder end after the
+        # last command the spawner started, which alone reaps ended ones (`spawner.release`),
+        # so the agent's `ps` may list them as zombies until the verifier's first command.
+        return re.sub(r"\[(bash|cat)\] <defunct>\n", "", value)
     if isinstance(value, dict):
         return {key: _same(item) for key, item in value.items()}
     if isinstance(value, list):
