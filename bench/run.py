@@ -33,6 +33,7 @@ BENCHES = (
     ("e2b backend (fake envd) vs local", ["bench_e2b.py"]),
     ("image store: base, cold build, cached rebuild", ["bench_images.py"]),
     ("sandboxes on an image vs on the host root", ["bench_image_sandbox.py"]),
+    ("image builds: rootless vs root", ["bench_rootless_build.py"]),
     ("a group of 16 (set up once) vs 16 separate rollouts", ["bench_groups.py"]),
     ("pausing model calls: 200 rollouts mid-call, drained and released", ["bench_pause.py"]),
     (
