@@ -45,7 +45,7 @@ from service.engine.manager import RolloutManager
 from service.engine.model_access import ModelRouter
 from service.errors import ConfigError, MissingDependencyError
 from service.listen_address import ensure_free
-from service.memory import return_large_frees_to_the_os
+from service.memory import freeze_startup_objects, return_large_frees_to_the_os
 from service.proxy.server import CaptureProxy
 from service.store import new_store
 from service.telemetry.metrics import Metrics, start_metrics_export
@@ -135,6 +135,7 @@ async def serve(settings: Settings) -> None:
     if dashboard is not None:
         print(f"rollout-service dashboard at {await dashboard.start()}", flush=True)
     host = settings.listen.rsplit(":", 1)[0]
+    freeze_startup_objects()
     print(f"rollout-service listening on {host}:{port}", flush=True)
 
     await stop.wait()
