@@ -92,8 +92,9 @@ class OpencodeAgent(HarnessAgent):
 
     async def prepare(self, sandbox: Sandbox, context: AgentContext) -> None:
         plan = None
-        fits = context.model is not None and not self.option_violations(context.options)
-        if fits and has_warm_agents(sandbox) and context.model is not None:
+        if context.model is not None and has_warm_agents(sandbox):
+            if self.option_violations(context.options):
+                return await super().prepare(sandbox, context)  # raises, naming the field
             plan = self._plan(str(await self._install.ensure()), context, context.model)
         warm = take(sandbox)
         if warm is not None and not (
@@ -125,8 +126,10 @@ class OpencodeAgent(HarnessAgent):
         warm = self._warm.pop(sandbox, None)
         if warm is None:
             return await super()._start(sandbox, context, command, env, on_output)
+        launched = AgentPlan.of({}, "", *task_launch(context, command, env))
+        same = (warm.plan.command, warm.plan.env) == (launched.command, launched.env)
         try:
-            handed = await hand_over(sandbox, warm, context.workdir)
+            handed = same and await hand_over(sandbox, warm, context.workdir)
         except BaseException:
             await asyncio.shield(warm.kill())
             raise
