@@ -103,7 +103,10 @@ class OpencodeAgent(HarnessAgent):
             await discard(sandbox, warm)
             warm = None
         await super().prepare(sandbox, context)
-        if plan is not None:
+        if plan is not None and not context.env:
+            # A task's environment is code (bash expands BASH_ENV, LD_PRELOAD loads a
+            # library): started ahead, it would run in the sandbox of whichever rollout,
+            # of whichever tenant, claims the next one, and leave there what it wrote.
             learn(sandbox, plan)
         if warm is not None:
             self._warm[sandbox] = warm

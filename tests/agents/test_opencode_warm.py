@@ -212,14 +212,14 @@ async def test_another_environment_or_a_git_repo_made_by_setup_runs_cold(
     assert not other_env.warm
     assert "TASK_FLAG=1" in _tool_result(other_env)
 
-    await rollouts.renew_warm()  # made with the plan of the rollout before (its env)
+    await rollouts.renew_warm()  # made with the first one's plan (one with an env is not learnt)
     _look(upstream)
 
     async def git_init(sandbox: LocalSandbox) -> None:
         await sandbox.exec("mkdir -p .git && git init -q . 2>/dev/null; true", timeout_s=30)
 
     with caplog.at_level(logging.INFO, logger="service.agents.opencode"):
-        repo = await rollouts.run("Look around.", env={"TASK_FLAG": "1"}, setup=git_init)
+        repo = await rollouts.run("Look around.", setup=git_init)
     assert not repo.warm
     assert "was not handed over" in caplog.text  # one was started, with this very plan
     system = json.dumps([turn.request_messages for turn in repo.turns])
@@ -241,3 +241,25 @@ async def test_a_rollout_sees_nothing_of_the_one_before(
     assert secret not in json.dumps([t.model_dump(mode="json") for t in second.turns])
     assert secret not in second.outcome.log_tail
     assert "FOUND:END" in _tool_result(second)  # no file in its home or /tmp holds it
+
+
+async def test_a_task_environment_never_runs_in_a_sandbox_another_rollout_claims(
+    rollouts: Rollouts, upstream: FakeUpstream
+) -> None:
+    """A task's environment is code (bash expands BASH_ENV, LD_PRELOAD loads a library):
+    were its plan started ahead, it would run in a sandbox the next rollout of that kind
+    claims, whoever's it is, and what it left there outlives the agent's discard."""
+    planted = f"/tmp/planted-{uuid.uuid4().hex[:8]}"
+    upstream.script(Reply(text="ok"))
+    await rollouts.run("Say ok.", env={"BASH_ENV": f"$(touch {planted})"})
+    await rollouts.renew_warm()
+
+    seen: list[str] = []
+
+    async def look(sandbox: LocalSandbox) -> None:
+        result = await sandbox.exec(f"test -e {planted} && echo planted; true", timeout_s=30)
+        seen.append(result.stdout.strip())
+
+    upstream.script(Reply(text="ok"))
+    await rollouts.run("Say ok.", setup=look)
+    assert seen == [""]
