@@ -30,7 +30,7 @@ from service.agents.opencode_config import (
 )
 from service.agents.opencode_events import OpencodeEventStream
 from service.agents.opencode_install import opencode_package
-from service.agents.opencode_warm import discard, hand_over, holder_script, settled
+from service.agents.opencode_warm import CLEANUP, discard, hand_over, holder_script, settled
 from service.agents.process import task_launch, wait_for_agent
 from service.config import Settings
 from service.errors import FieldViolation
@@ -116,7 +116,8 @@ class OpencodeAgent(HarnessAgent):
         files = self._harness.files(entry, context)
         del files[INSTRUCTION_FILE]  # the rollout's own: written by prepare(), read at run()
         command, env = task_launch(context, *self._launch(model, context))
-        return AgentPlan.of(files, in_workdir(context.workdir, holder_script()), command, env)
+        holder = in_workdir(context.workdir, holder_script())
+        return AgentPlan.of(files, holder, command, env, agent=self.name, cleanup=CLEANUP)
 
     async def _start(
         self,

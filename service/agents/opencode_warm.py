@@ -29,13 +29,15 @@ from service.agents.opencode_config import INSTRUCTION_FILE, XDG_ROOT
 from service.sandboxes.base import Sandbox, in_workdir
 from service.sandboxes.local.warm_agent import PrestartedAgent
 
-__all__ = ["discard", "hand_over", "holder_script", "settled"]
+__all__ = ["CLEANUP", "discard", "hand_over", "holder_script", "settled"]
 
 _INPUT_GO = f"{XDG_ROOT}/.warm-go"
 """The holder waits on this FIFO for the hand-over."""
 _LOG = f"{XDG_ROOT}/data/opencode/log/opencode.log"
 _BUN_LIBRARIES = "/tmp/.[0-9a-f]*-00000000.so"
 """Where bun unpacks a library at each start (a killed process leaves it)."""
+CLEANUP = f"rm -rf -- {XDG_ROOT} /tmp/opencode {_BUN_LIBRARIES}"
+"""Removes what opencode started ahead (and its plan's files) wrote."""
 _SETTLE_TIMEOUT_S = 60.0
 _COMMAND_TIMEOUT_S = 30.0
 _NO_PROJECT = """d=$PWD
@@ -99,6 +101,4 @@ async def hand_over(sandbox: Sandbox, agent: PrestartedAgent, workdir: str) -> b
 async def discard(sandbox: Sandbox, agent: PrestartedAgent) -> None:
     """Kill `agent` and remove what it wrote, so the cold path starts as if it never was."""
     await agent.kill()
-    await sandbox.exec(
-        f"rm -rf -- {XDG_ROOT} /tmp/opencode {_BUN_LIBRARIES}", timeout_s=_COMMAND_TIMEOUT_S
-    )
+    await sandbox.exec(CLEANUP, timeout_s=_COMMAND_TIMEOUT_S)

@@ -192,6 +192,7 @@ class RolloutRun:
             lifetime_s=self._lifetime_s(),
             on_progress=lambda message: self._enter(Phase.CREATING_SANDBOX, message),
             snapshot=None if self._prepared is None else self._prepared.snapshot,
+            agent=self._agent.name,
         )
         try:
             sandbox = await asyncio.wait_for(

@@ -91,7 +91,8 @@ class Rollouts:
             base_url=self.upstream.base_url, api_key=UPSTREAM_KEY, model=UPSTREAM_MODEL
         )
         spec = SandboxSpec(network=NetworkPolicy.NONE)
-        sandbox = await self.backend.create(SandboxRequest(rollout_id, spec, lifetime_s=600))
+        request = SandboxRequest(rollout_id, spec, lifetime_s=600, agent=self.agent.name)
+        sandbox = await self.backend.create(request)
         before = self.agent.warm_runs
         try:
             route = await self.proxy.open_sandbox_route(
@@ -263,3 +264,26 @@ async def test_a_task_environment_never_runs_in_a_sandbox_another_rollout_claims
     upstream.script(Reply(text="ok"))
     await rollouts.run("Say ok.", setup=look)
     assert seen == [""]
+
+
+async def test_a_sandbox_claimed_for_another_agent_keeps_nothing_started_ahead(
+    rollouts: Rollouts, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another agent's rollout, or a group's template (no agent), takes no opencode: one
+    started ahead there would run beside it (its environment readable, its memory counted
+    in the sandbox's), and its files would stay (in a template, in the group's snapshot)."""
+    upstream.script(Reply(text="ok"))
+    await rollouts.run("Say ok.")
+    await rollouts.renew_warm()
+
+    spec = SandboxSpec(network=NetworkPolicy.NONE)
+    request = SandboxRequest(f"ocw-other-{uuid.uuid4().hex[:8]}", spec, lifetime_s=60)
+    with caplog.at_level(logging.INFO, logger="service.sandboxes.local.warm_agent"):
+        sandbox = await rollouts.backend.create(request)
+    try:
+        look = await sandbox.exec("ps -eo args; ls -A ~ /tmp", timeout_s=30)
+    finally:
+        await sandbox.kill()
+    assert " run --pure" not in look.stdout
+    assert ".opencode-xdg" not in look.stdout
+    assert "started ahead" in caplog.text  # the sandbox had one

@@ -219,7 +219,11 @@ class LocalBackend:
         warm = None if snapshot is not None else await self._warm.take(key)
         sandbox = None if warm is None else await self._adopt(warm, rollout_id, limits)
         if sandbox is not None and self._agents is not None:
-            self._agents.claimed(sandbox, limits.rlimits)
+            try:
+                await self._agents.claim(sandbox, limits.rlimits, request.agent)
+            except BaseException:
+                await sandbox.kill()
+                raise
         if sandbox is None:
             sandbox = await self._build(rollout_id, key, limits, snapshot)
         if snapshot is None:

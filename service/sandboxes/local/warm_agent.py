@@ -9,9 +9,11 @@ sandbox waits to be claimed, and then blocks on its input.
 
 The harness of the rollout that claims the sandbox takes the process (`take`) and decides: it
 is used only if the plan equals the one the harness would run for this rollout and the
-sandbox's limits are the ones it was started under (`claimed`); otherwise the harness kills it
-and runs cold. A process belongs to the sandbox it was started in, is taken once, and dies
-with it; nothing is shared between sandboxes.
+sandbox's limits are the ones it was started under (`claim`); otherwise the harness kills it
+and runs cold. A sandbox claimed for another agent (or none: a group's template) has it killed
+and what it wrote removed (the plan's `cleanup`) as it is claimed: nobody would take it. A
+process belongs to the sandbox it was started in, is taken once, and dies with it; nothing is
+shared between sandboxes.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ __all__ = ["AgentPlan", "PrestartedAgent", "WarmAgents", "has_warm_agents", "lea
 
 _log = logging.getLogger(__name__)
 _READY_TIMEOUT_S = 30.0
+_CLEANUP_TIMEOUT_S = 30.0
 _BUFFER_BYTES = 64 * 1024
 """Output an agent may write before it is handed its rollout; more and it is not used."""
 
@@ -46,12 +49,24 @@ class AgentPlan:
     """Started first; prints `ready <pid>` on stdout once the command may start."""
     command: str
     env: tuple[tuple[str, str], ...]
+    agent: str = ""
+    """The agent's name (`SandboxRequest.agent`): a sandbox claimed for another kills it."""
+    cleanup: str = ""
+    """Removes what the agent and the files wrote, once it is killed."""
 
     @classmethod
     def of(
-        cls, files: Mapping[str, bytes], holder: str, command: str, env: Mapping[str, str]
+        cls,
+        files: Mapping[str, bytes],
+        holder: str,
+        command: str,
+        env: Mapping[str, str],
+        *,
+        agent: str = "",
+        cleanup: str = "",
     ) -> AgentPlan:
-        return cls(tuple(sorted(files.items())), holder, command, tuple(sorted(env.items())))
+        files_, env_ = tuple(sorted(files.items())), tuple(sorted(env.items()))
+        return cls(files_, holder, command, env_, agent, cleanup)
 
 
 class PrestartedAgent:
@@ -167,11 +182,27 @@ class WarmAgents:
         except (SandboxError, OSError, ValueError) as exc:  # the sandbox is good without it
             _log.warning("could not start an agent ahead in %s: %s", sandbox.id, exc)
 
-    def claimed(self, sandbox: LocalSandbox, rlimits: Mapping[str, int]) -> None:
-        """A warm sandbox was claimed by a rollout with these limits (rlimits are set on a
-        process as it starts: an agent started under others is not its rollout's)."""
+    async def claim(self, sandbox: LocalSandbox, rlimits: Mapping[str, int], agent: str) -> None:
+        """A warm sandbox was claimed by a rollout of `agent` with these limits (rlimits are
+        set on a process as it starts: an agent started under others is not its rollout's).
+        One started ahead for another agent is killed now and what it wrote removed; raises
+        SandboxError if that could not be done (the caller kills the sandbox)."""
         slot = _SLOTS.get(sandbox)
-        if slot is not None and slot.agent is not None and dict(rlimits) != self._rlimits:
+        if slot is None or slot.agent is None:
+            return
+        if agent != slot.agent.plan.agent:
+            started, slot.agent = slot.agent, None
+            _log.info(
+                "the %s started ahead in %s is not the agent of its rollout (%s): killed",
+                started.plan.agent,
+                sandbox.id,
+                agent or "none",
+            )
+            await started.kill()
+            result = await sandbox.exec(started.plan.cleanup, timeout_s=_CLEANUP_TIMEOUT_S)
+            if result.exit_code != 0:
+                raise SandboxError(f"could not remove what was started ahead in {sandbox.id}")
+        elif dict(rlimits) != self._rlimits:
             slot.agent.limits_kept = False
 
 
