@@ -39,6 +39,10 @@ _BUN_LIBRARIES = "/tmp/.[0-9a-f]*-00000000.so"
 CLEANUP = f"rm -rf -- {XDG_ROOT} /tmp/opencode {_BUN_LIBRARIES}"
 """Removes what opencode started ahead (and its plan's files) wrote."""
 _SETTLE_TIMEOUT_S = 60.0
+_SETTLE_POLL_S = 0.05
+_SETTLE_ROUNDS = int(_SETTLE_TIMEOUT_S / _SETTLE_POLL_S)
+"""The holder stops looking for opencode's start after as long as the server waits for it, so
+an opencode that died or never logs it does not leave a loop spawning in the pooled sandbox."""
 _COMMAND_TIMEOUT_S = 30.0
 _NO_PROJECT = """d=$PWD
 while :; do
@@ -62,7 +66,9 @@ def holder_script() -> str:
         f"mkfifo -m 600 -- {instruction} {go} || exit 1\n"
         f"exec 3<>{instruction}\n"
         'echo "ready $$"\n'
-        f"until grep -qs message=init {log}; do sleep 0.05; done\n"
+        f"n=0; until grep -qs message=init {log}; do\n"
+        f"  n=$((n + 1)); [ $n -le {_SETTLE_ROUNDS} ] || exit 4; sleep {_SETTLE_POLL_S}\n"
+        "done\n"
         f"rm -f -- {instruction}\n"
         "echo settled\n"
         f"read -r _ < {go}\n"

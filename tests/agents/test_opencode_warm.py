@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -15,8 +16,10 @@ from typing import Any
 
 import pytest
 
+from service.agents import opencode_warm
 from service.agents.base import AgentContext, AgentOutcome
 from service.agents.opencode import OpencodeAgent
+from service.agents.opencode_config import XDG_ROOT
 from service.config import Settings
 from service.models import AgentOutput, CaptureSpec, NetworkPolicy, SandboxSpec, Turn
 from service.proxy.access import host_socket_access, start_forwarder
@@ -287,3 +290,17 @@ async def test_a_sandbox_claimed_for_another_agent_keeps_nothing_started_ahead(
     assert " run --pure" not in look.stdout
     assert ".opencode-xdg" not in look.stdout
     assert "started ahead" in caplog.text  # the sandbox had one
+
+
+def test_the_holder_gives_up_on_an_opencode_that_never_settles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No endless poll in a pooled sandbox: the holder exits once the server stops waiting."""
+    monkeypatch.setattr(opencode_warm, "_SETTLE_ROUNDS", 3)
+    script = opencode_warm.holder_script().replace(XDG_ROOT, str(tmp_path))
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 4, done
+    assert done.stdout.startswith("ready ")
+    assert "settled" not in done.stdout
