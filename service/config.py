@@ -205,6 +205,12 @@ class Settings(BaseSettings):
     harbor_upload_builds: bool = False
     """Build the Dockerfile of an uploaded Harbor task (`harbor_task.archive`). Off: only
     task roots' Dockerfiles are built, since a build's RUN steps run as root on the host."""
+    harbor_context_ttl_s: float = Field(default=7 * 86400.0, gt=0)
+    """Harbor build contexts unused for this long are removed (a task admitted again writes
+    its context again)."""
+    harbor_contexts_max_mb: int = Field(default=4096, ge=1)
+    """Bytes on disk of the Harbor build contexts, in MiB; over it, the least recently used
+    unused ones are removed (those of live rollouts and groups are kept, whatever it costs)."""
     image_build_timeout_s: float = 3600.0
     """Budget of each tool run of an image build, import or unpack (mmdebstrap, buildah, skopeo)."""
     image_aliases: dict[str, str] = {}

@@ -20,15 +20,13 @@ and an uploaded task's Dockerfile may be built: its RUN steps never run on this 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import shutil
-import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from service.config import Settings
 from service.errors import FieldViolation, ImageError, SandboxError, SpecError
+from service.harbor.contexts import BuildContexts
 from service.harbor.mapping import (
     dockerfile_from,
     dockerfile_user,
@@ -55,7 +53,11 @@ class HarborTasks:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._contexts = settings.state_dir / "harbor"
+        self.contexts = BuildContexts(
+            settings.state_dir / "harbor",
+            ttl_s=settings.harbor_context_ttl_s,
+            max_bytes=settings.harbor_contexts_max_mb * _MIB,
+        )
         self._store = ImageStore.of_server(settings)
         self._templates: TemplateBuilds | None = None
 
@@ -71,7 +73,7 @@ class HarborTasks:
         self._check_user(dockerfile, image)
         if resolved.sandbox.image == task_image_name(digest):
             await self._check_upload_build(spec, resolved.sandbox.image)
-            await asyncio.to_thread(self._write_context, tree, digest)
+            await self._write_context(tree, digest)
             await self._check_parents(dockerfile, resolved.sandbox.image)
         else:
             await check_image(resolved.sandbox)
@@ -93,7 +95,7 @@ class HarborTasks:
         resolved = resolved.model_copy(update={"sandbox": sandbox})
         if built:
             self._check_upload_template(spec)
-            await asyncio.to_thread(self._write_context, tree, digest)
+            await self._write_context(tree, digest)
         else:
             await check_image(resolved.sandbox)
         return resolved
@@ -172,28 +174,52 @@ class HarborTasks:
             return read_archive(spec.harbor_task.archive, archive_bytes, task_bytes)
         return read_rooted(spec.harbor_task.path, list(settings.task_roots), task_bytes)
 
-    def _context(self, digest: str) -> Path:
-        return self._contexts / digest / "environment"
+    def add_users(self, users: Callable[[], Iterable[RolloutSpec]]) -> None:
+        """Count the build contexts of the specs `users` returns (live rollouts' or groups')
+        as in use."""
+        self.contexts.add_users(
+            lambda: (spec.harbor_task.digest for spec in users() if spec.harbor_task)
+        )
 
-    def _write_context(self, tree: TaskTree, digest: str) -> None:
-        """environment/ on disk once per digest (made aside, then renamed into place, so
-        concurrent admissions of one task never see half of it)."""
-        target = self._context(digest)
-        if target.is_dir():
-            return
-        scratch = target.parent.with_name(f".{digest}.{uuid.uuid4().hex}.tmp")
+    async def _write_context(self, tree: TaskTree, digest: str) -> None:
+        """The context on disk, held until the admitting call ends (the rollout or group it
+        admits is then live, and holds it), and the budgets kept."""
+        self.contexts.hold_for_task(digest)
+        wrote = await asyncio.to_thread(self.contexts.write, tree, digest)
+        await self.contexts.maybe_sweep(wrote=wrote)
+
+    async def _context(self, spec: RolloutSpec, report: Callable[[str], None]) -> Path:
+        """The task's build context, used now; one this server does not have (another
+        replica admitted the task, or it was removed before a restart resumed its group) is
+        read again from its task root, or is a SandboxError for an uploaded task."""
+        harbor = spec.harbor_task
+        assert harbor is not None
+        context = self.contexts.path(harbor.digest)
+        if self.contexts.touch(harbor.digest):
+            return context
+        if not harbor.path:
+            raise SandboxError(
+                f"the build context of the uploaded task {harbor.digest[:12]} "
+                "(spec.harbor_task.archive) is not on this server (another server admitted "
+                "it, or it was removed while unused): submit the task again"
+            )
+        report(f"the task's build context is not on this server: reading {harbor.path} again")
         try:
-            for path, file in tree.items():
-                if path.startswith("environment/"):
-                    out = scratch / path
-                    out.parent.mkdir(parents=True, exist_ok=True)
-                    out.write_bytes(file.data)
-                    out.chmod(file.mode)
-            scratch.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(OSError):  # another admission put it there first
-                scratch.rename(target.parent)
-        finally:  # nothing left behind, whatever failed (the rename took it if it worked)
-            shutil.rmtree(scratch, ignore_errors=True)
+            tree = await asyncio.to_thread(
+                read_rooted,
+                harbor.path,
+                list(self._settings.task_roots),
+                self._settings.harbor_task_max_mb * _MIB,
+            )
+        except SpecError as exc:
+            raise SandboxError(f"reading spec.harbor_task.path again: {exc}") from exc
+        if tree_digest(tree) != harbor.digest:
+            raise SandboxError(
+                f"spec.harbor_task.path {harbor.path!r} changed since the rollout was admitted "
+                f"(digest {harbor.digest[:12]}), and its build context is not on this server"
+            )
+        await asyncio.to_thread(self.contexts.write, tree, harbor.digest)
+        return context
 
     async def _check_parents(self, dockerfile: str, image: str) -> None:
         """Every FROM image must be in the store (by name or alias). Their USER is not
@@ -215,9 +241,11 @@ class HarborTasks:
         store query, or one E2B API call)."""
         harbor = spec.harbor_task
         if harbor is not None and spec.sandbox.template == task_template_name(harbor.digest):
-            await self._template_builds().ensure(
-                self._context(harbor.digest), spec.sandbox.template, report
-            )
+            if harbor.path or self.contexts.touch(harbor.digest):
+                context = await self._context(spec, report)
+            else:  # an upload's template built before is reused without it; a build fails
+                context = self.contexts.path(harbor.digest)
+            await self._template_builds().ensure(context, spec.sandbox.template, report)
             return
         if harbor is None or spec.sandbox.image != task_image_name(harbor.digest):
             return
@@ -227,7 +255,7 @@ class HarborTasks:
 
         try:
             await self._store.build(
-                self._context(harbor.digest), spec.sandbox.image, on_progress=progress
+                await self._context(spec, report), spec.sandbox.image, on_progress=progress
             )
         except ImageError as exc:
             raise SandboxError(f"building the task's image: {exc}") from exc

@@ -24,8 +24,8 @@ def test_the_context_is_the_tasks_environment(tmp_path: Path) -> None:
     }
     tasks = _tasks(tmp_path)
     digest = tree_digest(tree)
-    tasks._write_context(tree, digest)
-    tasks._write_context(tree, digest)  # a second admission of the same task: already there
+    tasks.contexts.write(tree, digest)
+    tasks.contexts.write(tree, digest)  # a second admission of the same task: already there
     harbor = tmp_path / "state" / "harbor"
     assert [entry.name for entry in harbor.iterdir()] == [digest]
     context = harbor / digest / "environment"
@@ -43,5 +43,5 @@ def test_a_context_that_cannot_be_written_leaves_nothing(tmp_path: Path) -> None
         "environment/x/y": TaskFile(b"z", 0o644),
     }
     with pytest.raises(FileExistsError):
-        _tasks(tmp_path)._write_context(tree, tree_digest(tree))
+        _tasks(tmp_path).contexts.write(tree, tree_digest(tree))
     assert list((tmp_path / "state" / "harbor").iterdir()) == []
