@@ -121,6 +121,7 @@ class RolloutManager:
         self._reserved = 0
         """Places admitted groups hold for members they have not started yet."""
         self._harbor = HarborTasks(settings)
+        self._harbor.add_users(lambda: [live.rollout.spec for live in self._live.values()])
         self._metrics = metrics or Metrics()
         self._metrics.set_capacity(self.capacity)
         self._metrics.observe_sandboxes(self._live_sandboxes)
@@ -513,6 +514,11 @@ class RolloutManager:
     @property
     def settings(self) -> Settings:
         return self._settings
+
+    @property
+    def harbor(self) -> HarborTasks:
+        """The server's Harbor tasks (groups count their build contexts as in use)."""
+        return self._harbor
 
     @property
     def model_calls(self) -> ModelCalls:

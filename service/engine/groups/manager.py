@@ -68,6 +68,7 @@ class GroupManager:
         self._rollouts = rollouts
         self._store = store
         self._live: dict[str, GroupRun] = {}
+        rollouts.harbor.add_users(lambda: [run.group.spec.spec for run in self._live.values()])
         store.on_group_cancel_request(self._cancel_requested)
         store.on_lease_lost(self._lease_lost)
 
