@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 _SWEEP_EVERY_S = 60.0
 """Least time between two sweeps that no new context asks for."""
 
+_SET_ASIDE = ".removed"
+"""The suffix of a context set aside to be removed (left behind only by a crash)."""
+
 Users = Callable[[], Iterable[str]]
 """The digests live rollouts or groups name."""
 
@@ -135,18 +138,22 @@ class BuildContexts:
         digests removed."""
         async with self._sweeping:
             self._last_sweep = time.monotonic()
-            found = await asyncio.to_thread(self._scan)
+            found, trash = await asyncio.to_thread(self._scan)
             victims = self._choose(found, self.in_use(), time.time())
-            trash = [self._set_aside(digest) for digest in victims]  # no await in between
+            trash += [self._set_aside(digest) for digest in victims]  # no await in between
             await asyncio.to_thread(_remove, [path for path in trash if path is not None])
         if victims:
             log.info("removed %d unused Harbor build contexts: %s", len(victims), victims)
         return victims
 
-    def _scan(self) -> list[_Found]:
-        found = []
+    def _scan(self) -> tuple[list[_Found], list[Path | None]]:
+        """The contexts, and what a sweep set aside but did not remove (a crash)."""
+        found: list[_Found] = []
+        trash: list[Path | None] = []
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(self._root):
+                if entry.name.endswith(_SET_ASIDE):
+                    trash.append(Path(entry.path))
                 if entry.name.startswith("."):  # a context being written, or set aside
                     continue
                 with contextlib.suppress(FileNotFoundError):
@@ -154,7 +161,7 @@ class BuildContexts:
                     if entry.name not in self._sizes:
                         self._sizes[entry.name] = _disk_bytes(Path(entry.path))
                     found.append(_Found(entry.name, last_use, self._sizes[entry.name]))
-        return found
+        return found, trash
 
     def _choose(self, found: list[_Found], in_use: set[str], now: float) -> list[str]:
         total = sum(context.size for context in found)
@@ -168,7 +175,7 @@ class BuildContexts:
         return victims
 
     def _set_aside(self, digest: str) -> Path | None:
-        trash = self._root / f".{digest}.{uuid.uuid4().hex}.removed"
+        trash = self._root / f".{digest}.{uuid.uuid4().hex}{_SET_ASIDE}"
         self._sizes.pop(digest, None)
         try:
             (self._root / digest).rename(trash)

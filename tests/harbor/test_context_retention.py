@@ -81,6 +81,8 @@ async def test_contexts_unused_past_the_ttl_are_removed(tmp_path: Path, task_roo
     assert recent is not None
     _age(tmp_path, old.digest, 2 * _DAY_S)
     _age(tmp_path, recent.digest, _DAY_S / 2)
+    crashed = tmp_path / "state" / "harbor" / f".{old.digest}.0.removed"  # set aside, then a crash
+    (crashed / "environment").mkdir(parents=True)
     assert await tasks.contexts.sweep() == [old.digest]
     assert _contexts(tmp_path) == {recent.digest}
 
