@@ -5,7 +5,9 @@ onto the spec (`mapping`) with the config of the image it starts from (its Worki
 inherited; a USER other than root is refused: every command of a sandbox runs as its root),
 and its `environment/` written under the server's state
 directory, named by the task's digest (never under the cache, which sandboxes can read:
-only the build context goes there, never tests or solution). Its Dockerfile's FROM images
+only the build context goes there, never tests or solution; `contexts` keeps them within
+their budgets, and a task admitted after its context's removal writes it again). Its
+Dockerfile's FROM images
 must be in the store, or admission fails naming them and how to provide them. At sandbox
 creation (`build_image`) that context is built by the image store, cached by content, its
 progress reported as phase messages.
