@@ -52,16 +52,6 @@ def settings(tmp_path: Path) -> Settings:
     )
 
 
-@pytest.fixture
-async def proxy(settings: Settings) -> AsyncIterator[CaptureProxy]:
-    proxy = CaptureProxy(settings)
-    await proxy.start()
-    try:
-        yield proxy
-    finally:
-        await proxy.stop()
-
-
 @dataclass
 class Run:
     outcome: AgentOutcome
