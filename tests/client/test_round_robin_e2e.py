@@ -7,6 +7,8 @@ by others only when calls are spread; pick_first (gRPC's default, what the clien
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -19,8 +21,11 @@ pytestmark = pytest.mark.e2e
 
 ROUND_ROBIN = [("grpc.lb_policy_name", "round_robin")]
 NOOP = {"task": {"instruction": "nothing"}, "agent": {"name": "command", "command": "true"}}
-_MAX_CALLS = 50
-"""Calls until both servers answered: round_robin alternates once both are connected."""
+_MAX_CALLS = 500
+_PAUSE_S = 0.01
+"""Calls until both servers answered, this far apart: round_robin alternates once both are
+connected, and until then sends every call to the first ready (50 calls back to back once
+all went to one server while the other connection was still being made, in a CI run)."""
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +59,7 @@ def test_the_sync_client_spreads_calls_with_round_robin(two_servers: tuple[str, 
             answers.add(_found(client, rollout_id))
             if len(answers) == 2:
                 break
+            time.sleep(_PAUSE_S)
     assert answers == {True, False}, "every call reached one server: round_robin was not used"
 
 
@@ -79,4 +85,5 @@ async def test_the_async_client_spreads_calls_with_round_robin(
                 answers.add(False)
             if len(answers) == 2:
                 break
+            await asyncio.sleep(_PAUSE_S)
     assert answers == {True, False}, "every call reached one server: round_robin was not used"
