@@ -76,6 +76,37 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+async def start_run(binary: str, env: dict[str, str], workdir: Path) -> asyncio.subprocess.Process:
+    """`opencode run` as the harness starts it, its prompt still to come on stdin."""
+    return await asyncio.create_subprocess_exec(
+        *(binary, "run", "--pure", "--format", "json"),
+        cwd=workdir,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+
+async def prompt_to_first_call(
+    process: asyncio.subprocess.Process,
+    upstream: FakeUpstream,
+    seen: int,
+    since: float,
+    cpu_since: float,
+) -> dict[str, float]:
+    """Hand a started `run` its prompt; wall time from `since` and CPU time from `cpu_since`
+    to the model call after the `seen` first, then wait for `run` to end."""
+    assert process.stdin is not None
+    process.stdin.write(INSTRUCTION.encode())
+    process.stdin.close()
+    await upstream.wait_for_requests(seen + 1)
+    figures = {"wall": time.perf_counter() - since, "cpu": cpu_s(process.pid) - cpu_since}
+    if await process.wait() != 0:
+        raise RuntimeError("opencode run failed")
+    return figures
+
+
 async def run_to_first_call(
     binary: str, root: Path, upstream: FakeUpstream, empty_models_cache: bool
 ) -> dict[str, float]:
@@ -83,22 +114,8 @@ async def run_to_first_call(
     workdir = Path(tempfile.mkdtemp(dir=root))
     seen = len(upstream.requests)
     began = time.perf_counter()
-    process = await asyncio.create_subprocess_exec(
-        *(binary, "run", "--pure", "--format", "json"),
-        cwd=workdir,
-        env=env,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    assert process.stdin is not None
-    process.stdin.write(INSTRUCTION.encode())
-    process.stdin.close()
-    await upstream.wait_for_requests(seen + 1)
-    figures = {"wall": time.perf_counter() - began, "cpu": cpu_s(process.pid)}
-    if await process.wait() != 0:
-        raise RuntimeError("opencode run failed")
-    return figures
+    process = await start_run(binary, env, workdir)
+    return await prompt_to_first_call(process, upstream, seen, began, 0.0)
 
 
 async def prestarted_first_call(
@@ -106,28 +123,14 @@ async def prestarted_first_call(
 ) -> dict[str, float]:
     env = fresh_state(root, upstream, empty_models_cache=True)
     workdir = Path(tempfile.mkdtemp(dir=root))
-    process = await asyncio.create_subprocess_exec(
-        *(binary, "run", "--pure", "--format", "json"),
-        cwd=workdir,
-        env=env,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    assert process.stdin is not None
+    process = await start_run(binary, env, workdir)
     used = -1.0
     while used != cpu_s(process.pid):  # until it blocks on its prompt
         used = cpu_s(process.pid)
         await asyncio.sleep(0.5)
     seen = len(upstream.requests)
     handed = time.perf_counter()
-    process.stdin.write(INSTRUCTION.encode())
-    process.stdin.close()
-    await upstream.wait_for_requests(seen + 1)
-    figures = {"wall": time.perf_counter() - handed, "cpu": cpu_s(process.pid) - used}
-    if await process.wait() != 0:
-        raise RuntimeError("opencode run failed")
-    return figures
+    return await prompt_to_first_call(process, upstream, seen, handed, used)
 
 
 async def served_first_call(binary: str, root: Path, upstream: FakeUpstream) -> dict[str, float]:
