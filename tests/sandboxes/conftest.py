@@ -90,13 +90,13 @@ class SleepMarker:
             await asyncio.sleep(_POLL_S)
         return self.pids()
 
-    async def wait_running(self) -> None:
-        """Wait (up to ~10 s) until at least one such process exists."""
+    async def wait_running(self, count: int = 1) -> None:
+        """Wait (up to ~10 s) until at least `count` such processes exist."""
         for _ in range(_POLLS):
-            if self.pids():
+            if len(self.pids()) >= count:
                 return
             await asyncio.sleep(_POLL_S)
-        raise AssertionError(f"no process ran {self.command!r}")
+        raise AssertionError(f"fewer than {count} processes ran {self.command!r}")
 
 
 def fork_processes() -> dict[int, int]:
