@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,6 +21,8 @@ from tests.fakes.e2b_cloud import FakeE2B
 
 __all__ = [
     "FAST_RETRY",
+    "HARBOR_BUILDS",
+    "HARBOR_TASKS",
     "eventually",
     "fake_cloud",
     "make_backend",
@@ -30,6 +33,15 @@ __all__ = [
 
 FAST_RETRY = RetryPolicy(attempts=4, base_delay_s=0.01, max_delay_s=0.05)
 HEALTH_INTERVAL_S = 0.2
+HARBOR_TASKS = Path(__file__).parents[2] / "harbor" / "tasks"
+"""The fixture Harbor tasks, which a test copies under a fresh digest."""
+HARBOR_BUILDS = [
+    pytest.mark.e2e,
+    pytest.mark.timeout(900),  # cold buildah builds on a loaded machine
+    pytest.mark.skipif(os.geteuid() != 0, reason="the fake builds templates with buildah"),
+]
+"""`pytestmark` of a module whose Harbor tasks the real server builds into templates on the
+fake cloud."""
 
 
 @asynccontextmanager

@@ -7,7 +7,6 @@ template (same digest, same name, not built again)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator
@@ -20,14 +19,10 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from tests.fakes.e2b_cloud import FakeE2B
+from tests.sandboxes.e2b.support import HARBOR_BUILDS, HARBOR_TASKS
 from tests.server_process import ServerProcess
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.timeout(900),  # cold buildah builds on a loaded machine
-    pytest.mark.skipif(os.geteuid() != 0, reason="the fake builds templates with buildah"),
-]
-TASKS = Path(__file__).parents[2] / "harbor" / "tasks"
+pytestmark = HARBOR_BUILDS
 
 
 @pytest.fixture
@@ -36,7 +31,7 @@ def task_root(tmp_path: Path) -> Path:
     root = tmp_path / "tasks"
     marker = uuid.uuid4().hex
     for name in ("a", "b", "c"):
-        shutil.copytree(TASKS / "needs_root", root / name)
+        shutil.copytree(HARBOR_TASKS / "needs_root", root / name)
         environment = root / name / "environment"
         (environment / "data.bin").write_bytes(f"{name}{marker}".encode() * 22 * 1024)
     return root

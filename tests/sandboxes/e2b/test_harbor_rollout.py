@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import os
 import shutil
 import tarfile
 import uuid
@@ -22,14 +21,10 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from tests.fakes.e2b_cloud import FakeE2B
+from tests.sandboxes.e2b.support import HARBOR_BUILDS, HARBOR_TASKS
 from tests.server_process import ServerProcess
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.timeout(900),  # cold buildah builds on a loaded machine
-    pytest.mark.skipif(os.geteuid() != 0, reason="the fake builds templates with buildah"),
-]
-TASKS = Path(__file__).parents[2] / "harbor" / "tasks"
+pytestmark = HARBOR_BUILDS
 
 
 @pytest.fixture
@@ -39,11 +34,11 @@ def task_root(tmp_path: Path) -> Path:
     root.mkdir()
     marker = uuid.uuid4().hex
     for name in ("needs_root", "multi_reward"):
-        shutil.copytree(TASKS / name, root / name)
+        shutil.copytree(HARBOR_TASKS / name, root / name)
         with (root / name / "instruction.md").open("a") as instruction:
             instruction.write(f"\n{marker}\n")
     broken = root / "broken"
-    shutil.copytree(TASKS / "needs_root", broken)
+    shutil.copytree(HARBOR_TASKS / "needs_root", broken)
     (broken / "environment" / "Dockerfile").write_text(
         f"FROM rollout/base\nRUN echo {marker}-failed-here >&2 && exit 3\n"
     )
