@@ -17,8 +17,9 @@ $HOME, which a server's user may not have).
 
 Every file the tool writes is the caller's on the host; an id other than root inside
 (a `chown 42`, apt's `_apt`) has no mapping and is refused (EINVAL), which the tools
-report. Standard library only and run by path, so the interpreter has no thread when it
-unshares (the kernel refuses a user namespace to a threaded process).
+report. Standard library only (with `service.user_namespace`) and run by path, so the
+interpreter has no thread when it unshares (the kernel refuses a user namespace to a
+threaded process).
 """
 
 from __future__ import annotations
@@ -30,10 +31,13 @@ import platform
 import struct
 import sys
 
+if __name__ == "__main__":  # run by path: -I leaves the project root off sys.path
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from service.user_namespace import enter_own_user_namespace
+
 __all__ = ["enter", "main"]
 
-_CLONE_NEWUSER, _CLONE_NEWNS = 0x10000000, 0x00020000
-_MS_REC, _MS_PRIVATE = 0x4000, 0x40000
 _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
 _LD_ABS, _JEQ, _RET = 0x20, 0x15, 0x06
@@ -79,12 +83,7 @@ def _setgroups_succeeds() -> None:
 
 def enter() -> None:
     """Become root of a new user namespace (our ids only) with a private mount namespace."""
-    uid, gid = os.getuid(), os.getgid()
-    _check(_libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unsharing the user namespace")
-    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
-        with open(f"/proc/self/{name}", "w") as mapping:
-            mapping.write(text + "\n")
-    _check(_libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "making mounts private")
+    enter_own_user_namespace()
     _setgroups_succeeds()
 
 

@@ -27,7 +27,7 @@ Every mount lives in the spawner's private mount namespace only (`leave_other_di
 it): the host never sees them, and they vanish with the sandbox's namespaces on every
 path, a crash of the server included; nothing is left to unmount.
 
-Standard library only (it runs in the fork server's processes).
+Standard library only, with `service.user_namespace` (it runs in the fork server's processes).
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ import ctypes
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from service.user_namespace import enter_own_user_namespace
 
 __all__ = [
     "ID_SPAN",
@@ -48,15 +50,13 @@ __all__ = [
 ID_SPAN = 65536
 """Ids mapped inside an image sandbox: 0 (root) up to 65535 (nogroup, apt's `_apt` ...)."""
 _CLONE_NEWUSER = 0x10000000
-_CLONE_NEWNS = 0x00020000
-_MS_REC, _MS_PRIVATE = 0x4000, 0x40000
 _SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442
 _OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC = 1, 0o2000000
 _AT_FDCWD, _AT_EMPTY_PATH, _AT_RECURSIVE = -100, 0x1000, 0x8000
 _MOVE_MOUNT_F_EMPTY_PATH = 4
 _MOUNT_ATTR_RDONLY, _MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
 _MOUNT_ATTR_IDMAP = 0x100000
-_MS_NOSUID, _MS_NODEV = 0x2, 0x4
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV = 0x1, 0x2, 0x4
 _OPTION_UNSAFE = frozenset(",:\\\n")
 """What overlay's mount options cannot carry in a path."""
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -114,18 +114,6 @@ def make_user_namespace(inside: int, outside: int, span: int) -> int:
         os.waitpid(child, 0)
 
 
-def enter_own_user_namespace() -> None:
-    """Move into a new user namespace where our uid and gid are root (the only ids it
-    maps), and a new mount namespace it owns, private: an unprivileged server's spawner,
-    before it mounts an image sandbox's overlay and starts bwrap (as root there)."""
-    uid, gid = os.getuid(), os.getgid()
-    _check(_libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unsharing the user namespace")
-    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
-        with open(f"/proc/self/{name}", "w") as mapping:
-            mapping.write(text + "\n")
-    _check(_libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "making mounts private")
-
-
 class UserNamespaces:
     """One user namespace per id map, made at first use; `close` drops those not kept."""
 
@@ -152,13 +140,15 @@ def mount_overlay(overlay: dict[str, Any], user_namespace: Callable[[Sequence[in
 
     `overlay`: {"target", "upper", "work": paths, "lowers": [{"source", "at": paths,
     "map": [inside, outside, span]}]}: a lower's on-disk id `inside + k` is seen as the
-    host's `outside + k`. A lower whose map is None is used as it is (`source`).
+    host's `outside + k`. A lower whose map is None is used as it is (`source`). Without
+    "upper" (and "work") the overlay is read-only (a host-root sandbox's /etc).
     overlay["userxattr"] (an unprivileged server's, in its own user namespace): overlay
     keeps its marks in user.overlay.* attributes, as it must there (no trusted.*), so
     that opaque directories and renamed ones work and `system_seal` reads them.
     """
     at = [lower["at"] if lower["map"] else lower["source"] for lower in overlay["lowers"]]
-    named = [overlay["upper"], overlay["work"], *at]
+    writable = "upper" in overlay
+    named = [overlay["upper"], overlay["work"], *at] if writable else at
     unsafe = [path for path in named if _OPTION_UNSAFE & set(path)]
     if unsafe:
         raise OSError(f"an overlay cannot name {unsafe[0]!r} (',', ':' or '\\')")
@@ -166,7 +156,9 @@ def mount_overlay(overlay: dict[str, Any], user_namespace: Callable[[Sequence[in
         if lower["map"]:
             _mount_id_mapped(lower["source"], lower["at"], user_namespace(lower["map"]))
     lowers = ":".join(at)
-    options = f"lowerdir={lowers},upperdir={overlay['upper']},workdir={overlay['work']}"
+    options = f"lowerdir={lowers}"
+    if writable:
+        options += f",upperdir={overlay['upper']},workdir={overlay['work']}"
     if overlay.get("userxattr"):
         options += ",userxattr"
     _check(
@@ -174,7 +166,7 @@ def mount_overlay(overlay: dict[str, Any], user_namespace: Callable[[Sequence[in
             b"overlay",
             os.fsencode(overlay["target"]),
             b"overlay",
-            _MS_NOSUID | _MS_NODEV,
+            _MS_NOSUID | _MS_NODEV | (0 if writable else _MS_RDONLY),
             options.encode(),
         ),
         f"mounting the overlay at {overlay['target']}",
