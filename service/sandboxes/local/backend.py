@@ -37,6 +37,7 @@ from service.sandboxes.base import HOME, WORKDIR, Sandbox, SandboxRequest
 from service.sandboxes.local.bwrap import (
     SANDBOX_USER,
     SandboxLayout,
+    etc_overlay,
     holder_argv,
     host_view,
     require_bwrap,
@@ -422,6 +423,7 @@ class LocalBackend:
             layout.root.mkdir(mode=0o700)
             layout.disk.mkdir()
         layout.proxy_dir.mkdir(mode=0o755)  # the server's: the sandbox user cannot write it
+        layout.etc.mkdir(mode=0o755)  # the top of its /etc (`etc_overlay`): mode and all
         layout.resolv_conf.write_text(resolv_conf())  # for a verifier under FULL too
         if key.network is NetworkPolicy.FULL:
             os.mkfifo(layout.network_ready, 0o600)
@@ -431,9 +433,9 @@ class LocalBackend:
             return [image_overlay(layout, image, top)]
         self._prepare_host_root(layout)
         if snapshot is None:
-            return []
+            return [etc_overlay(layout)]
         prepare_home_overlays(layout)
-        return home_overlays(layout, snapshot)
+        return [etc_overlay(layout), *home_overlays(layout, snapshot)]
 
     def _prepare_host_root(self, layout: SandboxLayout) -> None:
         """The home and /tmp a sandbox on the host's root gets on its disk."""
@@ -444,6 +446,7 @@ class LocalBackend:
                 os.chown(directory, layout.uid, layout.uid)
         layout.tmp.mkdir()
         os.chmod(layout.tmp, 0o1777)
+        layout.etc_view.mkdir()
         if layout.uid is not None:
             self._write_accounts(layout)
 

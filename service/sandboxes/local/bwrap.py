@@ -9,6 +9,12 @@ earlier one):
 
     /                      the host root, read-only: the host's bash, python, git, node
     /dev, /proc            fresh; /proc shows only the sandbox's own pid namespace
+    /etc                   the host's, live, read-only, under files of its own
+                           (`etc_overlay`); the host's mounts below /etc bound again:
+      passwd, group        the host's plus a line naming the sandbox user (an unprivileged
+                           server's sandbox keeps the host's: it runs as the server's uid)
+      resolv.conf          the one resolver a FULL sandbox can reach (`network`); under
+                           NONE nothing, until its verifier runs under FULL
     /root, /home, /run     empty tmpfs: host homes (keys, tokens) and host sockets are gone
     <install roots>        read-only again: the tool installs the server's PATH points into
                            under a hidden home (e.g. /root/.pyenv), the server's own
@@ -19,9 +25,6 @@ earlier one):
                            dir hidden again below them)
     <cache dir>            the service's downloads (opencode), read-only, wherever it lives;
                            always bound (the backend makes it first): a later install shows
-    /etc/passwd, /group    the host's plus a line naming the sandbox user
-    /etc/resolv.conf       the one resolver a FULL sandbox can reach (`network`); under
-                           NONE nothing, until its verifier runs under FULL
     PROXY_DIR              the sandbox's own proxy directory, read-only: the capture proxy
                            binds its route's socket there (PROXY_SOCKET) once the route
                            opens, so a warm sandbox made before any route gets it too; no
@@ -57,11 +60,12 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from service.config import Settings
 from service.errors import MissingDependencyError
 from service.sandboxes.base import HOME, PROXY_DIR, WORKDIR
-from service.sandboxes.local.mounts import SANDBOX_DISK
+from service.sandboxes.local.mounts import SANDBOX_DISK, mount_points_below
 
 __all__ = [
     "HIDDEN_TREES",
@@ -70,6 +74,7 @@ __all__ = [
     "SandboxLayout",
     "bind_args",
     "command_tag",
+    "etc_overlay",
     "holder_argv",
     "host_view",
     "require_bwrap",
@@ -133,17 +138,27 @@ class SandboxLayout:
         return self.disk / "tmp"
 
     @property
+    def etc(self) -> Path:
+        """The sandbox's own /etc files, over the host's on the host's root (`etc_overlay`)."""
+        return self.root / "etc"
+
+    @property
+    def etc_view(self) -> Path:
+        """Where its spawner mounts the overlay of its /etc (`etc_overlay`)."""
+        return self.root / "etc-view"
+
+    @property
     def passwd(self) -> Path:
-        return self.root / "passwd"
+        return self.etc / "passwd"
 
     @property
     def group(self) -> Path:
-        return self.root / "group"
+        return self.etc / "group"
 
     @property
     def resolv_conf(self) -> Path:
         """/etc/resolv.conf: FULL's resolver, whatever the network (`network`)."""
-        return self.root / "resolv.conf"
+        return self.etc / "resolv.conf"
 
     @property
     def network_ready(self) -> Path:
@@ -173,6 +188,8 @@ class HostView:
     """Bound read-only last, wherever they live (the service's cache, e.g. opencode)."""
     path: str
     """PATH inside: the server's absolute PATH entries."""
+    etc_mounts: tuple[str, ...] = ()
+    """Mount points below the host's /etc, top down (a container's hosts, hostname)."""
 
 
 def _within(path: str, root: str) -> bool:
@@ -209,9 +226,9 @@ def _reachable(path: str) -> bool:
 
 def _server_install() -> list[str]:
     """The server's interpreter and code, which in-sandbox helpers (the proxy's forwarder)
-    run from, and /etc/resolv.conf's target, which may live under /run."""
+    run from."""
     package_parent = Path(__file__).resolve().parents[3]
-    paths = (sys.prefix, sys.base_prefix, package_parent, "/etc/resolv.conf")
+    paths = (sys.prefix, sys.base_prefix, package_parent)
     return [os.path.realpath(path) for path in paths]
 
 
@@ -232,7 +249,10 @@ def host_view(settings: Settings, search_path: str | None = None) -> HostView:
     if _within(state, cache):
         raise ValueError(f"state_dir {state} must not lie inside cache_dir, which sandboxes see")
     shared = (cache,)
-    return HostView(tuple(dict.fromkeys(exposed)), hidden, shared, os.pathsep.join(entries))
+    etc_mounts = sorted((p for p in mount_points_below("/etc") if p != "/etc"), key=len)
+    return HostView(
+        tuple(dict.fromkeys(exposed)), hidden, shared, os.pathsep.join(entries), tuple(etc_mounts)
+    )
 
 
 def sandbox_env(
@@ -260,8 +280,35 @@ def bind_args(option: str, source: str, dest: str) -> list[str]:
     return [*(arg for parent in ancestors for arg in ("--dir", str(parent))), option, source, dest]
 
 
+def etc_overlay(layout: SandboxLayout) -> dict[str, Any]:
+    """The /etc of a sandbox on the host's root: its own files (`SandboxLayout.etc`) over
+    the host's /etc, a read-only overlay its spawner mounts at `etc_view` (`overlay_start`)
+    and bwrap binds at /etc.
+
+    Why not bind its own files over the host's: the kernel detaches a mount whose mount
+    point is unlinked in another namespace, so the host's `useradd` (which renames a new
+    /etc/passwd into place) or a DHCP client rewriting resolv.conf would uncover the
+    host's file in every live sandbox. The overlay's entries are its own: nothing on the
+    host renames them, and the host's /etc stays live beneath.
+    """
+    own = {"source": str(layout.etc), "map": None}
+    return {"target": str(layout.etc_view), "lowers": [own, {"source": "/etc", "map": None}]}
+
+
+def _etc_mounts(view: HostView, layout: SandboxLayout) -> list[str]:
+    """The sandbox's /etc (`etc_overlay`), then the host's mounts under it (a container's
+    hosts and hostname), which the overlay shows the files beneath of."""
+    files = [layout.resolv_conf, *([layout.passwd, layout.group] if layout.uid is not None else [])]
+    own = {f"/etc/{file.name}" for file in files}
+    args = ["--ro-bind", str(layout.etc_view), "/etc"]
+    for point in view.etc_mounts:
+        if point not in own:
+            args += ["--ro-bind-try", point, point]
+    return args
+
+
 def _mounts(view: HostView, layout: SandboxLayout) -> list[str]:
-    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *_etc_mounts(view, layout)]
     for tree in HIDDEN_TREES:
         args += ["--tmpfs", tree]
     for path in view.exposed:
@@ -278,10 +325,6 @@ def _mounts(view: HostView, layout: SandboxLayout) -> list[str]:
     for path in view.shared:
         # Never skipped: a missing directory fails the sandbox's creation, loudly.
         args += bind_args("--ro-bind", path, path)
-    if layout.uid is not None:
-        args += ["--ro-bind", str(layout.passwd), "/etc/passwd"]
-        args += ["--ro-bind", str(layout.group), "/etc/group"]
-    args += ["--ro-bind", str(layout.resolv_conf), "/etc/resolv.conf"]
     args += bind_args("--ro-bind", str(layout.proxy_dir), PROXY_DIR)
     return args
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +18,11 @@ import pytest
 
 from service.config import Settings
 from service.errors import MissingDependencyError, SandboxError
-from service.sandboxes.base import HOME, WORKDIR, OutputStream
+from service.models import SandboxSpec
+from service.sandboxes.base import HOME, WORKDIR, OutputStream, SandboxRequest
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
 from service.sandboxes.local.bwrap import SandboxLayout
+from service.sandboxes.local.network import resolv_conf
 from service.sandboxes.local.warm import WarmKey
 from tests.sandboxes.conftest import MakeSandbox, SleepMarker, fork_processes
 
@@ -41,6 +46,61 @@ async def test_host_tools_are_available(local_sandbox: LocalSandbox) -> None:
     )
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "user"
+
+
+async def test_its_etc_outlasts_the_host_replacing_its_files(local_sandbox: LocalSandbox) -> None:
+    """Host tools replace an /etc file by renaming a new one into place (useradd, a DHCP
+    client), and the kernel then detaches any mount on the old one: a sandbox binding its
+    own resolv.conf or passwd over the host's would see the host's from then on.
+    resolv.conf is replaced here by a copy of itself: nothing else in the suite writes it."""
+    host = Path("/etc/resolv.conf")
+    if not host.exists():
+        pytest.skip("the host has no /etc/resolv.conf to replace")
+    assert host.read_text() != resolv_conf()  # else the sandbox's could not be told apart
+    replacement = host.with_name(f".resolv.conf.{os.getpid()}")
+    if host.is_symlink():
+        os.symlink(os.readlink(host), replacement)
+    else:
+        shutil.copy2(host, replacement)
+    os.replace(replacement, host)
+    result = await local_sandbox.exec(
+        "cat /etc/resolv.conf; id -un; readlink /etc/mtab; grep -c ^ID= /etc/os-release",
+        timeout_s=30,
+    )
+    assert result.exit_code == 0, result.stderr
+    expected = [*resolv_conf().splitlines(), "user", os.readlink("/etc/mtab"), "1"]
+    assert result.stdout.splitlines() == expected
+
+
+@pytest.fixture
+def etc_mount(tmp_path: Path) -> Iterator[Path]:
+    """A file under the host's /etc holding "beneath", a bind mount over it "mounted"."""
+    point = Path(f"/etc/rollout-test-{os.getpid()}-{tmp_path.name}")
+    point.write_text("beneath\n")
+    mounted = tmp_path / "mounted"
+    mounted.write_text("mounted\n")
+    try:
+        subprocess.run(["mount", "--bind", str(mounted), str(point)], check=True)
+        try:
+            yield point
+        finally:
+            subprocess.run(["umount", str(point)], check=True)
+    finally:
+        point.unlink()
+
+
+async def test_a_mount_below_the_hosts_etc_shows_in_its_etc(
+    local_settings: Settings, etc_mount: Path
+) -> None:
+    """A container's /etc/hosts is a bind mount: the sandbox's /etc, an overlay of the
+    host's /etc, shows the file beneath unless the mount is bound again."""
+    backend = LocalBackend(local_settings)  # its view of the host is taken here
+    try:
+        sandbox = await backend.create(SandboxRequest("r1", SandboxSpec(), lifetime_s=300))
+        result = await sandbox.exec(f"cat {etc_mount}", timeout_s=30)
+    finally:
+        await backend.close()
+    assert (result.exit_code, result.stdout) == (0, "mounted\n")
 
 
 async def test_a_command_longer_than_an_argument_may_be(local_sandbox: LocalSandbox) -> None:
