@@ -66,7 +66,7 @@ from service.sandboxes.local.network import (
     has_network_tools,
     resolv_conf,
 )
-from service.sandboxes.local.reaper import Reaper
+from service.sandboxes.local.reaper import Reaper, kill_leftover_holders
 from service.sandboxes.local.removal import remove_tree
 from service.sandboxes.local.sandbox import LocalSandbox, SandboxCgroup
 from service.sandboxes.local.snapshot import (
@@ -77,6 +77,7 @@ from service.sandboxes.local.snapshot import (
     take_snapshot,
 )
 from service.sandboxes.local.spawner import ForkServer, SpawnerSetup
+from service.sandboxes.local.tree import await_exits
 from service.sandboxes.local.warm import WarmKey, WarmPool
 from service.sandboxes.local.warm_agent import WarmAgents
 
@@ -475,7 +476,8 @@ class LocalBackend:
         return len(self._sandboxes)
 
     async def sweep_orphans(self, live_rollout_ids: set[str]) -> int:
-        """Remove the directories and cgroups of sandboxes no live rollout owns.
+        """Kill what is left of the sandboxes no live rollout owns (`kill_leftover_holders`),
+        and remove their directories and cgroups.
 
         Whatever a sandbox left, the sweep logs what it could not remove and goes on:
         it runs at start-up, which nothing a sandbox made may stop.
@@ -486,6 +488,8 @@ class LocalBackend:
             _log.warning("could not list orphaned local sandboxes: %s", exc)
             return 0
         orphans = names - live_rollout_ids - self._sandboxes.keys()
+        holders = await asyncio.to_thread(kill_leftover_holders, self._bwrap, self._root, orphans)
+        await await_exits(holders)  # their mounts go with them, before their directories
         await asyncio.to_thread(self._remove_unheld_snapshots)
         await asyncio.to_thread(self._disks.sweep)
         for name in orphans:

@@ -11,7 +11,9 @@ Instead, per sandbox:
    child is the sandbox's spawner.
 2. The spawner leaves the other sandboxes' disks behind (`holder_start`) and
    starts bwrap, whose sleeping holder keeps the sandbox's namespaces alive
-   (`--die-with-parent`: the sandbox dies with its spawner). While bwrap builds them it
+   (the sandbox dies with its spawner: bwrap's parent-death signals, and the spawner
+   kills the sandbox's init on its way out, `holder_start.await_holder`). While bwrap
+   builds them it
    joins the sandbox's memory cgroup (a migration costs a slow RCU grace period), so the
    holder stays out of it and every command is born in it. Under network FULL it
    starts pasta for the sandbox (in the cgroup too) and routes the sandbox's network
@@ -30,7 +32,8 @@ Instead, per sandbox:
 It runs as `python -S -E -s -m service.sandboxes.local.forkserver FD` from the project
 root, importing the standard library and its siblings `wire` (the messages),
 `holder_start`, `network_start`, `overlay_start`, `mounts` and `seccomp` only.
-The spawner exits when the server closes its socket; the fork server likewise.
+The spawner exits when the server closes its socket, even while bwrap builds the
+sandbox (`holder_start.await_holder`); the fork server likewise.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import selectors
 import signal
 import socket
 import sys
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from service.sandboxes.local.holder_start import (
     NAMESPACE_TYPES,
@@ -51,6 +54,7 @@ from service.sandboxes.local.holder_start import (
     await_holder,
     default_dispositions,
     join_cgroup,
+    kill_init,
     leave_other_disks,
     pin_oom_scores,
     start_holder,
@@ -70,6 +74,7 @@ __all__: list[str] = []  # a program, run by `local_spawner.ForkServer`
 _CLONE_NEWUSER = 0x10000000
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_CHILD_SUBREAPER = 36
 _CAP_VERSION_3 = 0x20080522
 _RLIMITS = {
     "data": resource.RLIMIT_DATA,
@@ -105,6 +110,10 @@ def _last_capability() -> int:
         return int(file.read())
 
 
+def _subreaper(flag: int) -> None:
+    _check(_libc.prctl(_PR_SET_CHILD_SUBREAPER, flag, 0, 0, 0), "setting the child subreaper")
+
+
 def _give_up_privileges(last_cap: int) -> None:
     """What no command may have, dropped once for all of them (the spawner never execs)."""
     _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
@@ -132,6 +141,8 @@ class _Spawner:
         self._namespace_filter: Filter | None = None
         """What each command entering that user namespace installs (`seccomp`)."""
         self._stdin = -1
+        self._init = -1
+        """A pidfd of the sandbox's init, killed on the way out (`_exit`)."""
 
     def set_up(self, setup: dict[str, Any]) -> None:
         """Make the sandbox, then reply with pidfds of this spawner and the sandbox's init."""
@@ -143,27 +154,41 @@ class _Spawner:
             if setup["own_user_namespace"]:
                 enter_own_user_namespace()
             self._mount_overlays(setup)
+            _subreaper(1)  # an init orphaned while bwrap starts is ours (`await_holder`)
             bwrap, pipes = start_holder(setup["holder"])
             try:
                 unjoined = join_cgroup(setup["cgroup"])
-                init = await_holder(bwrap, pipes)
+                init, self._init = await_holder(bwrap, pipes, self._sock.fileno())
             finally:
                 for fd in pipes:
                     os.close(fd)
+            _subreaper(0)  # past this, nothing here would reap one
             if setup["network"] is not None:
                 pasta = connect_network(init, setup["network"])
                 self._selector.register(os.pidfd_open(pasta), selectors.EVENT_READ, (0, pasta))
-            init_fd, namespaces = attach(bwrap, init)
-            self._enter(namespaces, setup)
+            self._enter(attach(init, self._init), setup)
         except (OSError, SetupError, ValueError, KeyError) as exc:
+            kill_init(self._init)
             if bwrap is not None:
                 os.kill(bwrap, signal.SIGKILL)
             send(self._sock, {"id": 0, "error": str(exc)}, [own])
             os._exit(1)
         self._selector.register(os.pidfd_open(bwrap), selectors.EVENT_READ, (0, bwrap))
-        send(self._sock, {"id": 0, "unjoined": unjoined}, [own, init_fd])
-        os.close(init_fd)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a server gone meanwhile: exit below
+        try:
+            send(self._sock, {"id": 0, "unjoined": unjoined}, [own, self._init])
+        except OSError:
+            self._exit(1)
+        finally:
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         os.close(own)
+
+    def _exit(self, code: int) -> NoReturn:
+        """Exit, killing the sandbox: bwrap's parent-death signals follow, but the init's
+        may not be armed yet (`holder_start.await_holder`), the server gone right after
+        it learnt the sandbox was up."""
+        kill_init(self._init)
+        os._exit(code)
 
     def _mount_overlays(self, setup: dict[str, Any]) -> None:
         """An image sandbox's root, a group member's layers (`overlay_start`), and the
@@ -203,7 +228,7 @@ class _Spawner:
                 if key.fileobj is self._sock:
                     message, fds = receive(self._sock)
                     if message is None:
-                        os._exit(0)
+                        self._exit(0)
                     self._handle(message, fds)
                 else:
                     self._reap(key)

@@ -6,6 +6,7 @@ Standard library only (it runs in the fork server's processes, `forkserver`).
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ __all__ = [
     "await_holder",
     "default_dispositions",
     "join_cgroup",
+    "kill_init",
     "leave_other_disks",
     "pin_oom_scores",
     "start_holder",
@@ -37,6 +39,7 @@ NAMESPACE_TYPES = {
 _READY = b"ready\n"
 """What the holder prints once bwrap has put every mount in place (`bwrap.holder_argv`)."""
 _CLONE_NEWNS = 0x00020000
+_PR_SET_PDEATHSIG = 1
 _MS_REC = 0x4000
 _MS_PRIVATE = 0x40000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
@@ -50,13 +53,16 @@ class SetupError(Exception):
 
 def start_holder(argv: list[str]) -> tuple[int, tuple[int, int, int]]:
     """Fork and exec bwrap; returns its pid and the read ends of its status, stdout and
-    stderr pipes."""
+    stderr pipes. bwrap gets SIGKILL when we die, from its first instruction on (its own
+    `--die-with-parent` comes later)."""
     ends = [os.pipe() for _ in range(3)]
     status, stdout, stderr = (write for _, write in ends)
     full = [argv[0], "--json-status-fd", str(status), *argv[1:]]
+    spawner = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
+            _die_with(spawner)
             os.dup2(stdout, 1)
             os.dup2(stderr, 2)
             os.set_inheritable(status, True)
@@ -68,6 +74,12 @@ def start_holder(argv: list[str]) -> tuple[int, tuple[int, int, int]]:
         os.close(write)
     read_ends = tuple(read for read, _ in ends)
     return pid, (read_ends[0], read_ends[1], read_ends[2])
+
+
+def _die_with(parent: int) -> None:
+    """Get SIGKILL when `parent` dies; exit now if it died before that was armed."""
+    if _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != parent:
+        os._exit(126)
 
 
 def default_dispositions() -> None:
@@ -130,41 +142,103 @@ def join_cgroup(cgroup: str | None) -> str | None:
     return None
 
 
-def _read_line(fd: int) -> bytes:
-    """One line from a blocking pipe, read byte by byte so nothing after it is consumed."""
-    line = bytearray()
-    while not line.endswith(b"\n") and (byte := os.read(fd, 1)):
-        line += byte
-    return bytes(line)
+def _read_line(fd: int, server: int | None = None) -> bytes:
+    """The first line of a pipe, the rest of what came with it dropped (nothing more is
+    read from it). Raises SetupError should the server's socket `server` hang up
+    meanwhile: the server sends nothing before the sandbox is up."""
+    line = b""
+    while b"\n" not in line:
+        if server is not None and server in readable([fd, server], None):
+            raise SetupError("the server hung up")
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return line
+        line += chunk
+    return line[: line.index(b"\n") + 1]
 
 
-def await_holder(bwrap: int, pipes: tuple[int, int, int]) -> int:
-    """Wait until the holder says its mounts are in place; returns the sandbox's init pid."""
-    status, stdout, stderr = pipes
-    started = _read_line(status)
-    if _read_line(stdout) != _READY:
-        detail = os.read(stderr, 65536).decode(errors="replace").strip()
-        if not detail:
-            detail = f"bwrap exited with status {os.waitpid(bwrap, 0)[1]}"
-        raise SetupError(f"the sandbox failed to start: {detail}")
-    return int(json.loads(started)["child-pid"])
+def await_holder(bwrap: int, pipes: tuple[int, int, int], server: int) -> tuple[int, int]:
+    """Wait until the holder says its mounts are in place; returns the sandbox's init pid
+    and a pidfd of it (the caller's to close).
 
-
-def attach(bwrap: int, init: int) -> tuple[int, list[tuple[str, int]]]:
-    """A pidfd of the sandbox's init and descriptors of its namespaces, in entering order:
-    all but its user namespace, which is the spawner's own (or, on a root server, the host's).
-
-    Everything is read while the pidfd's process is alive and known to be bwrap's child:
-    had init died and its pid been reused, nothing here could be another process's.
+    bwrap arms the init's parent-death signal last, once its mounts are in place: until
+    then, a bwrap that dies leaves the init behind for good (blocked, or holding the
+    sandbox, and the spawner's mounts, in its namespaces). So the init is held by pidfd as
+    soon as bwrap names it, and killed here if the sandbox fails or the server (its socket
+    `server`) hangs up first; past this, the spawner kills it on its way out (`forkserver`).
     """
-    init_fd = os.pidfd_open(init)
+    status, stdout, stderr = pipes
+    init = _hold_init(_read_line(status), bwrap)
+    try:
+        if init is None or _read_line(stdout, server) != _READY:
+            detail = os.read(stderr, 65536).decode(errors="replace").strip()
+            if not detail:
+                detail = f"bwrap exited with status {os.waitpid(bwrap, 0)[1]}"
+            raise SetupError(f"the sandbox failed to start: {detail}")
+    except SetupError:
+        if init is not None:
+            kill_init(init[1])
+            os.close(init[1])
+        raise
+    return init
+
+
+def _hold_init(started: bytes, bwrap: int) -> tuple[int, int] | None:
+    """The init bwrap reports on its status line: its pid and a pidfd, read while it is
+    alive and bwrap's child or, bwrap dead, ours (the spawner is a child subreaper while
+    bwrap starts), so that a reused pid is never taken for it. None without a status line
+    or a live init: bwrap failed, and says why on its stderr."""
+    if not started:
+        return None
+    init = int(json.loads(started)["child-pid"])
+    try:
+        init_fd = os.pidfd_open(init)
+    except ProcessLookupError:
+        return None
+    if _parent(init) not in (bwrap, os.getpid()) or readable([init_fd], 0):
+        os.close(init_fd)
+        return None
+    return init, init_fd
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0
+
+
+def kill_init(init_fd: int) -> None:
+    """SIGKILL the sandbox's init (if `init_fd` is a pidfd), whose end kills every process
+    of its pid namespace. Under an unprivileged server the spawner's own seccomp filter
+    refuses pidfd_send_signal (ENOSYS, `seccomp`): then by pid, which the pidfd says is
+    still the init's."""
+    if init_fd < 0:
+        return
+    try:
+        signal.pidfd_send_signal(init_fd, signal.SIGKILL)
+    except OSError as exc:
+        if exc.errno != errno.ENOSYS:
+            return
+        with open(f"/proc/self/fdinfo/{init_fd}") as info:
+            fields = dict(line.split(":", 1) for line in info if ":" in line)
+        if not readable([init_fd], 0):
+            os.kill(int(fields["Pid"]), signal.SIGKILL)
+
+
+def attach(init: int, init_fd: int) -> list[tuple[str, int]]:
+    """Descriptors of the sandbox's namespaces, in entering order: all but its user
+    namespace, which is the spawner's own (or, on a root server, the host's).
+
+    Read by pid, then the pidfd checked alive: had init died and its pid been reused,
+    nothing here could be another process's.
+    """
     names = [name for name in NAMESPACE_TYPES if name != "user"]
     flags = os.O_RDONLY | os.O_CLOEXEC
     namespaces = [(name, os.open(f"/proc/{init}/ns/{name}", flags)) for name in names]
-    with open(f"/proc/{init}/stat") as stat:
-        parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-    if parent != bwrap or readable([init_fd], 0):
+    if readable([init_fd], 0):
         for _, fd in namespaces:
             os.close(fd)
         raise SetupError("the sandbox's init exited while it was being entered")
-    return init_fd, namespaces
+    return namespaces

@@ -13,20 +13,28 @@ directory (mounts follow it), and it is removed in the background:
 
 A disk pool may keep the directory's disk instead (`recycle`, `disk_pool`). Shutdown
 waits for the removals under way (`drain`).
+
+A sandbox dies with its spawner, which dies with the server's socket, but a spawner
+killed (SIGKILL) while bwrap built its sandbox leaves the sandbox's init, whose
+parent-death signal bwrap arms last (`holder_start.await_holder`), alive for good,
+holding the sandbox's mounts. The start-up sweep kills it first (`kill_leftover_holders`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import signal
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from service.sandboxes.local.descriptors import readable
 from service.sandboxes.local.removal import remove_tree
 
-__all__ = ["Reaper"]
+__all__ = ["Reaper", "kill_leftover_holders"]
 
 _log = logging.getLogger(__name__)
 _GONE = ".gone-"
@@ -66,3 +74,39 @@ class Reaper:
         """Wait until every removal under way has finished."""
         while self._removing:
             await asyncio.wait(set(self._removing))
+
+
+def kill_leftover_holders(bwrap: str, root: Path, names: set[str]) -> list[int]:
+    """SIGKILL what is left of the holders of the sandboxes `names` under `root` (an earlier
+    run's): bwrap processes whose command line names a path in one of their directories,
+    bwrap itself and the sandbox's init, which keeps bwrap's command line and whose end
+    kills every process of the sandbox. Returns pidfds of those signalled.
+
+    A command line is a process's own to set: a sandboxed process can make one that
+    matches, which only gets itself killed. No other server's sandbox matches (its
+    directories are under another state dir), and a process is signalled through a pidfd
+    opened before its command line is read again, so a reused pid is never hit.
+    """
+    program = bwrap.encode()
+    prefixes = tuple(f"{root}/{name}/".encode() for name in names)
+
+    def matches(pid: str) -> bool:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            argv = file.read().split(b"\0")
+        return argv[0] == program and any(arg.startswith(prefixes) for arg in argv[1:])
+
+    signalled = []
+    for entry in os.scandir("/proc") if prefixes else ():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and matches(entry.name):
+                pidfd = os.pidfd_open(int(entry.name))
+                try:
+                    alive = matches(entry.name) and not readable([pidfd], 0)
+                    if alive:
+                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                finally:
+                    if alive:
+                        signalled.append(pidfd)
+                    else:
+                        os.close(pidfd)
+    return signalled

@@ -273,11 +273,11 @@ class Spawner:
 
     async def close(self) -> None:
         """Hang up, and wait (a while at most) until the spawner has exited; its sandbox
-        dies with it (`--die-with-parent`).
+        dies with it (it kills the sandbox's init on its way out, `forkserver`).
 
-        A spawner still making its sandbox is let finish first: a bwrap killed while it
-        starts can leave the sandbox's init blocked for good, waiting for a word from bwrap
-        that never comes, before it has a parent-death signal to end it.
+        A spawner still making its sandbox is let finish first (a while at most), so that
+        its pidfd, sent with its first reply, says when it has exited. One hung up on while
+        bwrap builds the sandbox kills what it started (`holder_start.await_holder`).
         """
         with contextlib.suppress(Exception):
             await asyncio.wait_for(asyncio.shield(self._ready), _SETUP_WAIT_S)
