@@ -31,7 +31,8 @@ Instead, per sandbox:
 
 It runs as `python -S -E -s -m service.sandboxes.local.forkserver FD` from the project
 root, importing the standard library and its siblings `wire` (the messages),
-`holder_start`, `network_start`, `overlay_start`, `mounts` and `seccomp` only.
+`holder_start`, `network_start`, `overlay_start`, `mounts` and `seccomp`, and
+`service.user_namespace` (standard library only too), nothing else.
 The spawner exits when the server closes its socket, even while bwrap builds the
 sandbox (`holder_start.await_holder`); the fork server likewise.
 """

@@ -28,7 +28,8 @@ __all__ = ["FORK_SERVER", "Command", "ForkServer", "Spawner", "SpawnerSetup"]
 FORK_SERVER = (sys.executable, "-S", "-E", "-s", "-m", "service.sandboxes.local.forkserver")
 """Like `-I`, but with the project root (its working directory) on sys.path: it imports
 its siblings (`wire`, `holder_start`, `network_start`, `mounts`,
-`seccomp`, `overlay_start`) and the standard library, nothing from site-packages."""
+`seccomp`, `overlay_start`), `service.user_namespace` and the standard library, nothing
+from site-packages."""
 _PROJECT_ROOT = Path(__file__).resolve().parents[3]
 _EXIT_WAIT_S = 1.0
 _SETUP_WAIT_S = 10.0
