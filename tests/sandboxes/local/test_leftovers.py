@@ -110,7 +110,10 @@ async def test_the_start_up_sweep_kills_the_leftover_holders_of_orphans_only(
     for name, directory in directories.items():
         (directory / "home").mkdir(parents=True)
         command = sleep_marker.command if name == "orphan" else "sleep 3600"
+        # Only the orphan's init outlives its bwrap; the others end with theirs, below.
         argv = [require_bwrap(), "--unshare-pid", "--ro-bind", "/", "/"]
+        if name != "orphan":
+            argv.insert(1, "--die-with-parent")
         argv += ["--bind", str(directory / "home"), "/mnt", "--", "sh", "-c", command]
         holders[name] = await asyncio.create_subprocess_exec(*argv, start_new_session=True)
     try:
