@@ -95,6 +95,13 @@ _ID_BLOCKS = Path("/run/rollout-service/id-blocks")
 """Lock files of the host id blocks image sandboxes hold, shared by every server here."""
 
 
+def _write_readable(path: Path, text: str) -> None:
+    """Write a file of the sandbox's /etc: every sandbox user reads it, whatever the
+    server's umask (a service manager's UMask=0077)."""
+    path.write_text(text)
+    os.chmod(path, 0o644)
+
+
 class LocalBackend:
     """Creates bubblewrap sandboxes on this host; matches `SandboxBackend`."""
 
@@ -423,9 +430,10 @@ class LocalBackend:
         else:
             layout.root.mkdir(mode=0o700)
             layout.disk.mkdir()
-        layout.proxy_dir.mkdir(mode=0o755)  # the server's: the sandbox user cannot write it
-        layout.etc.mkdir(mode=0o755)  # the top of its /etc (`etc_overlay`): mode and all
-        layout.resolv_conf.write_text(resolv_conf())  # for a verifier under FULL too
+        for directory in (layout.proxy_dir, layout.etc):  # the server's: the sandbox user
+            directory.mkdir()  # reaches them and cannot write them, whatever the umask
+            os.chmod(directory, 0o755)  # (etc is the top of its /etc: `etc_overlay`)
+        _write_readable(layout.resolv_conf, resolv_conf())  # for a verifier under FULL too
         if key.network is NetworkPolicy.FULL:
             os.mkfifo(layout.network_ready, 0o600)
         if image is not None:
@@ -457,9 +465,9 @@ class LocalBackend:
         uid = layout.uid
         user = f"{SANDBOX_USER}:x:{uid}:{uid}:rollout sandbox:{HOME}:/bin/bash\n"
         passwd = Path("/etc/passwd").read_text()
-        layout.passwd.write_text(passwd.rstrip("\n") + "\n" + user)
+        _write_readable(layout.passwd, passwd.rstrip("\n") + "\n" + user)
         group = Path("/etc/group").read_text()
-        layout.group.write_text(group.rstrip("\n") + f"\n{SANDBOX_USER}:x:{uid}:\n")
+        _write_readable(layout.group, group.rstrip("\n") + f"\n{SANDBOX_USER}:x:{uid}:\n")
 
     def _has_leftovers(self, name: str) -> bool:
         group = self._cgroups.path(name)

@@ -19,7 +19,7 @@ import pytest
 from service.config import Settings
 from service.errors import MissingDependencyError, SandboxError
 from service.models import SandboxSpec
-from service.sandboxes.base import HOME, WORKDIR, OutputStream, SandboxRequest
+from service.sandboxes.base import HOME, PROXY_DIR, WORKDIR, OutputStream, SandboxRequest
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
 from service.sandboxes.local.bwrap import SandboxLayout
 from service.sandboxes.local.network import resolv_conf
@@ -70,6 +70,23 @@ async def test_its_etc_outlasts_the_host_replacing_its_files(local_sandbox: Loca
     assert result.exit_code == 0, result.stderr
     expected = [*resolv_conf().splitlines(), "user", os.readlink("/etc/mtab"), "1"]
     assert result.stdout.splitlines() == expected
+
+
+async def test_a_server_under_umask_077_makes_sandboxes_its_user_can_use(
+    make_local_sandbox: MakeSandbox,
+) -> None:
+    """A service manager's UMask=0077 must not lock the sandbox user out of its /etc or
+    out of the directory its proxy socket appears in."""
+    umask = os.umask(0o077)
+    try:
+        sandbox = await make_local_sandbox()
+    finally:
+        os.umask(umask)
+    result = await sandbox.exec(
+        f"id -un; cat /etc/resolv.conf; stat -c %a /etc {PROXY_DIR}", timeout_s=30
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == ["user", *resolv_conf().splitlines(), "755", "755"]
 
 
 @pytest.fixture
