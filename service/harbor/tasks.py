@@ -268,5 +268,6 @@ class HarborTasks:
         if self._templates is None:
             from service.sandboxes.e2b.template import TemplateBuilds
 
-            self._templates = TemplateBuilds()
+            url = self._settings.database_url
+            self._templates = TemplateBuilds(url.get_secret_value() if url else None)
         return self._templates

@@ -20,7 +20,8 @@ As E2B's API, an alias is known from the moment its build is requested (the alia
 joins the alias table and the templates, whatever their builds' state), so a template whose
 only build failed still "exists"; creating a sandbox of it fails (the fake answers 400 "has
 no ready build", its own wording). `fail_next_build` makes the next build fail in E2B's
-builder whatever its steps (an outage, not the task's fault).
+builder whatever its steps (an outage, not the task's fault). `hold_lookups` makes alias lookups
+wait for one another.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ class FakeTemplateBuilds:
         self._uploads: dict[str, bytes] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._failing: list[str] = []
+        self._lookups_held = 0
+        self._lookups = asyncio.Barrier(1)
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -92,6 +95,12 @@ class FakeTemplateBuilds:
     def fail_next_build(self, message: str) -> None:
         """Fail the next build started, with `message`, before it runs a step."""
         self._failing.append(message)
+
+    def hold_lookups(self, count: int) -> None:
+        """Answer the next `count` alias lookups only once all of them have arrived (replicas
+        that look a template up at the same moment)."""
+        self._lookups_held = count
+        self._lookups = asyncio.Barrier(count)
 
     def registered(self, template: str) -> bool:
         """Whether `template` (a name or a template id) was ever requested."""
@@ -146,6 +155,9 @@ class FakeTemplateBuilds:
         await response.reply_json(202, answer)
 
     async def _alias(self, alias: str, response: HttpResponse) -> None:
+        if self._lookups_held:
+            self._lookups_held -= 1
+            await self._lookups.wait()
         if alias not in self._template_ids:
             message = f"template '{alias}' not found"
             return await response.reply_json(404, {"code": 404, "message": message})

@@ -8,7 +8,10 @@ requested, before the build succeeds, so the name alone is not trusted: every re
 template's builds (`GET /templates/{id}`, the SDK's API client) and reuses it only with a ready
 build, waits (up to _OTHERS_BUILD_S) while another server's build is under way, and otherwise
 builds it again; a name whose build failed (or was cancelled) in this process is built again
-without asking. The template's default user is set to root, as
+without asking. Replicas sharing a PostgreSQL store check and start a build under one lock per
+name (`service.store.postgres_lock`, released once E2B has the build under way): two that find
+no build at the same moment do not both build, the second finds the first's build under way and
+waits for it. The template's default user is set to root, as
 Docker's is: the service runs a Harbor task's commands and stages its files (`/tests`,
 `/solution`) as the sandbox's root, as it does on a local image sandbox (admission refuses
 a Dockerfile whose USER is not root).
@@ -22,6 +25,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
 from e2b import AsyncTemplate, BuildException, FileUploadException, Template, TemplateException
 from e2b.api import encode_path_param
 from e2b.api.client.api.templates import get_templates_aliases_alias, get_templates_template_id
@@ -29,10 +33,12 @@ from e2b.api.client.models import TemplateAliasResponse, TemplateBuildStatus, Te
 from e2b.api.client_async import get_api_client
 from e2b.connection_config import ConnectionConfig
 from e2b.template.logger import LogEntry
+from e2b.template_async.build_api import wait_for_build_finish
 
 from service.errors import SandboxError
 from service.sandboxes.e2b.backend import API_KEY_ENV
 from service.sandboxes.e2b.sandbox import SDK_ERRORS
+from service.store.postgres_lock import shared_lock
 
 __all__ = ["TemplateBuilds"]
 
@@ -48,9 +54,11 @@ _IN_PROGRESS = (TemplateBuildStatus.WAITING, TemplateBuildStatus.BUILDING)
 
 
 class TemplateBuilds:
-    """Builds templates through the SDK, one build per name at a time in this process."""
+    """Builds templates through the SDK, one build per name at a time in this process, and
+    across the replicas sharing the PostgreSQL database at `database_url` (None: alone)."""
 
-    def __init__(self) -> None:
+    def __init__(self, database_url: str | None = None) -> None:
+        self._database_url = database_url
         self._locks: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(
             asyncio.Lock
         )
@@ -63,7 +71,10 @@ class TemplateBuilds:
         SandboxError with the build log's tail."""
         api_key = os.environ.get(API_KEY_ENV, "")
         async with self._locks[name]:
-            if name not in self._failed and await _built(name, api_key, report):
+            # A ready build is reused without the replicas' lock (a database connection).
+            if name not in self._failed and TemplateBuildStatus.READY in await _build_statuses(
+                name, api_key
+            ):
                 report(f"template {name}: built before, reused")
                 return
             tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
@@ -72,15 +83,27 @@ class TemplateBuilds:
                 tail.append(entry.message)
                 report(f"template {name}: {entry.message}"[:500])
 
-            self._failed.add(name)
             try:
-                template = (
-                    Template(file_context_path=str(context))
-                    .from_dockerfile(str(context / "Dockerfile"))
-                    .set_user("root")
-                )
-                await AsyncTemplate.build(template, name, on_build_logs=log, api_key=api_key)
+                async with shared_lock(self._database_url, f"e2b-template:{name}"):
+                    if name not in self._failed and await _built(name, api_key, report):
+                        report(f"template {name}: built before, reused")
+                        return
+                    self._failed.add(name)
+                    template = (
+                        Template(file_context_path=str(context))
+                        .from_dockerfile(str(context / "Dockerfile"))
+                        .set_user("root")
+                    )
+                    build = await AsyncTemplate.build_in_background(
+                        template, name, on_build_logs=log, api_key=api_key
+                    )
+                client = get_api_client(ConnectionConfig(api_key=api_key))
+                await wait_for_build_finish(client, build.template_id, build.build_id, log)
                 self._failed.discard(name)
+            except psycopg.Error as exc:
+                raise SandboxError(
+                    f"taking the replicas' lock on building the task's E2B template {name}: {exc}"
+                ) from exc
             except _BUILD_ERRORS as exc:
                 lines = "\n".join(tail)
                 raise SandboxError(

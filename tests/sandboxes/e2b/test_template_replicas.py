@@ -2,7 +2,8 @@
 template's name from the moment its build is requested, so a replica never trusts a name
 another replica's failed build left; it reads the template's builds, builds it again, and its
 own backend then runs a sandbox of it (or it fails, saying why, when the task cannot build). A
-build under way elsewhere is waited for, not repeated. Each replica is its own
+build under way elsewhere is waited for, not repeated, and two replicas sharing a PostgreSQL
+store that both find no build at the same moment build it once. Each replica is its own
 `TemplateBuilds` and `E2BBackend` against one fake cloud.
 """
 
@@ -17,6 +18,7 @@ import pytest
 
 from service.errors import SandboxError
 from service.sandboxes.e2b.template import TemplateBuilds
+from tests.e2e.test_replicas import database_url as database_url  # the PostgreSQL fixture
 from tests.fakes.e2b_cloud import FakeE2B
 from tests.sandboxes.e2b.support import eventually, make_backend, make_request
 
@@ -83,3 +85,18 @@ async def test_a_build_under_way_on_one_replica_is_waited_for_by_another(
         f"template {name}: another build of it is under way, waiting for it",
         f"template {name}: built before, reused",
     ]
+
+
+async def test_replicas_that_find_no_build_at_the_same_moment_build_it_once(
+    cloud: FakeE2B, tmp_path: Path, database_url: str
+) -> None:
+    context, name = _context(tmp_path, "FROM rollout/base\nRUN touch /built\n")
+    cloud.templates.hold_lookups(2)  # each replica's first look finds no build, at once
+    messages: tuple[list[str], list[str]] = ([], [])
+    await asyncio.gather(
+        *(TemplateBuilds(database_url).ensure(context, name, said.append) for said in messages)
+    )
+    assert [build.status for build in cloud.templates.builds] == ["ready"]
+    waited = f"template {name}: another build of it is under way, waiting for it"
+    reused = f"template {name}: built before, reused"
+    assert sorted([waited, reused] == said[-2:] for said in messages) == [False, True]
