@@ -14,8 +14,9 @@ A rootless store (an unprivileged server's) cannot run mmdebstrap (its `unshare`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
-import shutil
+import os
 from pathlib import Path
 
 from service.errors import ImageError
@@ -32,6 +33,7 @@ __all__ = [
     "base_key",
     "build_base",
     "import_base",
+    "remove_scratch",
 ]
 
 BASE_SUITE = "bookworm"
@@ -73,7 +75,7 @@ async def build_base(
         )  # fmt: skip
         return await _commit(storage, scratch / "rootfs", on_progress)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_scratch(scratch)
 
 
 async def import_base(
@@ -86,7 +88,7 @@ async def import_base(
         copy = await asyncio.to_thread(owned_copy, made, scratch)
         return await _commit(storage, copy.rootfs, on_progress)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_scratch(scratch)
 
 
 async def _commit(storage: ContainerStorage, rootfs: Path, on_progress: ProgressCallback) -> str:
@@ -115,5 +117,27 @@ async def _commit(storage: ContainerStorage, rootfs: Path, on_progress: Progress
 
 def _fresh(directory: Path) -> None:
     """An empty `directory` (a crashed build's leftovers removed)."""
-    shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True)
+    remove_scratch(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+
+
+def remove_scratch(directory: Path) -> None:
+    """Remove `directory` with what it holds on its own filesystem, never entering another
+    one mounted inside: mmdebstrap killed mid-run (a timeout, a killed server) leaves the
+    host's /dev/shm bind-mounted in its target, and /proc and /sys mounted there. Those
+    mounts stay, with the directories holding them (so `_fresh` keeps a non-empty one)."""
+    with contextlib.suppress(FileNotFoundError):
+        _remove_within(str(directory), directory.lstat().st_dev)
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
+
+
+def _remove_within(path: str, device: int) -> None:
+    with os.scandir(path) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):  # a mount point is busy: left
+                if not entry.is_dir(follow_symlinks=False):
+                    os.unlink(entry.path)
+                elif entry.stat(follow_symlinks=False).st_dev == device:
+                    _remove_within(entry.path, device)
+                    os.rmdir(entry.path)

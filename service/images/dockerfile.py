@@ -185,9 +185,11 @@ async def build_dockerfile(
     dockerfile: str,
     build_args: dict[str, str],
     on_progress: ProgressCallback,
+    scratch: Path,
 ) -> None:
     """buildah-build the Dockerfile text `dockerfile` (its FROM lines pinned) in `context`,
-    tagged `name`; an ImageError names the step."""
+    tagged `name`; an ImageError names the step. The text is written to a directory made
+    under `scratch` (the store's, so that one a killed build left is the store's to sweep)."""
     current = ["FROM"]
 
     def track(progress: ImageProgress) -> None:
@@ -199,8 +201,9 @@ async def build_dockerfile(
     argv = ["build", "--layers", "--force-rm", "--isolation", "chroot", "--pull=never"]
     argv += ["--format", "oci"]
     argv += [f"--build-arg={key}={value}" for key, value in sorted(build_args.items())]
-    with tempfile.TemporaryDirectory(prefix="rollout-dockerfile-") as scratch:
-        path = Path(scratch, "Dockerfile")
+    await asyncio.to_thread(scratch.mkdir, mode=0o700, parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=scratch) as written:
+        path = Path(written, "Dockerfile")
         await asyncio.to_thread(path.write_text, dockerfile)
         argv += ["-f", str(path), "-t", qualify(name), str(context)]
         try:

@@ -5,6 +5,8 @@
     <cache_dir>/images/unpacked/<id>/    each image's root filesystem + image.json (rootfs.py)
     <cache_dir>/images/builds/<key>      the store's cache: request content key -> image id
     <cache_dir>/images/locks/<key>.lock  one build per key across processes
+    <cache_dir>/images/base-scratch/     the base's root while it is made (base.py)
+    <cache_dir>/images/dockerfiles/      each build's Dockerfile, pinned (dockerfile.py)
 
 Every request is keyed by content (base.py, dockerfile.py): a key the store has recorded, whose
 image it still holds, is a hit and runs no tool. `outcomes` records each request's hit or build.
@@ -16,23 +18,29 @@ A server not running as root has a rootless store of its own (`of_server`): the 
 under `<state_dir>/rootless/images`, every tool run as root of a user namespace mapping the
 server's ids alone (rootless.py), every file the server's. Its base is the one root made
 ahead in `<cache_dir>/images` (`made_base`), imported (base.py), so it needs no mmdebstrap.
+
+A build killed with its process (a server killed mid-build) leaves buildah's working
+containers in the storage, and half-made directories: the first build or unpack of a store
+in each process sweeps them (`sweep`) when no build or unpack of the store is under way in
+any process, and tries again at the next one until it could.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import hashlib
 import os
 import shutil
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
 from service.config import Settings
 from service.errors import ImageError
 from service.file_lock import file_lock
-from service.images.base import BASE_NAMES, base_key, build_base, import_base
+from service.images.base import BASE_NAMES, base_key, build_base, import_base, remove_scratch
 from service.images.dockerfile import (
     build_dockerfile,
     build_key,
@@ -103,6 +111,7 @@ class ImageStore:
         self.unpacked = self.directory / "unpacked"
         self.outcomes: list[BuildOutcome] = []
         self._flights: Flights[Image] = Flights()
+        self._swept = False
 
     @classmethod
     def of_server(cls, settings: Settings) -> ImageStore:
@@ -128,7 +137,7 @@ class ImageStore:
             return await self.base(on_progress)
 
         async def work(report: ProgressCallback) -> Image:
-            async with file_lock(self._builds_lock, shared=True):
+            async with self._building():
                 return await self._ready(name, image_id, report)
 
         # Concurrent first uses of an image not unpacked yet unpack it once.
@@ -137,7 +146,7 @@ class ImageStore:
     async def base(self, on_progress: ProgressCallback = _ignore) -> Image:
         """The Debian base (mmdebstrap), made once; a rootless store's is imported, once per
         base made ahead."""
-        scratch = self.directory / "base-scratch"
+        scratch = self._base_scratch
         if not self.storage.rootless:
 
             async def produce(report: ProgressCallback) -> str:
@@ -209,9 +218,10 @@ class ImageStore:
         qualify(name)
 
         async def work(report: ProgressCallback) -> Image:
-            image_id = await import_oci(self.storage, source, name, report, select=select)
-            self._record(name, f"import:{source}", "built", image_id)
-            return await self._ready(name, image_id, report)
+            async with self._building():
+                image_id = await import_oci(self.storage, source, name, report, select=select)
+                self._record(name, f"import:{source}", "built", image_id)
+                return await self._ready(name, image_id, report)
 
         flight = f"import\0{source}\0{select}\0{name}"
         return await self._flights.run(flight, name, work, on_progress)
@@ -242,7 +252,7 @@ class ImageStore:
         async def produce(report: ProgressCallback) -> str:
             await build_dockerfile(
                 self.storage, name=name, context=context, dockerfile=pinned,
-                build_args=args, on_progress=report,
+                build_args=args, on_progress=report, scratch=self._dockerfiles,
             )  # fmt: skip
             return await self._image_id(name, "build")
 
@@ -273,11 +283,10 @@ class ImageStore:
         directories, build records and half-made directories of images no longer held."""
         async with file_lock(self._builds_lock):  # no build or unpack is under way
             before = {image["id"] for image in await self.storage.images()}
+            await self._remove_leftovers("prune")
             if self.storage.root.exists():
-                run = self.storage.run
-                await run(["rm", "--all"], image="*", step="prune", on_progress=_ignore)
                 rmi = ["rmi", "--all", "--force"] if everything else ["rmi", "--prune"]
-                await run(rmi, image="*", step="prune", on_progress=_ignore)
+                await self.storage.run(rmi, image="*", step="prune", on_progress=_ignore)
             kept = {image["id"] for image in await self.storage.images()}
             in_use = {
                 image_id for image_id in _unpacked_ids(self.unpacked) if self._in_use(image_id)
@@ -285,6 +294,42 @@ class ImageStore:
             removed = sorted(_remove_unheld(self.unpacked, kept | in_use))
             _remove_unheld_records(self.directory / "builds", kept)
         return PruneReport(images_removed=len(before - kept), unpacked_removed=removed)
+
+    async def sweep(self) -> bool:
+        """Remove what builds killed with their process left (`_remove_leftovers`), if no
+        build or unpack of this store is under way in any process: each holds the builds
+        lock shared, so it is free only then, and none of theirs can be removed. Whether it
+        could; `prune` sweeps too."""
+        fd = _lock_at_once(self._builds_lock)
+        if fd is None:
+            return False
+        try:
+            await self._remove_leftovers("sweep")
+        finally:
+            os.close(fd)
+        return True
+
+    async def _remove_leftovers(self, step: str) -> None:
+        """buildah's working containers, half-unpacked directories, the base's scratch and
+        the Dockerfiles written for buildah. Only with the builds lock held exclusively."""
+        if self.storage.root.exists():
+            await self.storage.run(["rm", "--all"], image="*", step=step, on_progress=_ignore)
+        await asyncio.to_thread(self._remove_half_made)
+        self._swept = True
+
+    def _remove_half_made(self) -> None:
+        for half_made in self.unpacked.glob(f"{TMP_PREFIX}*"):
+            shutil.rmtree(half_made, ignore_errors=True)
+        remove_scratch(self._base_scratch)
+        shutil.rmtree(self._dockerfiles, ignore_errors=True)
+
+    @contextlib.asynccontextmanager
+    async def _building(self) -> AsyncIterator[None]:
+        """The builds lock, shared, for a build or unpack; this process's first sweeps."""
+        if not self._swept:
+            await self.sweep()
+        async with file_lock(self._builds_lock, shared=True):
+            yield
 
     def hold(self, image_id: str) -> int:
         """Mark the unpacked image in use (a sandbox's root) until the returned descriptor
@@ -299,17 +344,22 @@ class ImageStore:
         path = self._hold_path(image_id)
         if not path.exists():
             return False
-        fd = os.open(path, os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        fd = _lock_at_once(path)
+        if fd is None:
             return True
-        finally:
-            os.close(fd)
+        os.close(fd)
         return False
 
     def _hold_path(self, image_id: str) -> Path:
         return self.directory / "locks" / "in-use" / f"{image_id}.lock"
+
+    @property
+    def _base_scratch(self) -> Path:
+        return self.directory / "base-scratch"
+
+    @property
+    def _dockerfiles(self) -> Path:
+        return self.directory / "dockerfiles"
 
     @property
     def _builds_lock(self) -> Path:
@@ -322,8 +372,7 @@ class ImageStore:
         """The image of `key`: from the record if the storage still holds it, else produced."""
 
         async def work(report: ProgressCallback) -> Image:
-            builds = file_lock(self._builds_lock, shared=True)
-            async with builds, file_lock(self.directory / "locks" / f"{key}.lock"):
+            async with self._building(), file_lock(self.directory / "locks" / f"{key}.lock"):
                 image_id = await self._recorded(key, name)
                 if image_id is not None:
                     self._record(name, key, "hit", image_id)
@@ -388,6 +437,19 @@ class ImageStore:
             f"{target} (alias {key})" for key, target in self.aliases.targets(name)
         ]
         return f"looked for {', '.join(tried)}; {_HOW_TO_PROVIDE.format(name=name)}"
+
+
+def _lock_at_once(path: Path) -> int | None:
+    """A descriptor holding `path`'s flock exclusively (the file made if missing), or None
+    if another holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _unpacked_ids(unpacked: Path) -> list[str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 
 from service.config import Settings
 from service.images import Image, ImageStore
+from tests.images.layouts import make_layout, umoci
 
 _TOOLS = ("mmdebstrap", "buildah", "skopeo", "umoci")
 _missing = [tool for tool in _TOOLS if shutil.which(tool) is None]
@@ -55,21 +55,16 @@ async def shared_store(shared_cache: Path, base_image: Image) -> AsyncIterator[I
 @pytest.fixture
 def oci_layout(tmp_path: Path) -> Path:
     """A tiny OCI image layout (`<dir>:tiny`) made with umoci: two files and a config."""
-    layout, bundle = tmp_path / "layout", tmp_path / "bundle"
 
-    def umoci(*args: str) -> None:
-        subprocess.run(["umoci", *args], check=True, capture_output=True)
+    def fill(rootfs: Path) -> None:
+        (rootfs / "etc").mkdir(parents=True)
+        (rootfs / "etc" / "hello").write_text("hello from oci\n")
+        tool = rootfs / "usr" / "bin" / "tool"
+        tool.parent.mkdir(parents=True)
+        tool.write_text("#!/bin/sh\necho tool\n")
+        tool.chmod(0o755)
 
-    umoci("init", "--layout", str(layout))
-    umoci("new", "--image", f"{layout}:tiny")
-    umoci("unpack", "--image", f"{layout}:tiny", str(bundle))
-    (bundle / "rootfs" / "etc").mkdir(parents=True)
-    (bundle / "rootfs" / "etc" / "hello").write_text("hello from oci\n")
-    tool = bundle / "rootfs" / "usr" / "bin" / "tool"
-    tool.parent.mkdir(parents=True)
-    tool.write_text("#!/bin/sh\necho tool\n")
-    tool.chmod(0o755)
-    umoci("repack", "--image", f"{layout}:tiny", str(bundle))
+    layout = make_layout(tmp_path, "tiny", fill)
     umoci(
         "config", "--image", f"{layout}:tiny", "--config.env", "GREETING=oci",
         "--config.workingdir", "/work", "--config.user", "1000:1000",
