@@ -66,6 +66,9 @@ async def build_base(
     try:
         await run_tool(
             [
+                # Its mounts in the target (/proc, /sys, the host's /dev/shm) in a mount
+                # namespace of its own: they go with it, even killed mid-run.
+                "unshare", "--mount", "--propagation", "private",
                 "mmdebstrap", "--mode=root", "--variant=minbase",
                 f"--include={','.join(BASE_PACKAGES)}",
                 *(f"--customize-hook={hook}" for hook in _HOOKS),
@@ -123,9 +126,10 @@ def _fresh(directory: Path) -> None:
 
 def remove_scratch(directory: Path) -> None:
     """Remove `directory` with what it holds on its own filesystem, never entering another
-    one mounted inside: mmdebstrap killed mid-run (a timeout, a killed server) leaves the
-    host's /dev/shm bind-mounted in its target, and /proc and /sys mounted there. Those
-    mounts stay, with the directories holding them (so `_fresh` keeps a non-empty one)."""
+    one mounted inside: mmdebstrap, killed mid-run when it ran in the host's mount namespace
+    (before `build_base` gave it its own), left the host's /dev/shm bind-mounted in its
+    target, and /proc and /sys mounted there. Such mounts stay, with the directories holding
+    them (so `_fresh` keeps a non-empty one)."""
     with contextlib.suppress(FileNotFoundError):
         _remove_within(str(directory), directory.lstat().st_dev)
         with contextlib.suppress(OSError):
