@@ -278,6 +278,17 @@ class Settings(BaseSettings):
             raise ValueError("expected postgresql://USER[:PASSWORD]@HOST[:PORT]/NAME")
         return value
 
+    @field_validator("state_dir")
+    @classmethod
+    def _mountable(cls, value: Path) -> Path:
+        """Local sandboxes mount overlays from below it, whose options cannot carry these."""
+        if any(char in path for path in (str(value), os.path.realpath(value)) for char in ",:\\\n"):
+            raise ValueError(
+                "local sandboxes mount overlays from below it, and an overlay cannot name a "
+                "path holding ',', ':', '\\' or a newline"
+            )
+        return value
+
     @field_validator("log_level")
     @classmethod
     def _known_level(cls, value: str) -> str:

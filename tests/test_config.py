@@ -58,3 +58,12 @@ def test_a_long_value_is_cut(monkeypatch: pytest.MonkeyPatch) -> None:
 
     with pytest.raises(ConfigError, match=r"\(501 chars\)"):
         load_settings([])
+
+
+def test_a_state_dir_overlays_cannot_mount_from_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROLLOUT_STATE_DIR", "/srv/rollout:state")
+
+    with pytest.raises(
+        ConfigError, match=r"^ROLLOUT_STATE_DIR is '/srv/rollout:state': local sandboxes mount"
+    ):
+        load_settings([])
