@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import stat
 from pathlib import Path
 
-from service.file_lock import file_lock
+from service.file_lock import file_lock, lock_now
 
 
 async def test_a_second_holder_waits_for_the_first(tmp_path: Path) -> None:
@@ -37,3 +38,19 @@ async def test_the_lock_file_is_the_servers_alone(tmp_path: Path) -> None:
         async with file_lock(path):
             pass
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+async def test_lock_now_takes_a_free_lock_and_never_waits_for_a_held_one(tmp_path: Path) -> None:
+    path = tmp_path / "locks" / "x.lock"
+    async with file_lock(path, shared=True):
+        assert lock_now(path) is None
+    fd = lock_now(path)
+    assert fd is not None
+    try:
+        assert lock_now(path) is None  # flock: another descriptor is another holder
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    finally:
+        os.close(fd)
+    fd = lock_now(path)
+    assert fd is not None
+    os.close(fd)

@@ -39,7 +39,7 @@ from typing import Literal
 
 from service.config import Settings
 from service.errors import ImageError
-from service.file_lock import file_lock
+from service.file_lock import file_lock, lock_now
 from service.images.base import BASE_NAMES, base_key, build_base, import_base, remove_scratch
 from service.images.dockerfile import (
     build_dockerfile,
@@ -300,7 +300,7 @@ class ImageStore:
         build or unpack of this store is under way in any process: each holds the builds
         lock shared, so it is free only then, and none of theirs can be removed. Whether it
         could; `prune` sweeps too."""
-        fd = _lock_at_once(self._builds_lock)
+        fd = lock_now(self._builds_lock)
         if fd is None:
             return False
         try:
@@ -344,7 +344,7 @@ class ImageStore:
         path = self._hold_path(image_id)
         if not path.exists():
             return False
-        fd = _lock_at_once(path)
+        fd = lock_now(path)
         if fd is None:
             return True
         os.close(fd)
@@ -437,19 +437,6 @@ class ImageStore:
             f"{target} (alias {key})" for key, target in self.aliases.targets(name)
         ]
         return f"looked for {', '.join(tried)}; {_HOW_TO_PROVIDE.format(name=name)}"
-
-
-def _lock_at_once(path: Path) -> int | None:
-    """A descriptor holding `path`'s flock exclusively (the file made if missing), or None
-    if another holds it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
 
 
 def _unpacked_ids(unpacked: Path) -> list[str]:
