@@ -100,12 +100,13 @@ def kill_leftover_holders(bwrap: str, root: Path, names: set[str]) -> list[int]:
         with contextlib.suppress(OSError):
             if entry.name.isdigit() and matches(entry.name):
                 pidfd = os.pidfd_open(int(entry.name))
-                try:
-                    alive = matches(entry.name) and not readable([pidfd], 0)
-                    if alive:
+                killed = False
+                try:  # the same process: still matching, and alive since the pidfd
+                    if matches(entry.name) and not readable([pidfd], 0):
                         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                        killed = True
                 finally:
-                    if alive:
+                    if killed:
                         signalled.append(pidfd)
                     else:
                         os.close(pidfd)

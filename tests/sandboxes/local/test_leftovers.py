@@ -12,10 +12,13 @@ import socket
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from service.config import Settings
 from service.sandboxes.local.backend import LocalBackend
 from service.sandboxes.local.bwrap import require_bwrap
 from service.sandboxes.local.descriptors import readable
+from service.sandboxes.local.reaper import kill_leftover_holders
 from service.sandboxes.local.spawner import FORK_SERVER, SpawnerSetup
 from service.sandboxes.local.wire import send
 from tests.e2e.processes import eventually
@@ -130,3 +133,31 @@ async def test_the_start_up_sweep_kills_the_leftover_holders_of_orphans_only(
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             await process.wait()
+
+
+def test_a_holder_gone_between_its_match_and_its_pidfd_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep reads each command line twice, the second time once it holds a pidfd; a
+    holder that exits (and is reaped) in between is no holder to kill, and the sweep goes
+    on (it raised before: the start-up sweep, which nothing may stop)."""
+    home = tmp_path / "sandboxes" / "orphan" / "home"
+    home.mkdir(parents=True)
+    bwrap = require_bwrap()
+    argv = [bwrap, "--die-with-parent", "--ro-bind", "/", "/", "--bind", str(home), "/mnt"]
+    holder = subprocess.Popen([*argv, "--", "sleep", "300"])
+    opened = os.pidfd_open
+
+    def exits_meanwhile(pid: int, flags: int = 0) -> int:
+        pidfd = opened(pid, flags)
+        if pid == holder.pid:
+            holder.kill()
+            holder.wait()
+        return pidfd
+
+    monkeypatch.setattr(os, "pidfd_open", exits_meanwhile)  # the sweep's own os module
+    try:
+        assert kill_leftover_holders(bwrap, home.parent.parent, {"orphan"}) == []
+    finally:
+        holder.kill()
+        holder.wait()
