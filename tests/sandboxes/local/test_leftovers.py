@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -140,24 +141,32 @@ def test_a_holder_gone_between_its_match_and_its_pidfd_is_passed_over(
 ) -> None:
     """The sweep reads each command line twice, the second time once it holds a pidfd; a
     holder that exits (and is reaped) in between is no holder to kill, and the sweep goes
-    on (it raised before: the start-up sweep, which nothing may stop)."""
+    on (it raised before: the start-up sweep, which nothing may stop). The holder stands in
+    for bwrap: one process, whose command line names a path in an orphan's directory."""
     home = tmp_path / "sandboxes" / "orphan" / "home"
     home.mkdir(parents=True)
-    bwrap = require_bwrap()
-    argv = [bwrap, "--die-with-parent", "--ro-bind", "/", "/", "--bind", str(home), "/mnt"]
-    holder = subprocess.Popen([*argv, "--", "sleep", "300"])
+    program = "/bin/sh"
+    holder = subprocess.Popen([program, "-c", "read _", str(home)], stdin=subprocess.PIPE)
+    cmdline = Path(f"/proc/{holder.pid}/cmdline")
+    for _ in range(int(_BOUND_S / 0.01)):  # until it has exec'd
+        if cmdline.read_bytes().startswith(program.encode()):
+            break
+        time.sleep(0.01)
     opened = os.pidfd_open
+    gone: list[int] = []
 
     def exits_meanwhile(pid: int, flags: int = 0) -> int:
         pidfd = opened(pid, flags)
         if pid == holder.pid:
             holder.kill()
             holder.wait()
+            gone.append(pid)
         return pidfd
 
     monkeypatch.setattr(os, "pidfd_open", exits_meanwhile)  # the sweep's own os module
     try:
-        assert kill_leftover_holders(bwrap, home.parent.parent, {"orphan"}) == []
+        assert kill_leftover_holders(program, home.parent.parent, {"orphan"}) == []
     finally:
         holder.kill()
         holder.wait()
+    assert gone == [holder.pid]
