@@ -79,6 +79,8 @@ def spec_to_proto(spec: RolloutSpec) -> pb.RolloutSpec:
             verifier_env=spec.task.verifier_env,
             solution_env=spec.task.solution_env,
             workdir=spec.task.workdir,
+            verify_mode=enum_to_proto(spec.task.verify_mode, "VerifyMode"),  # type: ignore[arg-type]
+            carried_paths=spec.task.carried_paths,
         ),
         agent=pb.Agent(
             name=spec.agent.name, command=spec.agent.command, options=_struct(spec.agent.options)

@@ -35,6 +35,7 @@ from service.models import (
     Sampling,
     SandboxSpec,
     TaskSpec,
+    VerifyMode,
 )
 from service.models.group import GroupStatus
 
@@ -144,6 +145,15 @@ def spec_from_proto(message: pb.RolloutSpec) -> RolloutSpec:
             verifier_env=dict(task.verifier_env),
             solution_env=dict(task.solution_env),
             workdir=task.workdir,
+            verify_mode=_enum(
+                task.verify_mode,
+                pb.VerifyMode.DESCRIPTOR,
+                VerifyMode,
+                "spec.task.verify_mode",
+                violations,
+            )
+            or VerifyMode.AUTO,
+            carried_paths=tuple(task.carried_paths),
         ),
         agent=AgentSpec(
             name=agent.name or "command",

@@ -28,6 +28,7 @@ from service.engine.output_cap import OutputCap
 from service.engine.output_scrub import OutputScrubber
 from service.engine.staging import make_workdir, stage, staged_path, task_workdir
 from service.engine.validation import resolved_timeouts
+from service.engine.verification import Verification
 from service.errors import AgentInstallError, RolloutFailure, SandboxError, UpstreamError
 from service.models import (
     CommandResult,
@@ -49,12 +50,8 @@ from service.proxy.capture.gate import CallGate
 from service.proxy.capture.record import scrub_text
 from service.proxy.capture.tally import CallTally
 from service.sandboxes.base import Sandbox, SandboxBackend, SandboxRequest, in_workdir
-from service.sandboxes.seal import SystemSeal
 from service.telemetry.metrics import Metrics
 from service.verifier.commands import run_commands
-from service.verifier.integrity import BYTECODE_DIR, tampering
-from service.verifier.reward import compute_reward
-from service.verifier.takeover import open_verifier_network, take_back
 
 __all__ = ["ModelAttachment", "RolloutRun"]
 
@@ -64,8 +61,6 @@ tracer = trace.get_tracer("rollout-service")
 _SANDBOX_CREATE_TIMEOUT_S = 600.0
 _AGENT_PROVISION_TIMEOUT_S = 900.0
 _TEARDOWN_TIMEOUT_S = 60.0
-_VERIFIER_ENV = {"PYTHONPYCACHEPREFIX": BYTECODE_DIR}
-"""What verify commands run with whatever the task says (`verifier.integrity`)."""
 
 
 T = TypeVar("T")
@@ -125,6 +120,15 @@ class RolloutRun:
         self._agent_timeout_s, self._command_timeout_s, self._verify_timeout_s = resolved_timeouts(
             spec, settings
         )
+        self._verification = Verification(
+            spec,
+            rollout_id=rollout.id,
+            backend=backend,
+            prepared=prepared,
+            timeout_s=self._verify_timeout_s,
+            publish=publish,
+            on_result=functools.partial(self._on_command, CommandStage.VERIFY),
+        )
 
     async def execute(self) -> Rollout:
         """Run every phase; always ends with the sandbox killed and a terminal status."""
@@ -158,7 +162,7 @@ class RolloutRun:
             context = await self._phase(Phase.PREPARING_AGENT, self._prepare_agent(sandbox, stack))
             if not await self._phase(Phase.SETUP, self._setup(sandbox)):
                 return
-            await self._seal(sandbox)
+            await self._verification.after_setup(sandbox)
             await self._phase(Phase.AGENT, self._run_agent(sandbox, context))
         await self._phase(Phase.VERIFYING, self._verify(sandbox))
         await self._phase(Phase.COLLECTING, self._collect(sandbox))
@@ -280,30 +284,25 @@ class RolloutRun:
     async def _commands(
         self, sandbox: Sandbox, commands: tuple[str, ...], stage: CommandStage
     ) -> list[CommandResult]:
-        def on_result(result: CommandResult) -> None:
-            span = trace.get_current_span()
-            span.add_event(
-                f"{stage.value}.command",
-                {
-                    "index": result.index,
-                    "exit_code": result.exit_code,
-                    "timed_out": result.timed_out,
-                },
-            )
-            self._publish(result)
-
         task = self._spec.task
-        setup = stage is CommandStage.SETUP
         return await run_commands(
             sandbox,
             commands,
             stage=stage,
-            timeout_s=self._command_timeout_s if setup else self._verify_timeout_s,
-            env=task.env if setup else task.env | task.verifier_env | _VERIFIER_ENV,
+            timeout_s=self._command_timeout_s,
+            env=task.env,
             wrap=functools.partial(in_workdir, task.workdir),
-            on_result=on_result,
-            stop_on_failure=setup,
+            on_result=functools.partial(self._on_command, stage),
+            stop_on_failure=True,
         )
+
+    def _on_command(self, stage: CommandStage, result: CommandResult) -> None:
+        span = trace.get_current_span()
+        span.add_event(
+            f"{stage.value}.command",
+            {"index": result.index, "exit_code": result.exit_code, "timed_out": result.timed_out},
+        )
+        self._publish(result)
 
     async def _run_agent(self, sandbox: Sandbox, context: AgentContext) -> None:
         cap = OutputCap(
@@ -376,51 +375,21 @@ class RolloutRun:
         return agent.result()
 
     async def _verify(self, sandbox: Sandbox) -> None:
-        """Verify in a sandbox taken back from the agent (`verifier.takeover`); read the
-        reward once what verification started is dead too."""
-        task = self._spec.task
-        paths = {staged_path(task, key): key for key in task.verifier_files}
-        for notice in await take_back(sandbox, paths, fresh_dirs=[BYTECODE_DIR]):
-            self._publish(notice)
-        if reasons := await self._tampering(sandbox):
-            self._tampered(reasons)
+        """Verify (`engine.verification`); record the reward, or the tampering found."""
+        outcome = await self._verification.verify(sandbox)
+        result = self.rollout.result
+        result.verify_results = outcome.results
+        if outcome.reward is None:  # the agent changed what the verifier executes: scored 0
+            self._publish(Notice(topic="verifier.tampered", message=outcome.tampered))
+            result.reward = 0.0
+            result.error = RolloutError(kind=ErrorKind.TAMPERED, message=outcome.tampered)
+            self.rollout.status = RolloutStatus.FAILED
             return
-        if opened := await open_verifier_network(sandbox, self._spec.sandbox):
-            self._publish(opened)
-        await stage(sandbox, task, task.verifier_files)
-        results = await self._commands(sandbox, task.verify, CommandStage.VERIFY)
-        self.rollout.result.verify_results = results
-        await sandbox.reclaim()
-        reward = await compute_reward(sandbox, results, task)
-        if reward.note:
-            self._publish(Notice(topic="verifier.reward_unset", message=reward.note))
-        self.rollout.result.reward = reward.value
-        self.rollout.result.metrics = reward.metrics
-        self.rollout.result.reward_key = reward.key
-
-    async def _seal(self, sandbox: Sandbox) -> None:
-        """Record the system the verifier will execute as setup left it, before the agent
-        can change it (`verifier.integrity`)."""
-        if isinstance(sandbox, SystemSeal):
-            await sandbox.seal_system(exempt=[task_workdir(self._spec.task)])
-
-    async def _tampering(self, sandbox: Sandbox) -> list[str]:
-        if not isinstance(sandbox, SystemSeal):
-            return []
-        task = self._spec.task
-        diff = await sandbox.system_changes(path=(task.env | task.verifier_env).get("PATH"))
-        return tampering(diff)
-
-    def _tampered(self, reasons: list[str]) -> None:
-        """The agent changed what the verifier would run: not verified, scored 0."""
-        shown = "; ".join(reasons[:5]) + (
-            f"; and {len(reasons) - 5} more" if len(reasons) > 5 else ""
-        )
-        message = f"the agent changed what the verifier executes, so it was not run: {shown}"
-        self._publish(Notice(topic="verifier.tampered", message=message))
-        self.rollout.result.reward = 0.0
-        self.rollout.result.error = RolloutError(kind=ErrorKind.TAMPERED, message=message)
-        self.rollout.status = RolloutStatus.FAILED
+        if outcome.reward.note:
+            self._publish(Notice(topic="verifier.reward_unset", message=outcome.reward.note))
+        result.reward = outcome.reward.value
+        result.metrics = outcome.reward.metrics
+        result.reward_key = outcome.reward.key
 
     async def _collect(self, sandbox: Sandbox) -> None:
         task = self._spec.task
@@ -443,10 +412,15 @@ class RolloutRun:
     async def _teardown(self) -> None:
         self._enter(Phase.TEARDOWN)
         began = time.monotonic()
-        if self._sandbox is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(asyncio.wait_for(self._sandbox.kill(), _TEARDOWN_TIMEOUT_S))
+        with contextlib.suppress(Exception):
+            await asyncio.shield(asyncio.wait_for(self._kill_sandboxes(), _TEARDOWN_TIMEOUT_S))
         self._timed(Phase.TEARDOWN, time.monotonic() - began)
+
+    async def _kill_sandboxes(self) -> None:
+        """The verifier's sandbox and its layers, then the agent's."""
+        await self._verification.close()
+        if self._sandbox is not None:
+            await self._sandbox.kill()
 
     def _record(self, kind: ErrorKind, message: str) -> None:
         if self.rollout.result.error is None:

@@ -27,6 +27,7 @@ from service.engine.lifecycle import RolloutRun
 from service.engine.model_access import ModelRouter
 from service.engine.model_calls import ModelCalls
 from service.engine.validation import validate_spec
+from service.engine.verification import check_verify_mode
 from service.errors import (
     CapacityError,
     FieldViolation,
@@ -350,6 +351,7 @@ class RolloutManager:
         backend.check_ready()
         if spec.harbor_task is None:  # a Harbor task's image is built at its start
             await backend.check_spec(spec.sandbox)
+        check_verify_mode(spec, backend)
         agent = self._agent(spec.agent.name)
         violations = agent.option_violations(spec.agent.options)
         if violations:

@@ -24,12 +24,15 @@ from collections.abc import Iterator, Mapping
 
 from service.errors import FieldViolation, excerpt
 
-__all__ = ["map_violations", "path_violations"]
+__all__ = ["carried_path_violations", "map_violations", "path_violations"]
 
 _MAX_PART_BYTES = 255
 _MAX_PATH_BYTES = 1024
 _MAX_REPORTED = 16
 """Violations reported per map: enough to fix a spec, never a flood."""
+_MAX_CARRIED = 16
+_VERIFIER_TREES = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt")
+"""Where the programs and configuration a FRESH verifier runs live: never carried."""
 
 
 def _problem(path: str) -> str:
@@ -77,3 +80,20 @@ def path_violations(
 def map_violations(field: str, paths: Mapping[str, bytes]) -> Iterator[FieldViolation]:
     """The rules for one map staged on its own (solution files)."""
     yield from path_violations(paths, {}, files_field=field)
+
+
+def carried_path_violations(paths: tuple[str, ...]) -> Iterator[FieldViolation]:
+    """`task.carried_paths`: canonical absolute paths outside the verifier's own trees."""
+    field = "spec.task.carried_paths"
+    if len(paths) > _MAX_CARRIED:
+        yield FieldViolation(field, f"has more than {_MAX_CARRIED} paths")
+        return
+    for index, path in enumerate(paths):
+        problem = "must be absolute" if not path.startswith("/") else _problem(path)
+        if not problem and path.split("/")[1] in _VERIFIER_TREES:
+            problem = (
+                "lies in a tree whose programs and configuration the verifier runs "
+                "(/usr, /bin, /sbin, /lib*, /etc, /opt): use verify_mode IN_PLACE"
+            )
+        if problem:
+            yield FieldViolation(f"{field}[{index}]", problem)

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 
 from service.config import Settings
 from service.engine.task_extras import task_extras_violations
-from service.engine.task_paths import path_violations
+from service.engine.task_paths import carried_path_violations, path_violations
 from service.errors import FieldViolation, SpecError, excerpt
 from service.models import (
     CaptureMode,
@@ -137,6 +137,7 @@ def _task(spec: RolloutSpec) -> Iterator[FieldViolation]:
         if len(files) > _MAX_FILES:
             yield FieldViolation(field, f"has more than {_MAX_FILES} files")
     yield from path_violations(task.files, task.verifier_files)
+    yield from carried_path_violations(task.carried_paths)
     yield from _reward(task)
 
 

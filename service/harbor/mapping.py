@@ -46,6 +46,7 @@ from service.models import (
     RolloutSpec,
     SandboxSpec,
     TaskSpec,
+    VerifyMode,
 )
 from service.sandboxes.base import VERIFIER_DIR
 
@@ -100,9 +101,18 @@ class _Environment(_Section):
     workdir: str | None = None
 
 
-class HarborConfig(_Section):
-    """The parts of task.toml the service maps; other keys are ignored (metadata, ...)."""
+class _Metadata(_Section):
+    """Harbor's free-form `[metadata]`: where a task says how this service verifies it
+    (`engine.verification`), which Harbor itself ignores."""
 
+    rollout_verify_mode: VerifyMode | None = None
+    rollout_carried_paths: tuple[str, ...] = ()
+
+
+class HarborConfig(_Section):
+    """The parts of task.toml the service maps; other keys are ignored."""
+
+    metadata: _Metadata = Field(default_factory=_Metadata)
     agent: _Agent = Field(default_factory=_Agent)
     verifier: _Verifier = Field(default_factory=_Verifier)
     solution: _Solution = Field(default_factory=_Solution)
@@ -125,7 +135,13 @@ def resolve_spec(
     """`spec` with its task, sandbox and timeouts filled from the task directory `tree`;
     `image` is the config of the image the task's starts from (its FROM, or the spec's)."""
     assert spec.harbor_task is not None
-    allowed = TaskSpec(instruction="", reward_key=spec.task.reward_key, workdir=spec.task.workdir)
+    allowed = TaskSpec(
+        instruction="",
+        reward_key=spec.task.reward_key,
+        workdir=spec.task.workdir,
+        verify_mode=spec.task.verify_mode,
+        carried_paths=spec.task.carried_paths,
+    )
     if spec.task != allowed:
         raise refuse("spec.task", "give inline task fields or harbor_task, not both")
     config = _config(tree)
@@ -152,6 +168,8 @@ def resolve_spec(
         verifier_env=_env(config.verifier.env, "[verifier].env"),
         solution_env=_env(config.solution.env, "[solution].env"),
         workdir=workdir.rstrip("/") or "/",
+        verify_mode=_verify_mode(spec.task.verify_mode, config.metadata.rollout_verify_mode),
+        carried_paths=spec.task.carried_paths or config.metadata.rollout_carried_paths,
     )
     return spec.model_copy(
         update={
@@ -162,6 +180,13 @@ def resolve_spec(
             "harbor_task": HarborTaskSpec(path=spec.harbor_task.path, digest=digest),
         }
     )
+
+
+def _verify_mode(asked: VerifyMode, declared: VerifyMode | None) -> VerifyMode:
+    """The caller's mode if it chose one, else the task's `[metadata]`, else AUTO."""
+    if asked is not VerifyMode.AUTO or declared is None:
+        return asked
+    return declared
 
 
 def _sandbox(spec: RolloutSpec, config: HarborConfig, digest: str) -> SandboxSpec:

@@ -39,6 +39,7 @@ from service.models.spec import (
     Sampling,
     SandboxSpec,
     TaskSpec,
+    VerifyMode,
 )
 from service.models.turn import TokenLogprob, ToolCall, Turn, Usage
 
@@ -78,4 +79,5 @@ __all__ = [
     "ToolCall",
     "Turn",
     "Usage",
+    "VerifyMode",
 ]

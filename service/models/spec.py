@@ -43,6 +43,15 @@ class RewardSource(StrEnum):
     """Passed/total of the verify commands; reward files are not read."""
 
 
+class VerifyMode(StrEnum):
+    AUTO = "auto"
+    """FRESH where the backend can make such a sandbox, else IN_PLACE."""
+    FRESH = "fresh"
+    """A new sandbox from setup's state, with only the agent's workdir carried in."""
+    IN_PLACE = "in_place"
+    """The agent's own sandbox, its processes dead, behind the integrity check."""
+
+
 class TaskSpec(_Model):
     """The task: prompt, commands around the agent, and files."""
 
@@ -72,6 +81,10 @@ class TaskSpec(_Model):
     """Extra environment of the oracle's solution, over `env`."""
     workdir: str = ""
     """Absolute working directory; empty means the sandbox's WORKDIR."""
+    verify_mode: VerifyMode = VerifyMode.AUTO
+    """In which sandbox the verifier runs (`service.engine.verification`)."""
+    carried_paths: tuple[str, ...] = ()
+    """Absolute paths carried with the workdir into a FRESH verifier's sandbox."""
 
 
 class HarborTaskSpec(_Model):

@@ -121,6 +121,9 @@ class SandboxRequest:
     """Told what a slow creation is doing (an image built at first use), for the events."""
     snapshot: Snapshot | None = None
     """Start from this backend's snapshot of a sandbox of the same spec (a group member)."""
+    carried: Snapshot | None = None
+    """Paths another of this backend's sandboxes left, laid over `snapshot`
+    (`carry.PathCarrier`: the agent's workdir in a FRESH verifier's sandbox)."""
     agent: str = ""
     """The agent the rollout runs in it ("": none, a group's template): an agent a warm local
     sandbox started ahead (`local.warm_agent`) is killed unless it is this one."""

@@ -19,7 +19,7 @@ of what the image and setup installed:
                          further along PATH; a test runner's configuration at /
                          (conftest.py, pytest.ini ...)
     __pycache__          never counts: verify commands run with PYTHONPYCACHEPREFIX set
-                         to a directory made fresh for them (`BYTECODE_DIR`), so no
+                         to a directory made fresh for them (`environment`), so no
                          Python they start reads a bytecode cache the agent left
     /etc/ld.so.cache     may change (installing a library rewrites it), but every
                          library it named must keep its path, and every new one must
@@ -38,11 +38,7 @@ import struct
 
 from service.sandboxes.seal import SYSTEM_TREES, EntryKind, PathState, SystemDiff
 
-__all__ = ["BYTECODE_DIR", "tampering"]
-
-BYTECODE_DIR = "/tmp/.rollout-verifier-pycache"
-"""Python's bytecode cache for verify commands (PYTHONPYCACHEPREFIX): made empty once
-the agent's processes are dead, so bytecode the agent planted is never loaded."""
+__all__ = ["tampering"]
 
 _NAMED_AT_MOST = 10
 _PYTHON_CODE = (".py", ".pyc", ".pth")

@@ -1,6 +1,7 @@
 """Through the real server on the Debian base image, where the agent is root: what the
-verifier executes cannot be the agent's (`verifier.integrity`), and installing what a
-solution needs still scores.
+verifier executes cannot be the agent's (`engine.verification`). FRESH, the default, runs
+setup's programs in a new sandbox, so each cheat below is simply scored; IN_PLACE refuses
+it (`verifier.integrity`), and there installing what a solution needs still scores.
 
 Each cheat below scored before the check: 1.0 for a verify of `false`, 0.5 -> 1.0 for
 `true; false`.
@@ -25,6 +26,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="image sandboxes need a root server"),
 ]
 _IMAGE = {"image": "rollout/base"}
+_IN_PLACE = {"verifyMode": "VERIFY_MODE_IN_PLACE"}
 _FORGE = "mkdir -p /home/user/logs/verifier; echo 1 > /home/user/logs/verifier/reward.txt"
 _WRAP_BASH = (
     "cp /usr/bin/bash /usr/local/lib/real-bash && "
@@ -74,11 +76,25 @@ _CHEATS = {
 
 
 @pytest.mark.parametrize("cheat", list(_CHEATS), ids=list(_CHEATS))
-async def test_an_agent_that_changed_what_the_verifier_runs_is_never_scored(
+async def test_a_fresh_verifier_runs_none_of_the_cheats(
+    stub: pb_grpc.RolloutServiceAsyncStub, cheat: str
+) -> None:
+    command, verify, _ = _CHEATS[cheat]
+    rollout = await _run(stub, command_spec(command, verify=verify, sandbox=_IMAGE))
+
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result
+    assert rollout.result.reward < 1.0  # the honest score: the cheated command failed
+    assert [r.exit_code for r in rollout.result.verify_results][-1] != 0
+    assert "carried" in (await notices(stub, rollout.id))["verifier.fresh"]
+
+
+@pytest.mark.parametrize("cheat", list(_CHEATS), ids=list(_CHEATS))
+async def test_an_agent_that_changed_what_the_verifier_runs_in_place_is_never_scored(
     stub: pb_grpc.RolloutServiceAsyncStub, cheat: str
 ) -> None:
     command, verify, named = _CHEATS[cheat]
-    rollout = await _run(stub, command_spec(command, verify=verify, sandbox=_IMAGE))
+    spec = command_spec(command, verify=verify, sandbox=_IMAGE, task=_IN_PLACE)
+    rollout = await _run(stub, spec)
 
     assert rollout.status == pb.ROLLOUT_STATUS_FAILED, rollout.result
     assert rollout.result.error.kind == pb.ERROR_KIND_TAMPERED
@@ -99,6 +115,7 @@ async def test_a_program_setup_installed_is_sealed_too(
         setup=(install,),
         verify=("check",),
         sandbox=_IMAGE,
+        task=_IN_PLACE,
     )
     rollout = await _run(stub, spec)
 
@@ -106,7 +123,7 @@ async def test_a_program_setup_installed_is_sealed_too(
     assert "/usr/local/bin/check" in rollout.result.error.message
 
 
-async def test_installing_what_a_solution_needs_still_scores(
+async def test_installing_what_a_solution_needs_still_scores_in_place(
     stub: pb_grpc.RolloutServiceAsyncStub,
 ) -> None:
     agent = (
@@ -126,7 +143,8 @@ async def test_installing_what_a_solution_needs_still_scores(
         'test "$PYTHONPYCACHEPREFIX" = /tmp/.rollout-verifier-pycache',
         "test -d $PYTHONPYCACHEPREFIX && ! test -e $PYTHONPYCACHEPREFIX/planted",
     )
-    rollout = await _run(stub, command_spec(agent, verify=verify, sandbox=_IMAGE))
+    spec = command_spec(agent, verify=verify, sandbox=_IMAGE, task=_IN_PLACE)
+    rollout = await _run(stub, spec)
 
     assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result
     assert rollout.result.reward == 1.0, [r.stderr for r in rollout.result.verify_results]

@@ -18,6 +18,13 @@ class ResultView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESULT_VIEW_FULL: _ClassVar[ResultView]
     RESULT_VIEW_SLIM: _ClassVar[ResultView]
 
+class VerifyMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    VERIFY_MODE_UNSPECIFIED: _ClassVar[VerifyMode]
+    VERIFY_MODE_AUTO: _ClassVar[VerifyMode]
+    VERIFY_MODE_FRESH: _ClassVar[VerifyMode]
+    VERIFY_MODE_IN_PLACE: _ClassVar[VerifyMode]
+
 class RewardSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     REWARD_SOURCE_UNSPECIFIED: _ClassVar[RewardSource]
@@ -116,6 +123,10 @@ class GroupStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 RESULT_VIEW_UNSPECIFIED: ResultView
 RESULT_VIEW_FULL: ResultView
 RESULT_VIEW_SLIM: ResultView
+VERIFY_MODE_UNSPECIFIED: VerifyMode
+VERIFY_MODE_AUTO: VerifyMode
+VERIFY_MODE_FRESH: VerifyMode
+VERIFY_MODE_IN_PLACE: VerifyMode
 REWARD_SOURCE_UNSPECIFIED: RewardSource
 REWARD_SOURCE_AUTO: RewardSource
 REWARD_SOURCE_FILE: RewardSource
@@ -348,7 +359,7 @@ class HarborTask(_message.Message):
     def __init__(self, path: _Optional[str] = ..., archive: _Optional[bytes] = ..., digest: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("instruction", "setup", "verify", "files", "verifier_files", "reward_source", "reward_key", "env", "file_modes", "solution_files", "verifier_env", "solution_env", "workdir")
+    __slots__ = ("instruction", "setup", "verify", "files", "verifier_files", "reward_source", "reward_key", "env", "file_modes", "solution_files", "verifier_env", "solution_env", "workdir", "verify_mode", "carried_paths")
     class FilesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -411,6 +422,8 @@ class Task(_message.Message):
     VERIFIER_ENV_FIELD_NUMBER: _ClassVar[int]
     SOLUTION_ENV_FIELD_NUMBER: _ClassVar[int]
     WORKDIR_FIELD_NUMBER: _ClassVar[int]
+    VERIFY_MODE_FIELD_NUMBER: _ClassVar[int]
+    CARRIED_PATHS_FIELD_NUMBER: _ClassVar[int]
     instruction: str
     setup: _containers.RepeatedScalarFieldContainer[str]
     verify: _containers.RepeatedScalarFieldContainer[str]
@@ -424,7 +437,9 @@ class Task(_message.Message):
     verifier_env: _containers.ScalarMap[str, str]
     solution_env: _containers.ScalarMap[str, str]
     workdir: str
-    def __init__(self, instruction: _Optional[str] = ..., setup: _Optional[_Iterable[str]] = ..., verify: _Optional[_Iterable[str]] = ..., files: _Optional[_Mapping[str, bytes]] = ..., verifier_files: _Optional[_Mapping[str, bytes]] = ..., reward_source: _Optional[_Union[RewardSource, str]] = ..., reward_key: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., file_modes: _Optional[_Mapping[str, str]] = ..., solution_files: _Optional[_Mapping[str, bytes]] = ..., verifier_env: _Optional[_Mapping[str, str]] = ..., solution_env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ...) -> None: ...
+    verify_mode: VerifyMode
+    carried_paths: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, instruction: _Optional[str] = ..., setup: _Optional[_Iterable[str]] = ..., verify: _Optional[_Iterable[str]] = ..., files: _Optional[_Mapping[str, bytes]] = ..., verifier_files: _Optional[_Mapping[str, bytes]] = ..., reward_source: _Optional[_Union[RewardSource, str]] = ..., reward_key: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., file_modes: _Optional[_Mapping[str, str]] = ..., solution_files: _Optional[_Mapping[str, bytes]] = ..., verifier_env: _Optional[_Mapping[str, str]] = ..., solution_env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ..., verify_mode: _Optional[_Union[VerifyMode, str]] = ..., carried_paths: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Agent(_message.Message):
     __slots__ = ("name", "command", "options")

@@ -23,7 +23,7 @@ import hashlib
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -74,6 +74,7 @@ from service.sandboxes.local.snapshot import (
     home_overlays,
     image_lower,
     prepare_home_overlays,
+    take_carried,
     take_snapshot,
 )
 from service.sandboxes.local.spawner import ForkServer, SpawnerSetup
@@ -185,18 +186,21 @@ class LocalBackend:
     async def snapshot(self, sandbox: Sandbox) -> LocalSnapshot:
         """Freeze what `sandbox` (reclaimed) wrote: its image's overlay upper layer, or its
         home and /tmp on the host's root (`snapshot`). SandboxError if it cannot."""
-        if not (isinstance(sandbox, LocalSandbox) and self._sandboxes.get(sandbox.name) is sandbox):
-            raise ValueError(f"sandbox {sandbox.id} is not one of this backend's")
-        if not self._privileged:
-            raise SandboxError("snapshots need a server running as root")
-        directory = self._snapshots_dir / sandbox.name
+        local = self._mine(sandbox)
+        take = functools.partial(take_snapshot, local.layout, local.image_id)
+        return await self._freeze(local, local.name, take)
+
+    async def _freeze(
+        self,
+        sandbox: LocalSandbox,
+        name: str,
+        take: Callable[[Path, Callable[[LocalSnapshot], None]], LocalSnapshot],
+    ) -> LocalSnapshot:
+        """Run `take` into a new snapshot directory in a thread, and hold what it made."""
+        directory = self._snapshots_dir / name
         self._snapshots.add(directory)
         self._snapshots_dir.mkdir(mode=0o700, exist_ok=True)
-        taking = asyncio.ensure_future(
-            asyncio.to_thread(
-                take_snapshot, sandbox.layout, sandbox.image_id, directory, self._released
-            )
-        )
+        taking = asyncio.ensure_future(asyncio.to_thread(take, directory, self._released))
         try:
             return await asyncio.shield(taking)
         except OSError as exc:
@@ -208,6 +212,26 @@ class LocalBackend:
                 await taking.result().release()
             self._snapshots.discard(directory)
             raise
+
+    def can_carry(self, spec: SandboxSpec) -> bool:
+        """Carried paths are snapshot layers too (`can_snapshot`)."""
+        return self._privileged
+
+    async def carry(self, sandbox: Sandbox, paths: Sequence[str]) -> LocalSnapshot:
+        """Freeze `paths` of what `sandbox` (reclaimed) wrote, as a layer for
+        `SandboxRequest.carried` (`snapshot.take_carried`). SandboxError if it cannot."""
+        local = self._mine(sandbox)
+        take = functools.partial(
+            take_carried, local.layout, local.image_id, local.forked, tuple(paths)
+        )
+        return await self._freeze(local, f"{local.name}.carried", take)
+
+    def _mine(self, sandbox: Sandbox) -> LocalSandbox:
+        if not (isinstance(sandbox, LocalSandbox) and self._sandboxes.get(sandbox.name) is sandbox):
+            raise ValueError(f"sandbox {sandbox.id} is not one of this backend's")
+        if not self._privileged:
+            raise SandboxError("snapshots need a server running as root")
+        return sandbox
 
     def _released(self, snapshot: LocalSnapshot) -> None:
         self._snapshots.discard(snapshot.directory)
@@ -223,9 +247,11 @@ class LocalBackend:
         limits = Limits.resolve(request.spec.resources, self._settings)
         image = await self._images.resolve(request.spec.image, request.on_progress or _quiet)
         key = WarmKey(request.spec.network, limits.disk_bytes, "" if image is None else image.id)
-        snapshot = None if request.snapshot is None else self._own(request.snapshot, key)
+        layers = tuple(
+            self._own(layer, key) for layer in (request.carried, request.snapshot) if layer
+        )
         # Never a warm one from a snapshot: its layer is mounted as a sandbox starts.
-        warm = None if snapshot is not None else await self._warm.take(key)
+        warm = None if layers else await self._warm.take(key)
         sandbox = None if warm is None else await self._adopt(warm, rollout_id, limits)
         if sandbox is not None and self._agents is not None:
             try:
@@ -234,8 +260,8 @@ class LocalBackend:
                 await sandbox.kill()
                 raise
         if sandbox is None:
-            sandbox = await self._build(rollout_id, key, limits, snapshot)
-        if snapshot is None:
+            sandbox = await self._build(rollout_id, key, limits, layers)
+        if not layers:
             self._warm.refill(key)
         sandbox.expire_after(request.lifetime_s)
         return sandbox
@@ -260,10 +286,10 @@ class LocalBackend:
         name: str,
         key: WarmKey,
         limits: Limits | None = None,
-        snapshot: LocalSnapshot | None = None,
+        layers: tuple[LocalSnapshot, ...] = (),
     ) -> LocalSandbox:
-        """Make a sandbox's directories (and cgroup), from a snapshot if given; its spawner
-        starts bwrap in them."""
+        """Make a sandbox's directories (and cgroup), from snapshot layers if given (top
+        first); its spawner starts bwrap in them."""
         limits = limits or Limits.resolve(Resources(), self._settings)
         image = self._images.by_id(key.image) if key.image else None
         layout = SandboxLayout(self._root / name, self._sandbox_uid(name, image))
@@ -272,7 +298,7 @@ class LocalBackend:
             if self._has_leftovers(name):
                 await self._discard(name)  # a crashed run's, under the same id
             self._disks.first_use(key.disk_bytes)
-            prepare = functools.partial(self._prepare, layout, key, image, snapshot)
+            prepare = functools.partial(self._prepare, layout, key, image, layers)
             overlays = await self._prepared(layout, prepare)
         except BaseException:
             self._release(layout.uid)
@@ -313,8 +339,8 @@ class LocalBackend:
             reaper=self._reaper,
             image=None if image is None else image.config,
             image_id=key.image,
-            forked=snapshot is not None,
-            lowers=_lowers(image, snapshot),
+            forked=bool(layers),
+            lowers=_lowers(image, layers),
         )
         self._sandboxes[name] = sandbox
         if self._agents is not None:
@@ -417,7 +443,7 @@ class LocalBackend:
         layout: SandboxLayout,
         key: WarmKey,
         image: Image | None,
-        snapshot: LocalSnapshot | None,
+        layers: tuple[LocalSnapshot, ...],
     ) -> list[dict[str, Any]]:
         for shared in self._view.shared:
             # bwrap binds these unconditionally: a sandbox made before the first download
@@ -438,13 +464,13 @@ class LocalBackend:
             os.mkfifo(layout.network_ready, 0o600)
         if image is not None:
             prepare_upper(layout, image, [WORKDIR], image_mount_points(self._view))
-            top = None if snapshot is None else image_lower(layout, snapshot)
-            return [image_overlay(layout, image, top)]
+            tops = [image_lower(layout, layer, index) for index, layer in enumerate(layers)]
+            return [image_overlay(layout, image, tops)]
         self._prepare_host_root(layout)
-        if snapshot is None:
+        if not layers:
             return [etc_overlay(layout)]
-        prepare_home_overlays(layout)
-        return [etc_overlay(layout), *home_overlays(layout, snapshot)]
+        prepare_home_overlays(layout, len(layers))
+        return [etc_overlay(layout), *home_overlays(layout, layers)]
 
     def _prepare_host_root(self, layout: SandboxLayout) -> None:
         """The home and /tmp a sandbox on the host's root gets on its disk."""
@@ -544,8 +570,8 @@ class LocalBackend:
         self._cgroups.prune()
 
 
-def _lowers(image: Image | None, snapshot: LocalSnapshot | None) -> tuple[Path, ...]:
+def _lowers(image: Image | None, layers: tuple[LocalSnapshot, ...]) -> tuple[Path, ...]:
     """An image sandbox's lower layers on the host, top first (`image.image_overlay`)."""
     if image is None:
         return ()
-    return (image.rootfs,) if snapshot is None else (snapshot.directory / "root", image.rootfs)
+    return (*(layer.directory / "root" for layer in layers), image.rootfs)

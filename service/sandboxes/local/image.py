@@ -200,15 +200,16 @@ def prepare_upper(
 
 
 def image_overlay(
-    layout: SandboxLayout, image: Image, top: dict[str, Any] | None = None
+    layout: SandboxLayout, image: Image, tops: Sequence[dict[str, Any]] = ()
 ) -> dict[str, Any]:
     """The sandbox's root for its spawner (`local_overlay_start.mount_overlay`): the
-    image's rootfs under `top` if given (a group member's snapshot), then its own writes;
-    the rootfs is id-mapped into the sandbox's block, or as it is without one."""
+    image's rootfs under `tops` (snapshot layers, top first: a group member's, a FRESH
+    verifier's), then its own writes; the rootfs is id-mapped into the sandbox's block,
+    or as it is without one."""
     dirs = image_dirs(layout)
     mapping = None if layout.uid is None else [0, layout.uid, ID_SPAN]
     rootfs = {"source": str(image.rootfs), "at": dirs["lower"], "map": mapping}
-    lowers = [rootfs] if top is None else [top, rootfs]
+    lowers = [*tops, rootfs]
     return {
         "target": dirs["root"],
         "upper": dirs["upper"],

@@ -132,6 +132,10 @@ class LocalSandbox:
         return f"local-{self.name}"
 
     @property
+    def forked(self) -> bool:
+        return self._forked
+
+    @property
     def layout(self) -> SandboxLayout:
         return self._layout
 

@@ -1,0 +1,189 @@
+"""The red team's ways to score 1.0 on an unsolved Terminal-Bench-shaped Harbor task, each a
+one-line shell command of the agent's, through the real server on a real image.
+
+The task is `pytest_task` (pytest from PyPI and jq from Debian in its image, workdir /app,
+`cd /app && python3 -m pytest /tests/...`), and a copy of it whose tests also run
+`apt-get update` and `git status` in /app. Each cheat is run twice: FRESH (the default)
+must score it 0, and IN_PLACE must either refuse it (TAMPERED) or be fooled (reward 1),
+which shows the cheat is live, so the FRESH result is no accident of a broken cheat.
+Legitimate work that an in-place check calls tampering (an editable install, an upgrade,
+a byte-identical reinstall) scores what the tests give under FRESH.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import json_format
+from rollout.v1 import rollout_pb2 as pb
+from rollout.v1 import rollout_pb2_grpc as pb_grpc
+
+from tests.e2e.test_harbor_tasks import TASKS, _HOST_CA, pytestmark  # noqa: F401
+from tests.server_process import ServerProcess
+
+_SITE = "/usr/local/lib/python3.11/dist-packages"
+_USER_SITE = "/home/user/.local/lib/python3.11/site-packages"
+_EXIT = "import os; os._exit(0)"
+_PASSING = "printf 'def test_ok():\\n    pass\\n' > /tmp/ok.py && cp /tmp/ok.py /app/ok.py"
+_SWAP = "cp /tmp/ok.py /tests/test_wordcount.py"
+_TOOLS = "tools_task"
+"""The copy whose tests also run apt-get and git, the two tools with hooks here."""
+
+_CHEATS: dict[str, tuple[str, str]] = {
+    "conftest.py in the tests' directory": (
+        f"mkdir -p /tests && echo '{_EXIT}' > /tests/conftest.py",
+        "pytest_task",
+    ),
+    "pytest.ini in the tests' directory": (
+        "mkdir -p /tests && printf '[pytest]\\naddopts = --collect-only\\n' > /tests/pytest.ini",
+        "pytest_task",
+    ),
+    "a pytest11 plugin entry point": (
+        f"mkdir -p {_SITE}/zz-1.dist-info && "
+        f"printf '[pytest11]\\nzz = zz_plugin\\n' > {_SITE}/zz-1.dist-info/entry_points.txt && "
+        f"printf 'Metadata-Version: 2.1\\nName: zz\\nVersion: 1\\n' > {_SITE}/zz-1.dist-info/METADATA"
+        f" && echo '{_EXIT}' > {_SITE}/zz_plugin.py",
+        "pytest_task",
+    ),
+    "a pytest.py in the workdir, for python -m pytest": (
+        f"echo '{_EXIT}' > /app/pytest.py",
+        "pytest_task",
+    ),
+    "python311.zip on the default path": (
+        "python3 -c \"import zipfile; zipfile.ZipFile('/usr/lib/python311.zip', 'w')"
+        f".writestr('pytest.py', '{_EXIT}')\"",
+        "pytest_task",
+    ),
+    "a python3._pth beside the interpreter": (
+        f"mkdir -p /srv/zz && echo '{_EXIT}' > /srv/zz/pytest.py && "
+        "printf '/srv/zz\\n/usr/lib/python3.11\\n/usr/lib/python3.11/lib-dynload\\n' "
+        "> /usr/bin/python3._pth",
+        "pytest_task",
+    ),
+    "a package in an earlier site directory": (
+        f"mkdir -p {_USER_SITE} && echo '{_EXIT}' > {_USER_SITE}/pytest.py",
+        "pytest_task",
+    ),
+    "usercustomize in the user site": (
+        f"mkdir -p {_USER_SITE} && echo '{_EXIT}' > {_USER_SITE}/usercustomize.py",
+        "pytest_task",
+    ),
+    "a .pth start-up hook": (f"echo '{_EXIT}' > {_SITE}/zz.pth", "pytest_task"),
+    "an apt hook": (
+        f"{_PASSING} && echo 'APT::Update::Pre-Invoke {{\"{_SWAP}\";}};' "
+        "> /etc/apt/apt.conf.d/99zz",
+        _TOOLS,
+    ),
+    "core.fsmonitor in /etc/gitconfig": (
+        f"{_PASSING} && git init -q /app && git config --system core.fsmonitor '{_SWAP}; false'",
+        _TOOLS,
+    ),
+    "core.fsmonitor in the workdir's .git/config": (
+        f"{_PASSING} && git init -q /app && "
+        "git -C /app config core.fsmonitor 'cp /app/ok.py /tests/test_wordcount.py; false'",
+        _TOOLS,
+    ),
+}
+
+_LEGITIMATE = {
+    "an editable install of the agent's project": f"echo /app > {_SITE}/__editable__.wc-0.1.pth",
+    "an upgrade of a package the image shipped": (
+        f"sed -i 's/^__version__ = .*/__version__ = \"9.9\"/' {_SITE}/iniconfig/_version.py"
+    ),
+    "a byte-identical reinstall of one of its programs": (
+        "cp -a /usr/bin/grep /tmp/grep && mv /tmp/grep /usr/bin/grep"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def task_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("harbor") / "tasks"
+    shutil.copytree(TASKS, root)
+    shutil.copy(_HOST_CA, root / "pytest_task" / "environment" / "host-ca.crt")
+    return root
+
+
+@pytest.fixture(scope="module")
+def harbor_server(
+    tmp_path_factory: pytest.TempPathFactory, task_root: Path
+) -> Iterator[ServerProcess]:
+    server = ServerProcess(
+        tmp_path_factory.mktemp("harbor-state"),
+        env={"ROLLOUT_TASK_ROOTS": f'["{task_root}"]', "ROLLOUT_IMAGE_BUILD_TIMEOUT_S": "1500"},
+    )
+    server.start()
+    yield server
+    assert server.stop() == 0, server.text()
+
+
+@pytest.fixture
+async def stub(
+    harbor_server: ServerProcess, task_root: Path
+) -> AsyncIterator[pb_grpc.RolloutServiceAsyncStub]:
+    async with grpc.aio.insecure_channel(harbor_server.target) as channel:
+        stub = pb_grpc.RolloutServiceStub(channel)
+        await _make_tools_task(stub, task_root)
+        yield stub
+
+
+async def _make_tools_task(stub: pb_grpc.RolloutServiceAsyncStub, root: Path) -> None:
+    """The pytest task's copy whose tests run apt-get and git first, built on its image."""
+    task = root / _TOOLS
+    if task.exists():
+        return
+    built = await _run(stub, "true", "pytest_task")
+    assert built.status == pb.ROLLOUT_STATUS_SUCCEEDED, built.result.error
+    shutil.copytree(root / "pytest_task", task)
+    (task / "environment" / "Dockerfile").write_text(f"FROM {built.spec.sandbox.image}\n")
+    test = task / "tests" / "test.sh"
+    tools = "apt-get -qq update >/dev/null 2>&1; git -C /app status >/dev/null 2>&1\n"
+    test.write_text(test.read_text().replace("cd /app\n", f"cd /app\n{tools}"))
+
+
+async def _run(
+    stub: pb_grpc.RolloutServiceAsyncStub, command: str, task: str, **fields: Any
+) -> pb.Rollout:
+    document = {
+        "agent": {"name": "command", "command": command},
+        "harborTask": {"path": task},
+        **fields,
+    }
+    spec = json_format.ParseDict(document, pb.RolloutSpec())
+    response = await stub.RunRollout(pb.RunRolloutRequest(spec=spec))
+    rollout: pb.Rollout = response.rollout
+    return rollout
+
+
+_IN_PLACE = {"task": {"verifyMode": "VERIFY_MODE_IN_PLACE"}}
+
+
+@pytest.mark.parametrize("cheat", list(_CHEATS), ids=list(_CHEATS))
+async def test_a_cheat_that_fools_an_in_place_verifier_scores_0_fresh(
+    stub: pb_grpc.RolloutServiceAsyncStub, cheat: str
+) -> None:
+    command, task = _CHEATS[cheat]
+
+    in_place = await _run(stub, command, task, **_IN_PLACE)
+    fresh = await _run(stub, command, task)
+
+    tampered = in_place.result.error.kind == pb.ERROR_KIND_TAMPERED
+    assert tampered or in_place.result.reward == 1.0, (in_place.result, "the cheat is not live")
+    assert fresh.status == pb.ROLLOUT_STATUS_SUCCEEDED, fresh.result.error
+    assert fresh.result.reward == 0.0, fresh.result.verify_results
+
+
+@pytest.mark.parametrize("work", list(_LEGITIMATE), ids=list(_LEGITIMATE))
+async def test_legitimate_work_scores_what_the_tests_give(
+    stub: pb_grpc.RolloutServiceAsyncStub, work: str
+) -> None:
+    solve = (TASKS / "pytest_task" / "solution" / "solve.sh").read_text()
+    rollout = await _run(stub, f"{solve}\n{_LEGITIMATE[work]}", "pytest_task")
+
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error
+    assert rollout.result.reward == 1.0, rollout.result.verify_results
