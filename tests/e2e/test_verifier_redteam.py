@@ -4,8 +4,9 @@ one-line shell command of the agent's, through the real server on a real image.
 The task is `pytest_task` (pytest from PyPI and jq from Debian in its image, workdir /app,
 `cd /app && python3 -m pytest /tests/...`), and a copy of it whose tests also run
 `apt-get update` and `git status` in /app. Each cheat is run twice: FRESH (the default)
-must score it 0, and IN_PLACE must either refuse it (TAMPERED) or be fooled (reward 1),
-which shows the cheat is live, so the FRESH result is no accident of a broken cheat.
+must score it 0, and IN_PLACE gets what `_IN_PLACE_GETS` says: fooled (reward 1, which
+shows the cheat is live, so the FRESH result is no accident of a broken cheat), refused
+(TAMPERED), or held there too by what both modes share.
 Legitimate work that an in-place check calls tampering (an editable install, an upgrade,
 a byte-identical reinstall) scores what the tests give under FRESH.
 """
@@ -23,7 +24,8 @@ from google.protobuf import json_format
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.e2e.test_harbor_tasks import TASKS, _HOST_CA, pytestmark  # noqa: F401
+from tests.e2e.cheats import notices
+from tests.e2e.test_harbor_tasks import _HOST_CA, TASKS, pytestmark  # noqa: F401
 from tests.server_process import ServerProcess
 
 _SITE = "/usr/local/lib/python3.11/dist-packages"
@@ -46,8 +48,8 @@ _CHEATS: dict[str, tuple[str, str]] = {
     "a pytest11 plugin entry point": (
         f"mkdir -p {_SITE}/zz-1.dist-info && "
         f"printf '[pytest11]\\nzz = zz_plugin\\n' > {_SITE}/zz-1.dist-info/entry_points.txt && "
-        f"printf 'Metadata-Version: 2.1\\nName: zz\\nVersion: 1\\n' > {_SITE}/zz-1.dist-info/METADATA"
-        f" && echo '{_EXIT}' > {_SITE}/zz_plugin.py",
+        f"printf 'Metadata-Version: 2.1\\nName: zz\\nVersion: 1\\n' "
+        f"> {_SITE}/zz-1.dist-info/METADATA && echo '{_EXIT}' > {_SITE}/zz_plugin.py",
         "pytest_task",
     ),
     "a pytest.py in the workdir, for python -m pytest": (
@@ -147,11 +149,11 @@ async def _make_tools_task(stub: pb_grpc.RolloutServiceAsyncStub, root: Path) ->
 
 
 async def _run(
-    stub: pb_grpc.RolloutServiceAsyncStub, command: str, task: str, **fields: Any
+    stub: pb_grpc.RolloutServiceAsyncStub, command: str, harbor: str, **fields: Any
 ) -> pb.Rollout:
     document = {
         "agent": {"name": "command", "command": command},
-        "harborTask": {"path": task},
+        "harborTask": {"path": harbor},
         **fields,
     }
     spec = json_format.ParseDict(document, pb.RolloutSpec())
@@ -163,8 +165,33 @@ async def _run(
 _IN_PLACE = {"task": {"verifyMode": "VERIFY_MODE_IN_PLACE"}}
 
 
+_IN_PLACE_GETS = {
+    "conftest.py in the tests' directory": "safe",
+    "pytest.ini in the tests' directory": "safe",
+    "a pytest11 plugin entry point": "fooled",
+    "a pytest.py in the workdir, for python -m pytest": "safe",
+    "python311.zip on the default path": "fooled",
+    "a python3._pth beside the interpreter": "fooled",
+    "a package in an earlier site directory": "tampered",
+    "usercustomize in the user site": "tampered",
+    "a .pth start-up hook": "tampered",
+    "an apt hook": "fooled",
+    "core.fsmonitor in /etc/gitconfig": "safe",
+    "core.fsmonitor in the workdir's .git/config": "safe",
+}
+"""What the same cheat gets in place: `fooled` (reward 1.0: the cheat is live and the
+integrity check misses it), `tampered` (the check names it), or `safe` (reward 0 there too:
+the fresh verifier directories and the verifier's environment hold in both modes)."""
+
+
+def _outcome(rollout: pb.Rollout) -> str:
+    if rollout.result.error.kind == pb.ERROR_KIND_TAMPERED:
+        return "tampered"
+    return {1.0: "fooled", 0.0: "safe"}.get(rollout.result.reward, str(rollout.result))
+
+
 @pytest.mark.parametrize("cheat", list(_CHEATS), ids=list(_CHEATS))
-async def test_a_cheat_that_fools_an_in_place_verifier_scores_0_fresh(
+async def test_every_cheat_scores_0_fresh_whatever_it_gets_in_place(
     stub: pb_grpc.RolloutServiceAsyncStub, cheat: str
 ) -> None:
     command, task = _CHEATS[cheat]
@@ -172,10 +199,10 @@ async def test_a_cheat_that_fools_an_in_place_verifier_scores_0_fresh(
     in_place = await _run(stub, command, task, **_IN_PLACE)
     fresh = await _run(stub, command, task)
 
-    tampered = in_place.result.error.kind == pb.ERROR_KIND_TAMPERED
-    assert tampered or in_place.result.reward == 1.0, (in_place.result, "the cheat is not live")
+    assert _outcome(in_place) == _IN_PLACE_GETS[cheat], in_place.result
     assert fresh.status == pb.ROLLOUT_STATUS_SUCCEEDED, fresh.result.error
     assert fresh.result.reward == 0.0, fresh.result.verify_results
+    assert "/app" in (await notices(stub, fresh.id))["verifier.fresh"]
 
 
 @pytest.mark.parametrize("work", list(_LEGITIMATE), ids=list(_LEGITIMATE))
