@@ -318,10 +318,11 @@ RULES_PER_TENANT = 3
 
 @pytest.fixture(scope="module")
 def bounded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """Tenants a and b and an admin, a few rules each."""
+    """Tenants a and b and an admin, a few rules each, and paused time charged past 1 s."""
     env = {
         "ROLLOUT_AUTH_TOKENS": TOKENS,
         "ROLLOUT_MODEL_CALL_RULES_PER_TENANT": str(RULES_PER_TENANT),
+        "ROLLOUT_PAUSE_CREDIT_MAX_S": "1",
     }
     yield from serving(tmp_path_factory.mktemp("bounded"), env)
 
@@ -369,6 +370,35 @@ async def test_a_tenant_filling_its_rules_stops_only_itself_and_resume_frees_the
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         for selector in runs[1:]:
             await stub.ResumeModelCalls(pb.ResumeModelCallsRequest(selector=selector), metadata=a)
+
+
+async def test_paused_time_beyond_the_credit_counts_against_the_agent_timeout(
+    bounded_server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    admin = bearer(ADMIN_TOKEN)
+    labels = {"sync": uuid.uuid4().hex}
+    selector = by_labels(labels)
+    async with grpc.aio.insecure_channel(bounded_server.target) as channel:
+        stub = pb_grpc.RolloutServiceStub(channel)
+        await stub.PauseModelCalls(pb.PauseModelCallsRequest(selector=selector), metadata=admin)
+        try:
+            message = spec(upstream, 1, labels=labels, agentTimeout="2s")
+            started = await stub.StartRollout(pb.StartRolloutRequest(spec=message), metadata=admin)
+            async for response in stub.WatchRollout(
+                pb.WatchRolloutRequest(rollout_id=started.rollout.id), metadata=admin
+            ):
+                if response.event.HasField("finished"):
+                    rollout = response.event.finished
+                    break
+        finally:
+            request = pb.ResumeModelCallsRequest(selector=selector)
+            await stub.ResumeModelCalls(request, metadata=admin)
+    # Held from its first call: 2 s of the agent's own and 1 s paused off its clock, then killed.
+    assert rollout.status == pb.ROLLOUT_STATUS_TIMED_OUT
+    assert rollout.result.error.kind == pb.ERROR_KIND_AGENT_TIMEOUT
+    assert "ROLLOUT_PAUSE_CREDIT_MAX_S" in rollout.result.error.message
+    assert rollout.result.timings.paused.ToTimedelta().total_seconds() > 1
+    assert not upstream.requests
 
 
 @pytest.fixture(scope="module")
