@@ -100,7 +100,8 @@ class CallRules:
         self._in_force = in_force
         """Whether a selector reaches a live route now."""
         self._versions: dict[CallSelector, tuple[int, int]] = {}
-        """Standing versions: selector -> (order set, version); the newest matching wins."""
+        """Standing versions: selector -> (order set, version), oldest first; the newest
+        matching wins."""
         self._pauses: dict[CallSelector, asyncio.TimerHandle] = {}
         """Pauses, each with the timer that lifts it at its maximum duration."""
         self._order = itertools.count()
@@ -147,15 +148,12 @@ class CallRules:
         goes if it must; CapacityError naming the limit if none can."""
         if self.count(tenant) < self.per_tenant:
             return
-        idle = [
-            (order, selector)
-            for selector, (order, _) in self._versions.items()
-            if selector.tenant == tenant and not self._in_force(selector)
-        ]
-        if not idle:
-            who = "the admin" if tenant is None else f"tenant {tenant!r}"
-            raise CapacityError(
-                f"{who} has {self.per_tenant} standing policy versions and pauses in force, its "
-                f"limit (ROLLOUT_MODEL_CALL_RULES_PER_TENANT): resume a pause first"
-            )
-        del self._versions[min(idle)[1]]
+        for selector in self._versions:  # in the order set: the oldest first
+            if selector.tenant == tenant and not self._in_force(selector):
+                del self._versions[selector]
+                return
+        who = "the admin" if tenant is None else f"tenant {tenant!r}"
+        raise CapacityError(
+            f"{who} has {self.per_tenant} standing policy versions and pauses in force, its "
+            f"limit (ROLLOUT_MODEL_CALL_RULES_PER_TENANT): resume a pause first"
+        )
