@@ -187,6 +187,14 @@ class Settings(BaseSettings):
     """A response header in which the upstream reports its weight version, recorded on each
     turn (`upstream_weight_version`); no common server sends one yet, so name what yours
     sends. Empty: none is read."""
+    model_call_rules_per_tenant: int = Field(default=256, ge=1)
+    """Standing policy versions and pauses each tenant (and the admin) keeps at most; past
+    it, a version reaching no live rollout gives way, else RESOURCE_EXHAUSTED."""
+    pause_max_s: float = Field(default=600.0, gt=0)
+    """A PauseModelCalls lifts itself after this long if not resumed: its calls go on."""
+    pause_credit_max_s: float = Field(default=1800.0, ge=0)
+    """Time paused a rollout's agent is not charged for, at most; beyond it, paused time
+    counts against the agent's timeout, so a pause cannot hold a running slot without bound."""
     allow_private_endpoints: bool = False
     """Accept a caller's `endpoint.base_url` in a private range (10/8, 172.16/12, 192.168/16,
     100.64/10, fc00::/7). Loopback is always accepted; metadata and link-local never."""

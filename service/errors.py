@@ -4,7 +4,8 @@
     ├── SpecError            bad input; INVALID_ARGUMENT with one violation per field
     ├── NotFoundError        NOT_FOUND
     ├── RequestConflictError ALREADY_EXISTS: the request_id names a rollout of another spec
-    ├── CapacityError        RESOURCE_EXHAUSTED: running and queue slots are full
+    ├── CapacityError        RESOURCE_EXHAUSTED: running and queue slots are full, or a
+    │                        tenant's standing versions and pauses are at their limit
     ├── ShuttingDownError    UNAVAILABLE: the server is draining
     ├── ConfigError          a server setting is unusable: the server does not start
     ├── ImageError           an image could not be made, imported or found (names image and step)
@@ -100,7 +101,7 @@ class RequestConflictError(RolloutServiceError):
 
 
 class CapacityError(RolloutServiceError):
-    """Every running and queued slot is taken."""
+    """Every running and queued slot is taken, or a caller holds all it may (names the limit)."""
 
 
 class ShuttingDownError(RolloutServiceError):

@@ -313,8 +313,11 @@ class RolloutRun:
         scrubber = OutputScrubber(cap, () if self._attachment is None else self._attachment.secrets)
         gate = None if self._attachment is None else self._attachment.gate
         paused_before = 0.0 if gate is None else gate.paused_s()
-        if gate is not None:  # time paused is not the agent's: its deadline moves by it
-            context = dataclasses.replace(context, paused_s=lambda: gate.paused_s() - paused_before)
+        if gate is not None:  # time paused is not the agent's, up to the credit: its deadline
+            credit_s = self._settings.pause_credit_max_s  # moves by it, and then holds
+            context = dataclasses.replace(
+                context, paused_s=lambda: min(gate.paused_s() - paused_before, credit_s)
+            )
         try:
             outcome = await self._unless_refused(self._agent.run(sandbox, context, scrubber))
         finally:
@@ -338,7 +341,7 @@ class RolloutRun:
                 )
         if outcome.timed_out:
             self.rollout.status = RolloutStatus.TIMED_OUT
-            self._record(ErrorKind.AGENT_TIMEOUT, f"agent killed at {self._agent_timeout_s:g}s")
+            self._record(ErrorKind.AGENT_TIMEOUT, self._agent_timeout_message())
 
     async def _unless_refused(self, run: Coroutine[None, None, AgentOutcome]) -> AgentOutcome:
         """The agent's outcome; but should the endpoint refuse its first calls (a wrong
@@ -421,6 +424,17 @@ class RolloutRun:
         await self._verification.close()
         if self._sandbox is not None:
             await self._sandbox.kill()
+
+    def _agent_timeout_message(self) -> str:
+        message = f"agent killed at {self._agent_timeout_s:g}s"
+        credit_s = self._settings.pause_credit_max_s
+        charged_s = self.rollout.result.timings.paused_s - credit_s
+        if charged_s <= 0:
+            return message
+        return (
+            f"{message}, counting {charged_s:.1f}s its model calls were paused beyond the "
+            f"{credit_s:g}s not charged (ROLLOUT_PAUSE_CREDIT_MAX_S)"
+        )
 
     def _record(self, kind: ErrorKind, message: str) -> None:
         if self.rollout.result.error is None:

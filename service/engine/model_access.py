@@ -85,7 +85,10 @@ class ModelRouter:
         self._proxy = proxy
         self._environ = environ
         self._settings = settings
-        self.calls = ModelCalls()
+        self.calls = ModelCalls(
+            rules_per_tenant=settings.model_call_rules_per_tenant,
+            pause_max_s=settings.pause_max_s,
+        )
         """The live routes' gates: policy versions and pauses (`engine.model_calls`)."""
 
     def resolve(self, spec: RolloutSpec, *, required: bool) -> ResolvedEndpoint | None:

@@ -10,6 +10,11 @@ starts at its version, and paused.
     set_version          gate.version = v                  start at v (the newest rule)
     pause                held; in flight drained/aborted   start held, until the resume
     resume (same sel.)   released (unless another holds)   no longer held
+    pause_max_s later    as a resume: the pause lifts itself (a trainer gone mid-sync
+                         cannot hold the calls, and their rollouts' slots, for ever)
+
+The standing rules are each tenant's, bounded, and freed once no longer in force
+(`engine.call_rules`).
 
 Tenancy: a selector carries its caller's tenant. A tenant reaches its own rollouts only, and
 its standing versions and pauses apply to its own later rollouts; an admin (None) reaches
@@ -20,14 +25,13 @@ not reach them.
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
+from service.engine.call_rules import CallRules, CallSelector
 from service.errors import FieldViolation, SpecError
 from service.models import EventPayload, Notice
 from service.proxy.capture.gate import CallGate
-from service.proxy.endpoints import normalized_base_url
 
 __all__ = ["CallSelector", "DrainReport", "ModelCalls", "Publish", "RouteEntry"]
 
@@ -36,45 +40,6 @@ Publish = Callable[[EventPayload], None]
 
 PAUSED_TOPIC = "model_calls.paused"
 RESUMED_TOPIC = "model_calls.resumed"
-_MAX_RULES = 10_000
-"""Standing versions and pauses kept at most (distinct selectors), so callers cannot grow
-the server's memory without bound."""
-
-
-@dataclass(frozen=True)
-class CallSelector:
-    """Rollouts by endpoint (`base_url`, and `model` or "" for any) or by `labels`."""
-
-    tenant: str | None
-    base_url: str = ""
-    model: str = ""
-    labels: tuple[tuple[str, str], ...] = ()
-
-    @classmethod
-    def endpoint(cls, tenant: str | None, base_url: str, model: str) -> CallSelector:
-        normalized = normalized_base_url(base_url) if base_url else None
-        if normalized is None:
-            problem = "must be an http(s) URL" if base_url else "required"
-            raise SpecError([FieldViolation("selector.endpoint.base_url", problem)])
-        return cls(tenant, base_url=normalized, model=model)
-
-    @classmethod
-    def by_labels(cls, tenant: str | None, labels: Mapping[str, str]) -> CallSelector:
-        if not labels:
-            raise SpecError([FieldViolation("selector.labels.labels", "at least one label")])
-        return cls(tenant, labels=tuple(sorted(labels.items())))
-
-    def matches(self, entry: RouteEntry) -> bool:
-        if self.tenant is not None and entry.tenant != self.tenant:
-            return False
-        if self.labels:
-            return all(entry.labels.get(key) == value for key, value in self.labels)
-        return entry.base_url == self.base_url and self.model in ("", entry.model)
-
-    def describe(self) -> str:
-        if self.labels:
-            return "labels " + ", ".join(f"{key}={value}" for key, value in self.labels)
-        return f"endpoint {self.base_url}" + (f" model {self.model}" if self.model else "")
 
 
 @dataclass(frozen=True)
@@ -101,24 +66,25 @@ class DrainReport:
 
 
 class ModelCalls:
-    """Every live route's gate, and the standing versions and pauses."""
+    """Every live route's gate, and the standing versions and pauses (`engine.call_rules`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, rules_per_tenant: int, pause_max_s: float) -> None:
         self._entries: dict[int, RouteEntry] = {}
-        self._versions: dict[CallSelector, tuple[int, int]] = {}
-        """Standing versions: selector -> (order set, version); the newest matching wins."""
-        self._pauses: set[CallSelector] = set()
-        self._order = itertools.count()
+        self._rules = CallRules(per_tenant=rules_per_tenant, in_force=self._reaches_any)
+        self._pause_max_s = pause_max_s
+
+    def rules(self, tenant: str | None) -> int:
+        """The tenant's standing versions and pauses now."""
+        return self._rules.count(tenant)
 
     def register(self, entry: RouteEntry) -> None:
         """Start tracking a route: at its selectors' standing version, and held if paused."""
-        rules = [rule for selector, rule in self._versions.items() if selector.matches(entry)]
-        if rules:
-            entry.gate.set_version(max(rules)[1])
+        version = self._rules.version_for(entry)
+        if version is not None:
+            entry.gate.set_version(version)
         self._entries[id(entry.gate)] = entry
-        for selector in self._pauses:
-            if selector.matches(entry):
-                self._hold(entry, selector)
+        for selector in self._rules.pauses_for(entry):
+            self._hold(entry, selector)
 
     def unregister(self, gate: CallGate) -> None:
         self._entries.pop(id(gate), None)
@@ -130,17 +96,17 @@ class ModelCalls:
         if version < current:
             problem = f"{version} is below {current}, which a selected rollout already runs"
             raise SpecError([FieldViolation("version", f"{problem}: versions only move forward")])
-        self._remember(selector)
-        self._versions[selector] = (next(self._order), version)
+        self._rules.set_version(selector, version)
         for entry in matched:
             entry.gate.set_version(version)
         return len(matched)
 
     async def pause(self, selector: CallSelector, *, abort_in_flight: bool) -> DrainReport:
         """Hold the matching routes' calls (and later routes'), then wait until none of
-        theirs is in flight; with `abort_in_flight`, abort those not yet answering first."""
-        self._remember(selector)
-        self._pauses.add(selector)
+        theirs is in flight; with `abort_in_flight`, abort those not yet answering first.
+        The pause lifts itself after `pause_max_s` if not resumed before."""
+        expired = f"pause expired after {self._pause_max_s:g}s"
+        self._rules.add_pause(selector, lambda: self._lift(selector, expired), self._pause_max_s)
         matched = list(self._matching(selector))
         for entry in matched:
             self._hold(entry, selector)
@@ -152,14 +118,17 @@ class ModelCalls:
     def resume(self, selector: CallSelector) -> tuple[int, int]:
         """Lift the pause made with `selector`: how many routes it held, and how many calls
         waiting at them went on."""
-        self._pauses.discard(selector)
+        return self._lift(selector, "resumed")
+
+    def _lift(self, selector: CallSelector, why: str) -> tuple[int, int]:
+        self._rules.drop_pause(selector)
         rollouts = released = 0
         for entry in self._matching(selector):
             rollouts += entry.gate.held_by(selector)
             waiting = entry.gate.waiting
             if entry.gate.release(selector):
                 released += waiting
-                message = f"resumed ({selector.describe()})"
+                message = f"{why} ({selector.describe()})"
                 entry.publish(Notice(topic=RESUMED_TOPIC, message=message))
         return rollouts, released
 
@@ -170,9 +139,5 @@ class ModelCalls:
     def _matching(self, selector: CallSelector) -> Iterator[RouteEntry]:
         return (entry for entry in list(self._entries.values()) if selector.matches(entry))
 
-    def _remember(self, selector: CallSelector) -> None:
-        known = selector in self._versions or selector in self._pauses
-        if not known and len(self._versions) + len(self._pauses) >= _MAX_RULES:
-            raise SpecError(
-                [FieldViolation("selector", f"more than {_MAX_RULES} distinct selectors in use")]
-            )
+    def _reaches_any(self, selector: CallSelector) -> bool:
+        return any(selector.matches(entry) for entry in self._entries.values())

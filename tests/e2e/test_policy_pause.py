@@ -241,14 +241,20 @@ async def test_a_bad_selector_or_version_is_invalid_argument_naming_the_field(
     assert violated_fields(refused.value) == [field]
 
 
-@pytest.fixture(scope="module")
-def tenants_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    tokens = [f"{TENANT_A_TOKEN} tenant-a", f"{TENANT_B_TOKEN} tenant-b", ADMIN_TOKEN]
-    state: Path = tmp_path_factory.mktemp("tenants")
-    server = ServerProcess(state, env={"ROLLOUT_AUTH_TOKENS": json.dumps(tokens)})
+TOKENS = json.dumps([f"{TENANT_A_TOKEN} tenant-a", f"{TENANT_B_TOKEN} tenant-b", ADMIN_TOKEN])
+
+
+def serving(state: Path, env: dict[str, str]) -> Iterator[ServerProcess]:
+    """A server of the module's own with `env`, stopped cleanly after its tests."""
+    server = ServerProcess(state, env=env)
     server.start()
     yield server
     assert server.stop() == 0, server.text()
+
+
+@pytest.fixture(scope="module")
+def tenants_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    yield from serving(tmp_path_factory.mktemp("tenants"), {"ROLLOUT_AUTH_TOKENS": TOKENS})
 
 
 async def test_a_tenant_versions_and_pauses_only_its_own_rollouts(
@@ -305,3 +311,121 @@ async def test_the_python_clients_pause_version_and_resume(server_target: str) -
         with pytest.raises(InvalidArgumentError) as refused:
             sync.pause_model_calls(base_url="not a url")
         assert [v.field for v in refused.value.field_violations] == ["selector.endpoint.base_url"]
+
+
+RULES_PER_TENANT = 3
+
+
+@pytest.fixture(scope="module")
+def bounded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Tenants a and b and an admin, a few rules each, and paused time charged past 1 s."""
+    env = {
+        "ROLLOUT_AUTH_TOKENS": TOKENS,
+        "ROLLOUT_MODEL_CALL_RULES_PER_TENANT": str(RULES_PER_TENANT),
+        "ROLLOUT_PAUSE_CREDIT_MAX_S": "1",
+    }
+    yield from serving(tmp_path_factory.mktemp("bounded"), env)
+
+
+async def test_a_tenant_filling_its_rules_stops_only_itself_and_resume_frees_them(
+    bounded_server: ServerProcess,
+) -> None:
+    a, b = bearer(TENANT_A_TOKEN), bearer(TENANT_B_TOKEN)
+    runs = [by_labels({"run": uuid.uuid4().hex}) for _ in range(RULES_PER_TENANT + 1)]
+    async with grpc.aio.insecure_channel(bounded_server.target) as channel:
+        stub = pb_grpc.RolloutServiceStub(channel)
+
+        async def pause(selector: pb.ModelCallSelector, metadata: Any) -> None:
+            await stub.PauseModelCalls(
+                pb.PauseModelCallsRequest(selector=selector), metadata=metadata
+            )
+
+        for selector in runs[:-1]:
+            await pause(selector, a)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await pause(runs[-1], a)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert f"'tenant-a' has {RULES_PER_TENANT} " in (refused.value.details() or "")
+        assert "ROLLOUT_MODEL_CALL_RULES_PER_TENANT" in (refused.value.details() or "")
+        # Nor may a set a version: its rules are pauses, all in force.
+        for selector in runs:
+            request = pb.SetPolicyVersionRequest(selector=selector, version=1)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.SetPolicyVersion(request, metadata=a)
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+        # Tenant b is untouched by a's full table.
+        for selector in runs:
+            await pause(selector, b)
+            await stub.ResumeModelCalls(pb.ResumeModelCallsRequest(selector=selector), metadata=b)
+        for version, selector in enumerate(runs, start=1):
+            request = pb.SetPolicyVersionRequest(selector=selector, version=version)
+            await stub.SetPolicyVersion(request, metadata=b)
+
+        # A resume frees its rule: a's next pause fits again, and only one.
+        await stub.ResumeModelCalls(pb.ResumeModelCallsRequest(selector=runs[0]), metadata=a)
+        await pause(runs[-1], a)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await pause(runs[0], a)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        for selector in runs[1:]:
+            await stub.ResumeModelCalls(pb.ResumeModelCallsRequest(selector=selector), metadata=a)
+
+
+async def test_paused_time_beyond_the_credit_counts_against_the_agent_timeout(
+    bounded_server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    admin = bearer(ADMIN_TOKEN)
+    labels = {"sync": uuid.uuid4().hex}
+    selector = by_labels(labels)
+    async with grpc.aio.insecure_channel(bounded_server.target) as channel:
+        stub = pb_grpc.RolloutServiceStub(channel)
+        await stub.PauseModelCalls(pb.PauseModelCallsRequest(selector=selector), metadata=admin)
+        try:
+            message = spec(upstream, 1, labels=labels, agentTimeout="2s")
+            started = await stub.StartRollout(pb.StartRolloutRequest(spec=message), metadata=admin)
+            async for response in stub.WatchRollout(
+                pb.WatchRolloutRequest(rollout_id=started.rollout.id), metadata=admin
+            ):
+                if response.event.HasField("finished"):
+                    rollout = response.event.finished
+                    break
+        finally:
+            request = pb.ResumeModelCallsRequest(selector=selector)
+            await stub.ResumeModelCalls(request, metadata=admin)
+    # Held from its first call: 2 s of the agent's own and 1 s paused off its clock, then killed.
+    assert rollout.status == pb.ROLLOUT_STATUS_TIMED_OUT
+    assert rollout.result.error.kind == pb.ERROR_KIND_AGENT_TIMEOUT
+    assert "ROLLOUT_PAUSE_CREDIT_MAX_S" in rollout.result.error.message
+    assert rollout.result.timings.paused.ToTimedelta().total_seconds() > 1
+    assert not upstream.requests
+
+
+@pytest.fixture(scope="module")
+def short_pause_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    yield from serving(tmp_path_factory.mktemp("short"), {"ROLLOUT_PAUSE_MAX_S": "2"})
+
+
+async def test_a_pause_past_its_maximum_duration_lifts_itself(
+    short_pause_server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    selector = by_endpoint(upstream)
+    upstream.script(Reply(text="from the old weights", hold=True), Reply(text="after the pause"))
+    async with grpc.aio.insecure_channel(short_pause_server.target) as channel:
+        stub = pb_grpc.RolloutServiceStub(channel)
+        rollout_id = await start(stub, spec(upstream, 1))
+        await upstream.wait_for_requests(1)
+        request = pb.PauseModelCallsRequest(selector=selector, abort_in_flight=True)
+        drained = await stub.PauseModelCalls(request)
+        assert drained.calls_aborted == 1  # the call waits at the gate: no resume ever comes
+        rollout = await finished(stub, rollout_id)
+        events = [
+            r.event async for r in stub.WatchRollout(pb.WatchRolloutRequest(rollout_id=rollout_id))
+        ]
+        resumed = await stub.ResumeModelCalls(pb.ResumeModelCallsRequest(selector=selector))
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error
+    assert [t.completion_text for t in rollout.result.turns] == ["after the pause"]
+    notices = [e.notice for e in events if e.HasField("notice")]
+    assert [n.topic for n in notices] == ["model_calls.paused", "model_calls.resumed"]
+    assert "pause expired after 2s" in notices[1].message
+    assert resumed.rollouts == 0  # nothing left to lift
