@@ -46,7 +46,7 @@ async def test_the_agents_sampling_is_stripped_and_each_turn_records_what_was_se
         )
         rollout = (await stub.RunRollout(pb.RunRolloutRequest(spec=spec))).rollout
         received = [request.body for request in upstream.requests if request.body]
-    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.error
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error
     assert len(received) == 2
     for body in received:
         assert (body["seed"], body["temperature"], body["top_k"]) == (11, 0.7, 20)
