@@ -242,6 +242,8 @@ def _turn_to_proto(turn: Turn) -> pb.Turn:
         policy_version_end=turn.policy_version_end,
         upstream_weight_version=turn.upstream_weight_version,
         paused=_duration(turn.paused_s),
+        sampling=pb.Sampling(**turn.sampling.model_dump()),
+        sampling_stripped=turn.sampling_stripped,
     )
     if turn.time_to_first_token_s is not None:
         message.time_to_first_token.CopyFrom(_duration(turn.time_to_first_token_s))

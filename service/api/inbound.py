@@ -252,11 +252,14 @@ def _capture_from_proto(
         max_tokens_cap=message.max_tokens_cap,
         top_logprobs=message.top_logprobs if message.HasField("top_logprobs") else 1,
         disable_thinking=message.disable_thinking,
-        sampling=Sampling(
-            seed=sampling.seed if sampling.HasField("seed") else None,
-            temperature=sampling.temperature if sampling.HasField("temperature") else None,
-            top_p=sampling.top_p if sampling.HasField("top_p") else None,
-        ),
+        sampling=_sampling_from_proto(sampling),
+    )
+
+
+def _sampling_from_proto(message: pb.Sampling) -> Sampling:
+    """Each field the caller set (an unset one is not sent upstream at all)."""
+    return Sampling(
+        **{name: getattr(message, name) for name in Sampling.model_fields if message.HasField(name)}
     )
 
 

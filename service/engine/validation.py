@@ -14,7 +14,7 @@ may lead (metadata, link-local, private ranges) here, with the server's settings
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from service.config import Settings
 from service.engine.task_extras import task_extras_violations
@@ -167,14 +167,25 @@ def _agent(spec: RolloutSpec) -> Iterator[FieldViolation]:
     yield from _sampling(spec)
 
 
+_SAMPLING_BOUNDS: tuple[tuple[str, Callable[[float], bool], str], ...] = (
+    ("seed", lambda v: 0 <= v < 2**63, "must be 0..2^63-1"),
+    ("temperature", lambda v: 0 <= v <= 2, "must be 0..2"),
+    ("top_p", lambda v: 0 < v <= 1, "must be above 0 and at most 1"),
+    ("top_k", lambda v: v >= -1, "must be -1 or 0 (no limit), or at least 1"),
+    ("min_p", lambda v: 0 <= v <= 1, "must be 0..1"),
+    ("presence_penalty", lambda v: -2 <= v <= 2, "must be -2..2"),
+    ("frequency_penalty", lambda v: -2 <= v <= 2, "must be -2..2"),
+    ("repetition_penalty", lambda v: 0 < v <= 2, "must be above 0 and at most 2"),
+)
+"""Each sampling field's range (NaN is in none: every comparison with it is false)."""
+
+
 def _sampling(spec: RolloutSpec) -> Iterator[FieldViolation]:
     sampling = spec.capture.sampling
-    if sampling.temperature is not None and not 0 <= sampling.temperature <= 2:
-        yield FieldViolation("spec.sampling.temperature", "must be 0..2")
-    if sampling.top_p is not None and not 0 < sampling.top_p <= 1:
-        yield FieldViolation("spec.sampling.top_p", "must be above 0 and at most 1")
-    if sampling.seed is not None and not 0 <= sampling.seed < 2**63:
-        yield FieldViolation("spec.sampling.seed", "must be 0..2^63-1")
+    for name, within, message in _SAMPLING_BOUNDS:
+        value = getattr(sampling, name)
+        if value is not None and not within(value):
+            yield FieldViolation(f"spec.sampling.{name}", message)
     overridden = sampling != Sampling()
     if overridden and spec.capture.mode is not CaptureMode.TRANSPARENT_PROXY:
         yield FieldViolation("spec.sampling", "needs capture mode TRANSPARENT_PROXY")

@@ -168,7 +168,9 @@ class SandboxSpec(_Model):
 
 
 class Sampling(_Model):
-    """Sampling parameters the capture proxy sets on every model call (None: the agent's own).
+    """Sampling parameters the capture proxy sets on every model call (None: not sent, so
+    the upstream's default applies; the agent's own are stripped either way:
+    `service.proxy.capture.sampling`).
 
     On the wire this is `RolloutSpec.sampling`; it lives with the capture settings here
     because the proxy, which applies it, is handed those alone.
@@ -178,9 +180,19 @@ class Sampling(_Model):
     """Sent upstream as `seed`; in a group spec, the group's seed, from which each member's
     is derived (`service.engine.groups.members`)."""
     temperature: float | None = None
-    """Sent upstream as `temperature`, replacing the agent's."""
+    """Sent upstream as `temperature`."""
     top_p: float | None = None
-    """Sent upstream as `top_p`, replacing the agent's."""
+    """Sent upstream as `top_p`."""
+    top_k: int | None = None
+    """Sent upstream as `top_k` (-1 or 0: no limit); vLLM and SGLang only."""
+    min_p: float | None = None
+    """Sent upstream as `min_p`; vLLM and SGLang only."""
+    presence_penalty: float | None = None
+    """Sent upstream as `presence_penalty`."""
+    frequency_penalty: float | None = None
+    """Sent upstream as `frequency_penalty`."""
+    repetition_penalty: float | None = None
+    """Sent upstream as `repetition_penalty` (1: none); vLLM and SGLang only."""
 
 
 class CaptureSpec(_Model):

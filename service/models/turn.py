@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.models.dialect import Dialect
+from service.models.spec import Sampling
 
 
 class ToolCall(BaseModel):
@@ -108,6 +109,10 @@ class Turn(BaseModel):
     """The weight version the upstream reported in a response header ("" if none)."""
     paused_s: float = 0.0
     """Time the call waited at a paused proxy (including before an aborted call's retry)."""
+    sampling: Sampling = Field(default_factory=Sampling)
+    """The sampling parameters the call carried upstream (None: not sent)."""
+    sampling_stripped: list[str] = Field(default_factory=list)
+    """Fields of the agent's request the proxy removed (`service.proxy.capture.sampling`)."""
 
     @property
     def failed(self) -> bool:

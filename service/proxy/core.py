@@ -259,7 +259,7 @@ class ProxyCore:
             responder.send(400, _BAD_REQUEST)
             return
         exchange = route.begin(body, request.body)
-        rewrite_request(body, route.upstream, route.capture)
+        exchange.note_rewritten(body, rewrite_request(body, route.upstream, route.capture))
         payload = orjson.dumps(body)
         await route.run(
             exchange, relay(responder, exchange, payload, self._pool, self.upstream_timeout_s)

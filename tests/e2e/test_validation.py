@@ -72,6 +72,14 @@ CASES = {
         lambda: command_spec(endpoint={"baseUrl": "http://169.254.169.254/latest", "model": "m"}),
         "spec.endpoint.base_url",
     ),
+    "negative temperature": (
+        lambda: command_spec(sampling={"temperature": -0.5}),
+        "spec.sampling.temperature",
+    ),
+    "no repetition penalty": (
+        lambda: command_spec(sampling={"repetitionPenalty": 0.0}),
+        "spec.sampling.repetition_penalty",
+    ),
     "private base_url": (
         lambda: command_spec(endpoint={"baseUrl": "http://10.0.0.5:8000/v1", "model": "m"}),
         "spec.endpoint.base_url",

@@ -339,14 +339,24 @@ class RolloutSpec(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., task: _Optional[_Union[Task, _Mapping]] = ..., agent: _Optional[_Union[Agent, _Mapping]] = ..., endpoint: _Optional[_Union[Endpoint, _Mapping]] = ..., sandbox: _Optional[_Union[SandboxSpec, _Mapping]] = ..., capture: _Optional[_Union[Capture, _Mapping]] = ..., agent_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., command_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., verify_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., harbor_task: _Optional[_Union[HarborTask, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., max_policy_lag: _Optional[int] = ...) -> None: ...
 
 class Sampling(_message.Message):
-    __slots__ = ("seed", "temperature", "top_p")
+    __slots__ = ("seed", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
     SEED_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_P_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    MIN_P_FIELD_NUMBER: _ClassVar[int]
+    PRESENCE_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCY_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_PENALTY_FIELD_NUMBER: _ClassVar[int]
     seed: int
     temperature: float
     top_p: float
-    def __init__(self, seed: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ...) -> None: ...
+    top_k: int
+    min_p: float
+    presence_penalty: float
+    frequency_penalty: float
+    repetition_penalty: float
+    def __init__(self, seed: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ...) -> None: ...
 
 class HarborTask(_message.Message):
     __slots__ = ("path", "archive", "digest")
@@ -646,7 +656,7 @@ class CommandResult(_message.Message):
     def __init__(self, stage: _Optional[_Union[CommandStage, str]] = ..., index: _Optional[int] = ..., command: _Optional[str] = ..., exit_code: _Optional[int] = ..., stdout: _Optional[str] = ..., stderr: _Optional[str] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., timed_out: _Optional[bool] = ...) -> None: ...
 
 class Turn(_message.Message):
-    __slots__ = ("index", "trainable", "requested_model", "request_messages", "request_message_offset", "tools", "tools_hash", "completion_text", "reasoning_text", "tool_calls", "finish_reason", "prompt_token_ids", "completion_token_ids", "logprobs", "completion_tokens", "top_logprobs", "token_ids_present", "usage", "latency", "time_to_first_token", "upstream_status", "upstream_error", "stream", "start_time", "incomplete", "logprobs_present", "usage_counted", "unparsed", "raw_request", "dialect", "translated", "body_cut", "body_bytes_dropped", "policy_version_start", "policy_version_end", "upstream_weight_version", "paused")
+    __slots__ = ("index", "trainable", "requested_model", "request_messages", "request_message_offset", "tools", "tools_hash", "completion_text", "reasoning_text", "tool_calls", "finish_reason", "prompt_token_ids", "completion_token_ids", "logprobs", "completion_tokens", "top_logprobs", "token_ids_present", "usage", "latency", "time_to_first_token", "upstream_status", "upstream_error", "stream", "start_time", "incomplete", "logprobs_present", "usage_counted", "unparsed", "raw_request", "dialect", "translated", "body_cut", "body_bytes_dropped", "policy_version_start", "policy_version_end", "upstream_weight_version", "paused", "sampling", "sampling_stripped")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TRAINABLE_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -684,6 +694,8 @@ class Turn(_message.Message):
     POLICY_VERSION_END_FIELD_NUMBER: _ClassVar[int]
     UPSTREAM_WEIGHT_VERSION_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_STRIPPED_FIELD_NUMBER: _ClassVar[int]
     index: int
     trainable: bool
     requested_model: str
@@ -721,7 +733,9 @@ class Turn(_message.Message):
     policy_version_end: int
     upstream_weight_version: str
     paused: _duration_pb2.Duration
-    def __init__(self, index: _Optional[int] = ..., trainable: _Optional[bool] = ..., requested_model: _Optional[str] = ..., request_messages: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., request_message_offset: _Optional[int] = ..., tools: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., tools_hash: _Optional[str] = ..., completion_text: _Optional[str] = ..., reasoning_text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., finish_reason: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completion_token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., completion_tokens: _Optional[_Iterable[str]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., token_ids_present: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., upstream_status: _Optional[int] = ..., upstream_error: _Optional[str] = ..., stream: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., incomplete: _Optional[bool] = ..., logprobs_present: _Optional[bool] = ..., usage_counted: _Optional[bool] = ..., unparsed: _Optional[bool] = ..., raw_request: _Optional[str] = ..., dialect: _Optional[_Union[Dialect, str]] = ..., translated: _Optional[bool] = ..., body_cut: _Optional[bool] = ..., body_bytes_dropped: _Optional[int] = ..., policy_version_start: _Optional[int] = ..., policy_version_end: _Optional[int] = ..., upstream_weight_version: _Optional[str] = ..., paused: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    sampling: Sampling
+    sampling_stripped: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, index: _Optional[int] = ..., trainable: _Optional[bool] = ..., requested_model: _Optional[str] = ..., request_messages: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., request_message_offset: _Optional[int] = ..., tools: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., tools_hash: _Optional[str] = ..., completion_text: _Optional[str] = ..., reasoning_text: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., finish_reason: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., completion_token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., completion_tokens: _Optional[_Iterable[str]] = ..., top_logprobs: _Optional[_Iterable[_Union[TopLogprobs, _Mapping]]] = ..., token_ids_present: _Optional[bool] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., time_to_first_token: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., upstream_status: _Optional[int] = ..., upstream_error: _Optional[str] = ..., stream: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., incomplete: _Optional[bool] = ..., logprobs_present: _Optional[bool] = ..., usage_counted: _Optional[bool] = ..., unparsed: _Optional[bool] = ..., raw_request: _Optional[str] = ..., dialect: _Optional[_Union[Dialect, str]] = ..., translated: _Optional[bool] = ..., body_cut: _Optional[bool] = ..., body_bytes_dropped: _Optional[int] = ..., policy_version_start: _Optional[int] = ..., policy_version_end: _Optional[int] = ..., upstream_weight_version: _Optional[str] = ..., paused: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., sampling_stripped: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("id", "name", "arguments")

@@ -1,6 +1,8 @@
 """How the proxy rewrites an agent's chat request before it goes upstream.
 
 Rules (each applied to the parsed JSON body, in place):
+- every field that is not the agent's to set is stripped (`sampling`: temperature, seed,
+  n, logit_bias, stop, response_format, guided decoding, a forced tool_choice, ...);
 - `model` becomes the rollout's real model (the agent asks for an alias);
 - `logprobs: true` and `top_logprobs: k` (k >= 1: llama.cpp-style servers return no
   logprobs otherwise);
@@ -11,9 +13,10 @@ Rules (each applied to the parsed JSON body, in place):
 - `return_token_ids: true` only where the upstream is self-hosted (see
   `ResolvedEndpoint.asks_token_ids`): hosted APIs return no ids and may reject the field;
 - streams get `stream_options.include_usage = true`;
-- `capture.sampling` sets `seed`, `temperature` and `top_p` where given, replacing the
-  agent's (a group member's seed is its own, derived from the group's:
-  `service.engine.groups.members`).
+- `capture.sampling` sets the rollout's `seed`, `temperature`, `top_p`, `top_k`, ...
+  where given (a group member's seed is its own, derived from the group's:
+  `service.engine.groups.members`); the rest are not sent, so the upstream's defaults
+  apply.
 Headers are not rewritten but rebuilt: see `upstream_headers`.
 """
 
@@ -21,13 +24,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.models import CaptureSpec, Sampling
+from service.models import CaptureSpec, Dialect
+from service.proxy.capture.sampling import apply_sampling, strip_agent_sampling
 from service.proxy.endpoints import ResolvedEndpoint
 
 __all__ = [
     "AUX_MODEL_ALIAS",
     "MAIN_MODEL_ALIAS",
-    "apply_sampling",
     "cap_tokens",
     "disable_template_thinking",
     "is_trainable",
@@ -57,8 +60,12 @@ def _cap_max_tokens(body: dict[str, Any], cap: int, hosted: bool) -> None:
         body["max_completion_tokens" if hosted else "max_tokens"] = cap
 
 
-def rewrite_request(body: dict[str, Any], upstream: ResolvedEndpoint, capture: CaptureSpec) -> None:
-    """Apply every rewrite rule to a parsed chat-completions request body."""
+def rewrite_request(
+    body: dict[str, Any], upstream: ResolvedEndpoint, capture: CaptureSpec
+) -> list[str]:
+    """Apply every rewrite rule to a parsed chat-completions request body; the names of
+    the agent's fields it stripped."""
+    stripped = strip_agent_sampling(body, Dialect.CHAT_COMPLETIONS)
     body["model"] = upstream.model
     body["logprobs"] = True
     body["top_logprobs"] = max(1, capture.top_logprobs)
@@ -75,13 +82,7 @@ def rewrite_request(body: dict[str, Any], upstream: ResolvedEndpoint, capture: C
             **(options if isinstance(options, dict) else {}),
             "include_usage": True,
         }
-
-
-def apply_sampling(body: dict[str, Any], sampling: Sampling) -> None:
-    """The rollout's sampling parameters in place of the agent's (any dialect: they share
-    the names `seed`, `temperature` and `top_p`)."""
-    for key, value in sampling.model_dump(exclude_none=True).items():
-        body[key] = value
+    return stripped
 
 
 def cap_tokens(body: dict[str, Any], key: str, cap: int) -> None:

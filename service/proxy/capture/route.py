@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.models import CaptureSpec, Dialect, Turn, Usage
+from service.models import CaptureSpec, Dialect, Sampling, Turn, Usage
 from service.proxy.capture.assembly import CompletionAssembler
 from service.proxy.capture.gate import Attempt, CallGate
 from service.proxy.capture.history import (
@@ -24,6 +24,7 @@ from service.proxy.capture.prompt_ids import PromptIdCache
 from service.proxy.capture.record import REDACTED, RecordBounds, Recorder, scrub_text
 from service.proxy.capture.request_parse import RequestParser
 from service.proxy.capture.rewrite import is_trainable, upstream_headers
+from service.proxy.capture.sampling import sent_sampling
 from service.proxy.capture.tally import CallTally
 from service.proxy.endpoints import ResolvedEndpoint
 from service.proxy.transport.upstream import UpstreamTarget
@@ -35,6 +36,10 @@ logger = logging.getLogger(__name__)
 _LOG_ERROR_CHARS = 300
 _RAW_REQUEST_BYTES = 64 * 1024
 """How much of an unparsed request a turn keeps."""
+_STRIPPED_NAMES = 32
+_STRIPPED_NAME_CHARS = 64
+"""How many of the names of the agent's stripped fields a turn keeps, and of each how much
+(the agent chooses them: a request of a thousand junk keys must not make a large turn)."""
 
 OnTurn = Callable[[Turn], None]
 """Called with each turn the moment it completes; must not block."""
@@ -228,6 +233,17 @@ class Exchange:
         self.policy_version_start: int | None = None
         self.policy_version_end: int | None = None
         self.upstream_weight_version = ""
+        self.sampling = Sampling()
+        """The sampling parameters the rewritten request carries upstream."""
+        self.sampling_stripped: list[str] = []
+        """The agent's fields the rewrite stripped (scrubbed, then cut: the agent names
+        them)."""
+
+    def note_rewritten(self, body: dict[str, Any], stripped: list[str]) -> None:
+        """Record what the rewritten request `body` sends upstream, and what was stripped."""
+        self.sampling = sent_sampling(body)
+        kept = stripped[:_STRIPPED_NAMES]
+        self.sampling_stripped = [self.scrub(name)[:_STRIPPED_NAME_CHARS] for name in kept]
 
     def start_attempt(self, attempt: Attempt) -> None:
         """The call passed the gate: the turn is this attempt's (a retry's, after an abort);
@@ -346,6 +362,8 @@ class Exchange:
             "policy_version_end": self.policy_version_end,
             "upstream_weight_version": self.scrub(self.upstream_weight_version),
             "paused_s": self.paused_s,
+            "sampling": self.sampling,
+            "sampling_stripped": self.sampling_stripped,
         }
 
 

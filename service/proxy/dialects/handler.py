@@ -1,5 +1,7 @@
 """Serve one Responses or Messages call on a route, translated or native.
 
+Either way the agent's sampling fields are stripped first (`capture.sampling`, named as
+in its dialect on the turn).
 translated (the default): the request becomes chat completions (`*_in`), gets the chat
 rules of `rewrite` (model, logprobs, `return_token_ids`, caps, thinking), goes to the
 route's chat-completions URL, and the answer comes back in the agent's dialect (`*_out`).
@@ -23,6 +25,7 @@ from service.proxy.capture.failures import error_body
 from service.proxy.capture.relay import relay
 from service.proxy.capture.rewrite import rewrite_request
 from service.proxy.capture.route import Exchange, Route
+from service.proxy.capture.sampling import strip_agent_sampling
 from service.proxy.dialects.call import DialectCall, route_state
 from service.proxy.dialects.count_tokens import count_tokens
 from service.proxy.dialects.messages_in import messages_to_chat
@@ -93,6 +96,7 @@ def _parse(call: DialectCall, dialect: Dialect, endpoint: str) -> object:
 
 async def _translated(call: DialectCall, dialect: Dialect, body: dict[str, Any]) -> None:
     route = call.route
+    stripped = strip_agent_sampling(body, dialect)  # named as the agent sent them
     try:
         chat = _translate(dialect, body, route)
     except DialectRequestError as error:
@@ -100,7 +104,8 @@ async def _translated(call: DialectCall, dialect: Dialect, body: dict[str, Any])
         return
     exchange = route.begin(chat, call.request.body)
     exchange.dialect, exchange.translated = dialect, True
-    rewrite_request(chat, route.upstream, route.capture)
+    stripped += rewrite_request(chat, route.upstream, route.capture)
+    exchange.note_rewritten(chat, stripped)
     codec: Codec
     if dialect is Dialect.MESSAGES:
         model = str(body.get("model") or "")
@@ -156,13 +161,14 @@ async def _native(call: DialectCall, dialect: Dialect, body: dict[str, Any]) -> 
     agent_request = dict(body)
     codec: Codec
     if dialect is Dialect.MESSAGES:
-        rewrite_messages(body, route.upstream, route.capture)
+        stripped = rewrite_messages(body, route.upstream, route.capture)
         codec = NativeMessagesCodec(exchange.assembler)
         target = state.target(f"{route.upstream.base_url}/messages", anthropic=True)
     else:
-        rewrite_responses(body, route.upstream, route.capture)
+        stripped = rewrite_responses(body, route.upstream, route.capture)
         codec = NativeResponsesCodec(exchange.assembler)
         target = state.target(f"{route.upstream.base_url}/responses")
+    exchange.note_rewritten(body, stripped)
     await route.run(
         exchange, _relay_native(call, exchange, dialect, body, agent_request, codec, target)
     )

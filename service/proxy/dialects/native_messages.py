@@ -10,9 +10,10 @@ What vLLM's `/v1/messages` returns, and where it lands on the turn:
     (no token ids, no logprobs: the dialect has none) -> token_ids_present and
                                                  logprobs_present false
 
-Rewrites: `model`; `max_tokens` capped; `disable_thinking` drops `thinking` and, on a
-self-hosted upstream, sets `chat_template_kwargs.enable_thinking = false` (vLLM's
-Messages endpoint passes it to the chat template).
+Rewrites: the agent's sampling fields stripped (`service.proxy.capture.sampling`);
+`model`; `max_tokens` capped; the rollout's sampling set; `disable_thinking` drops
+`thinking` and, on a self-hosted upstream, sets `chat_template_kwargs.enable_thinking =
+false` (vLLM's Messages endpoint passes it to the chat template).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from service.models import CaptureSpec
+from service.models import CaptureSpec, Dialect
 from service.proxy.capture.assembly import CompletionAssembler
 from service.proxy.capture.json_shapes import as_dict
-from service.proxy.capture.rewrite import apply_sampling, cap_tokens, disable_template_thinking
+from service.proxy.capture.rewrite import cap_tokens, disable_template_thinking
+from service.proxy.capture.sampling import apply_sampling, strip_agent_sampling
 from service.proxy.dialects.messages_out import anthropic_error, anthropic_stream_error
 from service.proxy.endpoints import ResolvedEndpoint
 
@@ -40,8 +42,10 @@ _FINISH = {
 
 def rewrite_messages(
     body: dict[str, Any], upstream: ResolvedEndpoint, capture: CaptureSpec
-) -> None:
-    """Model override, token cap, sampling and thinking control on a native Messages request."""
+) -> list[str]:
+    """Model override, token cap, sampling and thinking control on a native Messages request;
+    the names of the agent's fields it stripped."""
+    stripped = strip_agent_sampling(body, Dialect.MESSAGES)
     body["model"] = upstream.model
     if capture.max_tokens_cap > 0:
         cap_tokens(body, "max_tokens", capture.max_tokens_cap)
@@ -50,6 +54,7 @@ def rewrite_messages(
         body.pop("thinking", None)
         if upstream.asks_token_ids:
             disable_template_thinking(body)
+    return stripped
 
 
 class NativeMessagesCodec:

@@ -15,9 +15,10 @@ What vLLM's `/v1/responses` returns, and where it lands on the turn:
     (no prompt token ids; function-call arguments carry no logprobs, so a turn with a
     tool call has logprobs_present false)
 
-Rewrites: `model`; `max_output_tokens` capped; the logprobs `include` and `top_logprobs`;
-`disable_thinking` drops `reasoning` and, on a self-hosted upstream, sets
-`chat_template_kwargs.enable_thinking = false`.
+Rewrites: the agent's sampling fields stripped (`service.proxy.capture.sampling`);
+`model`; `max_output_tokens` capped; the rollout's sampling set; the logprobs `include`
+and `top_logprobs`; `disable_thinking` drops `reasoning` and, on a self-hosted upstream,
+sets `chat_template_kwargs.enable_thinking = false`.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from service.models import CaptureSpec
+from service.models import CaptureSpec, Dialect
 from service.proxy.capture.assembly import CompletionAssembler
 from service.proxy.capture.failures import error_body
 from service.proxy.capture.json_shapes import as_dict
-from service.proxy.capture.rewrite import apply_sampling, cap_tokens, disable_template_thinking
+from service.proxy.capture.rewrite import cap_tokens, disable_template_thinking
+from service.proxy.capture.sampling import apply_sampling, strip_agent_sampling
 from service.proxy.endpoints import ResolvedEndpoint
 
 __all__ = ["NativeResponsesCodec", "rewrite_responses"]
@@ -40,9 +42,10 @@ _REASONING_DELTAS = ("response.reasoning_text.delta", "response.reasoning_summar
 
 def rewrite_responses(
     body: dict[str, Any], upstream: ResolvedEndpoint, capture: CaptureSpec
-) -> None:
+) -> list[str]:
     """Model override, token cap, sampling, logprobs and thinking control on a native Responses
-    request."""
+    request; the names of the agent's fields it stripped."""
+    stripped = strip_agent_sampling(body, Dialect.RESPONSES)
     body["model"] = upstream.model
     if capture.max_tokens_cap > 0:
         cap_tokens(body, "max_output_tokens", capture.max_tokens_cap)
@@ -55,6 +58,7 @@ def rewrite_responses(
         body.pop("reasoning", None)
         if upstream.asks_token_ids:
             disable_template_thinking(body)
+    return stripped
 
 
 def _usage(usage: Mapping[str, Any]) -> dict[str, Any]:

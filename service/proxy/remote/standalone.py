@@ -70,7 +70,9 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         help="how Responses and Messages calls reach the upstream",
     )
     parser.add_argument(
-        "--sampling", default=default("sampling", "{}"), help="JSON: seed, temperature, top_p"
+        "--sampling",
+        default=default("sampling", "{}"),
+        help="JSON: the Sampling fields (seed, temperature, top_p, top_k, ...)",
     )
     parser.add_argument(
         "--upstream-timeout-s", type=float, default=float(default("upstream-timeout-s", "600"))

@@ -147,8 +147,10 @@ async def test_upstream_gets_its_key_and_never_the_route_token(
 async def test_the_rest_of_the_request_passes_unchanged(
     open_rollout: OpenRollout, agent: httpx.AsyncClient, upstream: FakeUpstream
 ) -> None:
+    """What is the agent's to send (`service.proxy.capture.sampling`) goes as it was."""
     tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
-    body = chat("hi", "ok", "go on", tools=tools, temperature=0.7, seed=3)
+    extra: dict[str, Any] = {"tool_choice": "auto", "parallel_tool_calls": False, "user": "u1"}
+    body = chat("hi", "ok", "go on", tools=tools, reasoning_effort="low", **extra)
     received = await sent_upstream(open_rollout, agent, upstream, body)
-    for key in ("messages", "tools", "temperature", "seed"):
+    for key in ("messages", "tools", "reasoning_effort", *extra):
         assert received[key] == body[key]

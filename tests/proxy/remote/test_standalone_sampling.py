@@ -1,4 +1,5 @@
-"""The standalone proxy (the one placed inside a remote sandbox) applies `--sampling` too."""
+"""The standalone proxy (the one placed inside a remote sandbox) applies `--sampling` too,
+and strips the agent's own sampling fields."""
 
 from __future__ import annotations
 
@@ -31,4 +32,5 @@ async def test_the_standalone_proxy_sets_the_sampling_it_is_given(upstream: Fake
         await asyncio.wait_for(process.wait(), 10)
     received = upstream.requests[-1].body
     assert received is not None
-    assert (received["seed"], received["top_p"], received["temperature"]) == (5, 0.5, 0.7)
+    assert (received["seed"], received["top_p"]) == (5, 0.5)
+    assert "temperature" not in received
