@@ -197,7 +197,8 @@ class Verification:
         assert isinstance(self._backend, PathCarrier)
         assert self._setup_state is not None
         carried = _outermost([task_workdir(self._spec.task), *self._spec.task.carried_paths])
-        self._carried = await self._backend.carry(agent_sandbox, carried)
+        over = self._setup_state if self._own_setup_state else None
+        self._carried = await self._backend.carry(agent_sandbox, carried, over=over)
         sandbox_spec = self._spec.sandbox.model_copy(
             update={"network": self._spec.sandbox.verifier_policy, "verifier_network": None}
         )

@@ -29,7 +29,11 @@ class PathCarrier(Protocol):
         (`snapshot` then works too: the state setup left is one)."""
         ...
 
-    async def carry(self, sandbox: Sandbox, paths: Sequence[str]) -> Snapshot:
+    async def carry(
+        self, sandbox: Sandbox, paths: Sequence[str], *, over: Snapshot | None = None
+    ) -> Snapshot:
         """Freeze what `sandbox` (one of this backend's, its commands reclaimed) holds at
-        `paths` (absolute, none below another) as a layer; raises SandboxError."""
+        `paths` (absolute, none below another) as a layer to lay over `over`, a snapshot
+        of the same sandbox taken earlier (a lone rollout's setup state), so what was
+        removed since is removed there too; raises SandboxError."""
         ...

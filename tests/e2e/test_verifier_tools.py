@@ -164,3 +164,36 @@ async def test_a_workdir_inside_a_system_tree_stays_the_agents(
 
     assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result
     assert rollout.result.reward == 1.0
+
+
+@pytest.mark.parametrize("image", ["host", "rollout/base"])
+async def test_a_fresh_verifier_sees_the_agents_workdir_exactly_and_nothing_else(
+    stub: pb_grpc.RolloutServiceAsyncStub, image: str
+) -> None:
+    setup = "echo old > a.txt && echo old > b.txt && echo 'exit 0' > run.sh && chmod 755 run.sh"
+    agent = (
+        "rm a.txt && echo new > b.txt && chmod 700 run.sh && ln -s b.txt link && mkdir empty "
+        "&& echo agent > ~/outside.txt && mkdir -p tests && echo planted > tests/conftest.py"
+    )
+    verify = (
+        "! test -e a.txt && grep -qx new b.txt && test -L link && test -d empty",
+        'test "$(stat -c %a run.sh)" = 700 && ./run.sh',
+        "! test -e ~/outside.txt",
+        "test -f tests/hidden.sh && ! test -e tests/conftest.py",
+    )
+    spec = command_spec(
+        agent,
+        setup=(setup,),
+        verify=verify,
+        sandbox={"image": image},
+        task={"verifierFiles": {"tests/hidden.sh": "ZXhpdCAwCg=="}},
+    )
+    rollout = await _run(stub, spec)
+
+    assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result
+    assert [r.exit_code for r in rollout.result.verify_results] == [0, 0, 0, 0], [
+        r.stderr for r in rollout.result.verify_results
+    ]
+    assert "fresh" in str(await notices(stub, rollout.id))
+    assert "outside.txt" not in rollout.result.files  # collected from the agent's sandbox
+    assert rollout.result.files["b.txt"] == b"new\n"

@@ -33,7 +33,7 @@ from service.images import Image, ImageStore
 from service.images.base import BASE_NAMES
 from service.images.names import qualify
 from service.models import NetworkPolicy, Resources, SandboxSpec
-from service.sandboxes.base import HOME, WORKDIR, Sandbox, SandboxRequest
+from service.sandboxes.base import HOME, WORKDIR, Sandbox, SandboxRequest, Snapshot
 from service.sandboxes.local.bwrap import (
     SANDBOX_USER,
     SandboxLayout,
@@ -217,12 +217,16 @@ class LocalBackend:
         """Carried paths are snapshot layers too (`can_snapshot`)."""
         return self._privileged
 
-    async def carry(self, sandbox: Sandbox, paths: Sequence[str]) -> LocalSnapshot:
+    async def carry(
+        self, sandbox: Sandbox, paths: Sequence[str], *, over: Snapshot | None = None
+    ) -> LocalSnapshot:
         """Freeze `paths` of what `sandbox` (reclaimed) wrote, as a layer for
-        `SandboxRequest.carried` (`snapshot.take_carried`). SandboxError if it cannot."""
+        `SandboxRequest.carried` over `over` (`snapshot.take_carried`). SandboxError if it
+        cannot."""
         local = self._mine(sandbox)
+        below = None if over is None or local.forked else self._own_snapshot(over)
         take = functools.partial(
-            take_carried, local.layout, local.image_id, local.forked, tuple(paths)
+            take_carried, local.layout, local.image_id, local.forked, tuple(paths), below
         )
         return await self._freeze(local, f"{local.name}.carried", take)
 
@@ -266,10 +270,15 @@ class LocalBackend:
         sandbox.expire_after(request.lifetime_s)
         return sandbox
 
-    def _own(self, snapshot: object, key: WarmKey) -> LocalSnapshot:
-        """The snapshot as this backend's, taken on the same image and not released."""
+    def _own_snapshot(self, snapshot: object) -> LocalSnapshot:
+        """The snapshot as this backend's, not released."""
         if not isinstance(snapshot, LocalSnapshot) or snapshot.directory not in self._snapshots:
             raise SandboxError("the snapshot is not one of this backend's, or was released")
+        return snapshot
+
+    def _own(self, snapshot: object, key: WarmKey) -> LocalSnapshot:
+        """The snapshot as this backend's, taken on the same image and not released."""
+        snapshot = self._own_snapshot(snapshot)
         if snapshot.image_id != key.image:
             raise SandboxError("the snapshot was taken on another image than the sandbox's")
         return snapshot

@@ -113,12 +113,14 @@ def take_carried(
     image_id: str,
     forked: bool,
     paths: Sequence[str],
+    over: LocalSnapshot | None,
     directory: Path,
     on_release: Callable[[LocalSnapshot], None],
 ) -> LocalSnapshot:
     """Copy `paths` (absolute, inside) of what the sandbox wrote into `directory`, as a
-    layer over the state its writes sit on; its commands must be reclaimed. Raises
-    OSError (the directory then removed)."""
+    layer over `over` (a snapshot of its own earlier writes: a lone rollout's setup
+    state) and what its writes sit on; its commands must be reclaimed. Raises OSError
+    (the directory then removed)."""
     assert layout.uid is not None, "snapshots need a server running as root"
     directory.mkdir(mode=0o700)
     try:
@@ -129,6 +131,8 @@ def take_carried(
             if found is not None:
                 tree, source, relative, complete = found
                 _carry(source, relative, directory / tree, complete=complete)
+                if over is not None and not complete:
+                    _hide_removed(over.directory / tree, source, relative, directory / tree)
     except BaseException:
         remove_tree(directory)
         raise
@@ -184,6 +188,34 @@ def _carry(source: Path, relative: PurePosixPath, target: Path, *, complete: boo
     _copy(source / relative, target / relative)
     if opaque and stat.S_ISDIR(top.st_mode):
         os.setxattr(target / relative, _OPAQUE[0], b"y", follow_symlinks=False)
+
+
+def _hide_removed(earlier: Path, source: Path, relative: PurePosixPath, target: Path) -> None:
+    """Whiteouts in target for what `earlier` (a copy of the same writes, taken before)
+    holds below `relative` and `source` no longer does: a file setup made that the agent
+    removed leaves no whiteout of overlay's own (no lower layer had it)."""
+    pending = [relative]
+    while pending:
+        here = pending.pop()
+        before, now = _lstat(earlier / here), _lstat(source / here)
+        if before is None:
+            continue
+        if now is None:
+            if _lstat(target / here) is None and _is_plain_dir(target / here.parent):
+                _whiteout(target / here)
+            continue
+        if (
+            stat.S_ISDIR(before.st_mode)
+            and stat.S_ISDIR(now.st_mode)
+            and not _is_opaque(source / here)
+        ):
+            with os.scandir(earlier / here) as entries:
+                pending.extend(here / entry.name for entry in entries)
+
+
+def _is_plain_dir(path: Path) -> bool:
+    found = _lstat(path)
+    return found is not None and stat.S_ISDIR(found.st_mode)
 
 
 def _lstat(path: Path) -> os.stat_result | None:
