@@ -61,7 +61,7 @@ from service.verifier.commands import run_commands
 from service.verifier.environment import BYTECODE_DIR, VERIFIER_ENV
 from service.verifier.integrity import tampering
 from service.verifier.reward import Reward, compute_reward
-from service.verifier.takeover import open_verifier_network, take_back
+from service.verifier.takeover import open_verifier_network, take_back, verifier_network_notice
 
 __all__ = ["Verification", "VerifyOutcome", "check_verify_mode", "verifier_dirs"]
 
@@ -216,6 +216,8 @@ class Verification:
                 f"the verifier's sandbox was not created within {_CREATE_TIMEOUT_S:g}s"
             ) from exc
         await self._sandbox.reclaim(empty_dirs=[VERIFIER_DIR, *verifier_dirs(self._spec)])
+        if opened := verifier_network_notice(self._spec.sandbox):
+            self._publish(opened)
         self._publish(
             Notice(
                 topic="verifier.fresh",

@@ -26,7 +26,7 @@ from service.models import NetworkPolicy, Notice, SandboxSpec
 from service.sandboxes.base import VERIFIER_DIR, Sandbox
 from service.sandboxes.internet import InternetAccess
 
-__all__ = ["open_verifier_network", "take_back"]
+__all__ = ["open_verifier_network", "take_back", "verifier_network_notice"]
 
 _NAMED_AT_MOST = 10
 """Paths named in a notice; the rest are counted."""
@@ -76,7 +76,8 @@ async def take_back(
 async def open_verifier_network(sandbox: Sandbox, spec: SandboxSpec) -> Notice | None:
     """Give a sandbox taken back (`take_back`) network FULL when its verifier has it
     and its agent had not; the notice says so."""
-    if spec.verifier_policy is not NetworkPolicy.FULL or spec.network is NetworkPolicy.FULL:
+    notice = verifier_network_notice(spec)
+    if notice is None:
         return None
     if not isinstance(sandbox, InternetAccess):
         raise SandboxError(
@@ -84,6 +85,13 @@ async def open_verifier_network(sandbox: Sandbox, spec: SandboxSpec) -> Notice |
             "network after creation; ask for network FULL or a backend that can"
         )
     await sandbox.open_internet()
+    return notice
+
+
+def verifier_network_notice(spec: SandboxSpec) -> Notice | None:
+    """Said when the verifier's network is FULL and the agent's was not."""
+    if spec.verifier_policy is not NetworkPolicy.FULL or spec.network is NetworkPolicy.FULL:
+        return None
     return Notice(
         topic="verifier.network",
         message="the verifier runs with network FULL (the agent ran with NONE)",
