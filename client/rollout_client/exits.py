@@ -32,6 +32,7 @@ from rollout_client.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
+from rollout_client.inert import inert
 from rollout_client.render import figure, seconds
 from rollout_client.results import reward_of
 from rollout_client.unreachable import Sent, why_unreachable
@@ -65,7 +66,7 @@ EXIT_SUMMARY = (
 def fail(message: str) -> NoReturn:
     """Print `error: message` on stderr and exit 1."""
     Console(stderr=True, soft_wrap=True, highlight=False).print(
-        Text(f"error: {message}", style="red")
+        Text(f"error: {inert(message)}", style="red")
     )
     raise typer.Exit(EXIT_ERROR)
 

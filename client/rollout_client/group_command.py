@@ -15,10 +15,12 @@ import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 from rollout.v1 import rollout_pb2 as pb
 
 from rollout_client.cli_connection import Connection, with_connection
 from rollout_client.exits import EXIT_ERROR, EXIT_INTERRUPTED
+from rollout_client.inert import inert
 from rollout_client.messages import group_spec, parse_group_status
 from rollout_client.options import AsJson, LabelFlags
 from rollout_client.render import figure, message_json, status_name
@@ -40,7 +42,8 @@ GroupId = Annotated[str, typer.Argument(help="The group's id.")]
 
 
 def _console() -> Console:
-    return Console(soft_wrap=True, highlight=False)
+    """Plain text, never markup: a group's error message may quote an agent's."""
+    return Console(soft_wrap=True, highlight=False, markup=False)
 
 
 def _member_line(rollout: pb.Rollout) -> str:
@@ -60,7 +63,7 @@ def _summary(group: pb.Group) -> list[str]:
     status = pb.GroupStatus.Name(group.status).removeprefix("GROUP_STATUS_")
     lines = [f"group {group.id}: {status}"]
     if group.HasField("error"):
-        lines.append(f"  error: {group.error.message}")
+        lines.append(f"  error: {inert(group.error.message)}")
     mean = figure(stats.reward_mean) if stats.HasField("reward_mean") else "-"
     stddev = figure(stats.reward_stddev) if stats.HasField("reward_stddev") else "-"
     lines.append(
@@ -212,7 +215,7 @@ def _groups_table(groups: Iterable[pb.Group]) -> Table:
             f"{stats.counted}/{group.spec.min_complete or group.spec.n}",
             figure(stats.reward_mean) if stats.HasField("reward_mean") else "-",
             group.create_time.ToDatetime().strftime("%m-%d %H:%M"),
-            ",".join(f"{k}={v}" for k, v in sorted(group.spec.spec.labels.items())),
+            Text(inert(",".join(f"{k}={v}" for k, v in sorted(group.spec.spec.labels.items())))),
         )
     return table
 

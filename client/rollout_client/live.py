@@ -16,6 +16,7 @@ from rich.live import Live
 from rich.text import Text
 from rollout.v1 import rollout_pb2 as pb
 
+from rollout_client.inert import inert
 from rollout_client.render import command_line, phase_name, seconds, status_text
 
 __all__ = ["EventView", "follow"]
@@ -80,7 +81,7 @@ class EventView:
         self.phase = change.phase
         line = Text.assemble(("phase ", "dim"), (phase_name(change.phase), "bold cyan"))
         if change.message:
-            line.append(f"  {change.message}", style="dim")
+            line.append(f"  {inert(change.message)}", style="dim")
         return line
 
     def _output_lines(self, output: pb.AgentOutput) -> list[Text]:
@@ -101,18 +102,20 @@ class EventView:
 
 
 def _agent_line(text: str, style: str) -> Text:
-    return Text.assemble(("agent | ", "dim"), (text, style))
+    return Text.assemble(("agent | ", "dim"), (inert(text), style))
 
 
 def _turn_line(turn: pb.Turn) -> Text:
-    line = Text.assemble(("turn ", "dim"), str(turn.index), f" {turn.finish_reason or '-'}")
+    finish_reason = inert(turn.finish_reason) or "-"
+    line = Text.assemble(("turn ", "dim"), str(turn.index), f" {finish_reason}")
     line.append(
         f"  {turn.usage.prompt_tokens}+{turn.usage.completion_tokens} tokens"
         f" in {seconds(turn.latency)}",
         style="dim",
     )
     if turn.upstream_error:
-        line.append(f"  upstream {turn.upstream_status}: {turn.upstream_error}", style="red")
+        error = inert(turn.upstream_error)
+        line.append(f"  upstream {turn.upstream_status}: {error}", style="red")
     return line
 
 

@@ -1,4 +1,8 @@
-"""How the CLI shows rollouts to a person (rich text) and to a program (proto JSON)."""
+"""How the CLI shows rollouts to a person (rich text) and to a program (proto JSON).
+
+Every text of a rollout shown to a person passes through `inert` first: the agent may have
+written it.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 from rollout.v1 import rollout_pb2 as pb
 
+from rollout_client.inert import inert
 from rollout_client.results import reward_of, status_name
 
 __all__ = [
@@ -78,14 +83,14 @@ def command_line(command: pb.CommandResult) -> Text:
     line = Text.assemble(
         (f"{stage}[{command.index}] ", "dim"),
         ("ok  " if ok else "FAIL", "green" if ok else "red"),
-        f" {command.command}",
+        f" {inert(command.command)}",
         (f"  exit {command.exit_code} in {seconds(command.duration)}", "dim"),
     )
     if command.timed_out:
         line.append(" (timed out)", style="yellow")
     last_stderr = command.stderr.strip().splitlines()[-1:] if not ok else []
     if last_stderr:
-        line.append(f"  {last_stderr[0]}", style="red dim")
+        line.append(f"  {inert(last_stderr[0])}", style="red dim")
     return line
 
 
@@ -103,18 +108,18 @@ def rollout_summary(rollout: pb.Rollout) -> list[Text]:
     ]
     if result.HasField("error"):
         kind = pb.ErrorKind.Name(result.error.kind).removeprefix("ERROR_KIND_")
-        lines.append(Text(f"error {kind}: {result.error.message}", style="red"))
+        lines.append(Text(f"error {kind}: {inert(result.error.message)}", style="red"))
     if result.metrics:
         metrics = ", ".join(f"{k}={figure(v)}" for k, v in sorted(result.metrics.items()))
-        lines.append(Text(f"metrics {metrics}"))
+        lines.append(Text(f"metrics {inert(metrics)}"))
     lines.extend(command_line(c) for c in (*result.setup_results, *result.verify_results))
     lines.append(Text(_agent_facts(rollout), style="dim"))
     if result.files:
-        lines.append(Text("files " + ", ".join(sorted(result.files)), style="dim"))
+        lines.append(Text("files " + inert(", ".join(sorted(result.files))), style="dim"))
     tail = result.agent_log_tail.rstrip().splitlines()[-_AGENT_LOG_TAIL_LINES:]
     if tail:
         lines.append(Text("agent output (last lines):", style="dim"))
-        lines.extend(Text(f"  {line}") for line in tail)
+        lines.extend(Text(f"  {inert(line)}") for line in tail)
     return lines
 
 
@@ -131,7 +136,7 @@ def _agent_facts(rollout: pb.Rollout) -> str:
 
 
 def _labels(rollout: pb.Rollout) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(rollout.spec.labels.items()))
+    return inert(",".join(f"{k}={v}" for k, v in sorted(rollout.spec.labels.items())))
 
 
 def rollouts_table(rollouts: Iterable[pb.Rollout]) -> Table:
@@ -150,7 +155,7 @@ def rollouts_table(rollouts: Iterable[pb.Rollout]) -> Table:
             status,
             _reward(rollout),
             rollout.create_time.ToDatetime().strftime("%m-%d %H:%M"),
-            rollout.spec.task_id,
-            _labels(rollout),
+            Text(inert(rollout.spec.task_id)),
+            Text(_labels(rollout)),
         )
     return table

@@ -26,7 +26,7 @@ from service.engine.idempotency import check_same_request
 from service.engine.lifecycle import RolloutRun
 from service.engine.model_access import ModelRouter
 from service.engine.model_calls import ModelCalls
-from service.engine.validation import validate_spec
+from service.engine.validation import spec_bytes, validate_spec
 from service.engine.verification import check_verify_mode
 from service.errors import (
     CapacityError,
@@ -38,6 +38,7 @@ from service.errors import (
     SpecError,
 )
 from service.harbor.tasks import HarborTasks
+from service.memory import HeapTrimmer
 from service.models import (
     TERMINAL_STATUSES,
     ErrorKind,
@@ -93,6 +94,8 @@ class _Live:
     """Records, publishes and saves how `work` ended, then frees the rollout's place."""
     done: asyncio.Event = field(default_factory=asyncio.Event)
     cancel_reason: str = ""
+    spec_bytes: int = 0
+    """What its spec's files weigh: freed when it ends (`HeapTrimmer`)."""
     fenced: bool = False
     """Another server took the rollout over (this one lost its lease): the run is stopped and
     nothing of it is published or saved any more, so nothing overwrites the takeover's."""
@@ -124,6 +127,7 @@ class RolloutManager:
         self._harbor = HarborTasks(settings)
         self._harbor.add_users(lambda: [live.rollout.spec for live in self._live.values()])
         self._metrics = metrics or Metrics()
+        self._heap = HeapTrimmer()
         self._metrics.set_capacity(self.capacity)
         self._metrics.observe_sandboxes(self._live_sandboxes)
         store.on_cancel_request(self._cancel_requested)
@@ -296,7 +300,7 @@ class RolloutManager:
         prepared: PreparedFilesystem | None = None,
     ) -> None:
         backend, agent, upstream = parts
-        live = _Live(rollout)
+        live = _Live(rollout, spec_bytes=spec_bytes(spec))
         publish = functools.partial(self._publish, live)
         run = RolloutRun(
             rollout,
@@ -415,7 +419,10 @@ class RolloutManager:
                 live.rollout = await self._taken_over(rollout)
             self._live.pop(rollout.id, None)
             self._metrics.hold_places(-1)
-            live.done.set()
+            try:
+                await self._heap.ended(live.spec_bytes)
+            finally:
+                live.done.set()
 
     async def _taken_over(self, rollout: Rollout) -> Rollout:
         """A fenced rollout as its takeover ended it, for its waiters here; this run's own

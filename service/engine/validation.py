@@ -261,12 +261,17 @@ def _timeouts(spec: RolloutSpec, settings: Settings) -> Iterator[FieldViolation]
             yield FieldViolation(field, f"must be at most {maximum:g} seconds")
 
 
-def _size(spec: RolloutSpec, settings: Settings) -> Iterator[FieldViolation]:
+def spec_bytes(spec: RolloutSpec) -> int:
+    """What `spec`'s files, commands and instruction weigh (bounded by max_spec_bytes)."""
     task = spec.task
     staged = (*task.files.values(), *task.verifier_files.values(), *task.solution_files.values())
     total = sum(len(data) for data in staged)
     total += sum(len(command) for command in (*task.setup, *task.verify)) + len(task.instruction)
-    total += len(spec.agent.command)
+    return total + len(spec.agent.command)
+
+
+def _size(spec: RolloutSpec, settings: Settings) -> Iterator[FieldViolation]:
+    total = spec_bytes(spec)
     if total > settings.max_spec_bytes:
         yield FieldViolation("spec.task", f"{total} bytes exceeds {settings.max_spec_bytes}")
 

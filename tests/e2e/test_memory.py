@@ -1,11 +1,13 @@
 """The server's memory after big-spec rollouts: finished rollouts are not kept whole.
 
 Measured from /proc, as an operator would see it. Ten rollouts with 20 MiB of task files
-each weigh 200 MiB; before the fix the server grew ~470 MiB over them and kept it.
+each weigh 200 MiB; before the fix the server grew ~470 MiB over them and kept it. Ten at
+once, on a fresh server, left 86 to 159 MiB in malloc's arenas, freed but kept (issue 31).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -26,6 +28,9 @@ _SPEC_FILES_BYTES = 20 * _MIB
 _ROLLOUTS = 10
 _GROWTH_BOUND_BYTES = _ROLLOUTS * _SPEC_FILES_BYTES // 2
 """Generous: keeping even half of the specs would cross it."""
+_FRESH_GROWTH_BOUND_BYTES = 64 * _MIB
+"""From a fresh server: ~30 MiB is what the first rollouts set up for good (imports, pools,
+caches); 86 MiB and more was kept before the heaps were trimmed."""
 
 
 def resident_bytes(pid: int) -> int:
@@ -78,8 +83,25 @@ async def test_big_spec_rollouts_leave_no_memory_behind(
     assert_bounded_growth(before, after_list, "by listing them")
 
 
-def assert_bounded_growth(before: int, after: int, moment: str) -> None:
+async def test_concurrent_big_spec_rollouts_give_their_memory_back(
+    stub: pb_grpc.RolloutServiceAsyncStub,
+    fresh_server: ServerProcess,
+    record_property: Callable[[str, object], None],
+) -> None:
+    labels = {"batch": uuid.uuid4().hex}
+    await stub.ListRollouts(pb.ListRolloutsRequest(labels=labels))
+    fresh = resident_bytes(fresh_server.pid)
+    await asyncio.gather(*(big_spec_rollout(stub, labels) for _ in range(_ROLLOUTS)))
+    after = resident_bytes(fresh_server.pid)
+    record_property("rss_fresh_mib", round(fresh / _MIB))
+    record_property("rss_after_concurrent_runs_mib", round(after / _MIB))
+    assert_bounded_growth(fresh, after, "by ten rollouts at once", _FRESH_GROWTH_BOUND_BYTES)
+
+
+def assert_bounded_growth(
+    before: int, after: int, moment: str, bound_bytes: int = _GROWTH_BOUND_BYTES
+) -> None:
     growth = after - before
-    assert growth < _GROWTH_BOUND_BYTES, (
+    assert growth < bound_bytes, (
         f"RSS grew {growth / _MIB:.0f} MiB {moment} ({before / _MIB:.0f} -> {after / _MIB:.0f} MiB)"
     )

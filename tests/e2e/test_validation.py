@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 import pytest
 from rollout.v1 import rollout_pb2 as pb
@@ -44,6 +46,10 @@ def _escaping_file() -> pb.RolloutSpec:
     return spec
 
 
+def _at(base_url: str) -> Callable[[], pb.RolloutSpec]:
+    return lambda: command_spec(endpoint={"baseUrl": base_url, "model": "m"})
+
+
 CASES = {
     "no instruction": (_no_instruction, "spec.task.instruction"),
     "negative timeout": (_negative_timeout, "spec.agent_timeout"),
@@ -68,8 +74,9 @@ CASES = {
         lambda: command_spec(endpoint={"kind": "moon"}),
         "spec.endpoint.kind",
     ),
-    "cloud metadata base_url": (
-        lambda: command_spec(endpoint={"baseUrl": "http://169.254.169.254/latest", "model": "m"}),
+    "cloud metadata base_url": (_at("http://169.254.169.254/latest"), "spec.endpoint.base_url"),
+    "NAT64 cloud metadata base_url": (
+        _at("http://[64:ff9b::a9fe:a9fe]/v1"),
         "spec.endpoint.base_url",
     ),
     "negative temperature": (
@@ -80,10 +87,12 @@ CASES = {
         lambda: command_spec(sampling={"repetitionPenalty": 0.0}),
         "spec.sampling.repetition_penalty",
     ),
-    "private base_url": (
-        lambda: command_spec(endpoint={"baseUrl": "http://10.0.0.5:8000/v1", "model": "m"}),
+    "IPv4-compatible cloud metadata base_url": (
+        _at("http://[::169.254.169.254]/v1"),
         "spec.endpoint.base_url",
     ),
+    "6to4 cloud metadata base_url": (_at("http://[2002:a9fe:a9fe::]/v1"), "spec.endpoint.base_url"),
+    "private base_url": (_at("http://10.0.0.5:8000/v1"), "spec.endpoint.base_url"),
 }
 
 

@@ -31,6 +31,9 @@ async def pool() -> AsyncIterator[UpstreamPool]:
         ("[::ffff:169.254.169.254]", "169.254.169.254 is a cloud metadata address"),
         ("169.254.0.1", "169.254.0.1 is a link-local address"),
         ("[fe80::1]", "fe80::1 is a link-local address"),
+        ("[::169.254.169.254]", "169.254.169.254 is a cloud metadata address"),
+        ("[64:ff9b::a9fe:a9fe]", "169.254.169.254 is a cloud metadata address"),
+        ("[2002:a9fe:0001::]", "169.254.0.1 is a link-local address"),
     ],
 )
 async def test_a_metadata_or_link_local_address_is_refused_at_connect(
