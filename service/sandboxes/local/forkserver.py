@@ -82,6 +82,8 @@ _RLIMITS = {
     "cpu": resource.RLIMIT_CPU,
     "nproc": resource.RLIMIT_NPROC,
     "fsize": resource.RLIMIT_FSIZE,
+    "sigpending": resource.RLIMIT_SIGPENDING,
+    "msgqueue": resource.RLIMIT_MSGQUEUE,
 }
 
 
