@@ -49,8 +49,6 @@ _LIMITS = Path("/proc/sys/user")
 def sandbox_shares(sandboxes: int, limits: Path = _LIMITS) -> dict[str, int]:
     """Each of the server's own limits in `limits`, split in `sandboxes` + 1 shares (at
     least 1): `sandboxes` each at its share leave one for the server."""
-    if sandboxes < 1:
-        raise ValueError(f"sandboxes must be at least 1, not {sandboxes}")
     shares = {}
     for name in SHARED_COUNTS:
         try:
