@@ -88,8 +88,9 @@ class Settings(BaseSettings):
     """With database_url: a server that has not renewed its lease for this long is taken as
     dead, and another takes over its unfinished rollouts (ends them as interrupted)."""
 
-    max_running: int = 8
-    """Rollouts running at once."""
+    max_running: int = Field(default=8, ge=1)
+    """Rollouts running at once (each local sandbox gets a share of per-user kernel counts
+    sized by it, docs/sandboxes.md)."""
     max_queued: int = 256
     """Rollouts waiting for a running slot; beyond this StartRollout is RESOURCE_EXHAUSTED."""
     default_backend: str = "local"

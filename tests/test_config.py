@@ -53,6 +53,13 @@ def test_every_bad_value_is_named_in_one_line(monkeypatch: pytest.MonkeyPatch) -
     assert "--log-level is 'LOUD': expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL" in line
 
 
+def test_max_running_is_at_least_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROLLOUT_MAX_RUNNING", "0")
+
+    with pytest.raises(ConfigError, match=r"^ROLLOUT_MAX_RUNNING is '0': .*greater than or equal"):
+        load_settings([])
+
+
 def test_a_long_value_is_cut(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ROLLOUT_MAX_RUNNING", "9" * 500 + "x")
 

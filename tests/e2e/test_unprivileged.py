@@ -32,6 +32,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
@@ -436,6 +437,70 @@ async def test_max_processes_counts_the_sandbox_alone(server: ServerProcess) -> 
     rollout = await _run(server.target, spec)
     assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
     assert 0 < int(rollout.result.files["forks.txt"]) < 16
+
+
+_INOTIFY = """
+import ctypes, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+held = []
+while len(held) < 1000:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        break
+    held.append(fd)
+print("HELD", len(held), flush=True)
+if sys.argv[1:] == ["hold"]:
+    time.sleep(600)
+"""
+
+
+async def _held_by(stub: pb_grpc.RolloutServiceAsyncStub, rollout_id: str) -> int:
+    """The count a rollout running `_INOTIFY` printed, once it printed it."""
+    printed = ""
+    async for response in stub.WatchRollout(pb.WatchRolloutRequest(rollout_id=rollout_id)):
+        printed += response.event.output.text
+        if "HELD" in printed and printed.endswith("\n"):
+            return int(printed.split("HELD", 1)[1].split()[0])
+        assert not response.event.HasField("finished"), printed
+    raise AssertionError(f"the stream ended before the count: {printed!r}")
+
+
+async def _cancelled(stub: pb_grpc.RolloutServiceAsyncStub, rollout_id: str) -> None:
+    await stub.CancelRollout(pb.CancelRolloutRequest(rollout_id=rollout_id))
+    async for response in stub.WatchRollout(pb.WatchRolloutRequest(rollout_id=rollout_id)):
+        if response.event.HasField("finished"):
+            return
+
+
+@_ROOTS
+async def test_a_sandbox_gets_only_its_share_of_inotify_instances(
+    server: ServerProcess, user: pwd.struct_passwd, root: dict[str, Any]
+) -> None:
+    """Every sandbox is the server's uid, and inotify instances are counted per uid, up
+    the user namespaces: a sandbox taking all it can, and holding them, gets its share of
+    the uid's pool (`user_counts`); another sandbox, a process of the server's uid and the
+    server's health still get theirs."""
+    pool = int(Path("/proc/sys/user/max_inotify_instances").read_text())
+    share = pool // (Settings().max_running + 1)
+    async with grpc.aio.insecure_channel(server.target) as channel:
+        stub = pb_grpc.RolloutServiceStub(channel)
+        greedy = command_spec(f"python3 -c '{_INOTIFY}' hold", **root)
+        started = (await stub.StartRollout(pb.StartRolloutRequest(spec=greedy))).rollout
+        try:
+            held = await _held_by(stub, started.id)
+            spec = command_spec(f"python3 -c '{_INOTIFY}' > count.txt", **root)
+            other = (await stub.RunRollout(pb.RunRolloutRequest(spec=spec))).rollout
+            command = [*_as_user(user), sys.executable, "-c", _INOTIFY]
+            own = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True)
+            health = health_pb2_grpc.HealthStub(channel)
+            checked = await health.Check(health_pb2.HealthCheckRequest())
+        finally:
+            await _cancelled(stub, started.id)
+    assert 0 < held <= share, (held, share)
+    assert other.status == pb.ROLLOUT_STATUS_SUCCEEDED, other.result.error.message
+    assert int(other.result.files["count.txt"].split()[1]) == held  # a share of its own
+    assert int(own.stdout.split()[1]) >= pool - 2 * share, own  # what sandboxes left
+    assert checked.status == health_pb2.HealthCheckResponse.SERVING
 
 
 async def test_a_killed_server_leaves_no_process_or_mount(

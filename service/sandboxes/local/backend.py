@@ -79,6 +79,7 @@ from service.sandboxes.local.snapshot import (
 )
 from service.sandboxes.local.spawner import ForkServer, SpawnerSetup
 from service.sandboxes.local.tree import await_exits
+from service.sandboxes.local.user_counts import sandbox_shares
 from service.sandboxes.local.warm import WarmKey, WarmPool
 from service.sandboxes.local.warm_agent import WarmAgents
 
@@ -117,6 +118,7 @@ class LocalBackend:
         self._snapshots: set[Path] = set()
         """The directories of the snapshots not released yet (`snapshot`)."""
         self._view = host_view(settings)
+        self._user_counts = sandbox_shares(settings.max_running)
         self._privileged = os.geteuid() == 0
         key = hashlib.sha256(str(self._state_dir).encode()).hexdigest()[:12]
         self._cgroups = MemoryCgroups(key)
@@ -326,6 +328,7 @@ class LocalBackend:
             overlays=overlays,
             image=image is not None and self._privileged,
             own_user_namespace=not self._privileged,
+            user_counts=self._user_counts,
         )
         try:
             spawner = await self._forks.spawner(setup)

@@ -40,6 +40,10 @@ What else a sandbox has of its own, and where that is decided:
     mounts                 none of another sandbox's disks (`holder_start`)
     user namespaces        none can be made inside: unshare and clone with
                            CLONE_NEWUSER fail with EPERM (`seccomp`)
+    per-user counts        under an unprivileged server and on an image, a share of the
+                           server uid's inotify and fanotify limits, set in a user
+                           namespace its commands cannot write (`user_counts`); on a
+                           root server's host root, its own uid's
 
 When the server runs as root, every sandboxed process runs as a host uid of its own
 (`sandbox_uid`), dropped to by the spawner's child inside the namespaces: no capability,

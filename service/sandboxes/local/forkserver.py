@@ -25,13 +25,14 @@ Instead, per sandbox:
    root, outside the sandbox's pid namespace: no sandboxed process can name it.
 3. Each command is one fork of the spawner: the child leads a session of its own, sets
    the sandbox's rlimits, takes the command's supplementary group (`bwrap.command_tag`)
-   and the sandbox uid, and execs bash in WORKDIR. The spawner reports the host pid
+   and the sandbox uid (or root of the sandbox's user namespace, without CAP_SYS_RESOURCE:
+   `user_counts`), and execs bash in WORKDIR. The spawner reports the host pid
    and, later, how the command ended; it keeps the exited command unreaped (a zombie
    pins its pid) until the server is done with it, so a tree kill never hits a reused pid.
 
 It runs as `python -S -E -s -m service.sandboxes.local.forkserver FD` from the project
 root, importing the standard library and its siblings `wire` (the messages),
-`holder_start`, `network_start`, `overlay_start`, `mounts` and `seccomp`, and
+`holder_start`, `network_start`, `overlay_start`, `mounts`, `seccomp` and `user_counts`, and
 `service.user_namespace` (standard library only too), nothing else.
 The spawner exits when the server closes its socket, even while bwrap builds the
 sandbox (`holder_start.await_holder`); the fork server likewise.
@@ -68,12 +69,14 @@ from service.sandboxes.local.overlay_start import (
     mount_overlay,
 )
 from service.sandboxes.local.seccomp import Filter, forbid_user_namespaces, namespace_filter
+from service.sandboxes.local.user_counts import limit_user_counts
 from service.sandboxes.local.wire import receive, send
 
 __all__: list[str] = []  # a program, run by `local_spawner.ForkServer`
 
 _CLONE_NEWUSER = 0x10000000
 _PR_CAPBSET_DROP = 24
+_CAP_SYS_RESOURCE = 24
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_CHILD_SUBREAPER = 36
 _CAP_VERSION_3 = 0x20080522
@@ -82,6 +85,8 @@ _RLIMITS = {
     "cpu": resource.RLIMIT_CPU,
     "nproc": resource.RLIMIT_NPROC,
     "fsize": resource.RLIMIT_FSIZE,
+    "sigpending": resource.RLIMIT_SIGPENDING,
+    "msgqueue": resource.RLIMIT_MSGQUEUE,
 }
 
 
@@ -154,6 +159,7 @@ class _Spawner:
                 leave_other_disks(setup["disk"])
             if setup["own_user_namespace"]:
                 enter_own_user_namespace()
+                limit_user_counts(setup["user_counts"])
             self._mount_overlays(setup)
             _subreaper(1)  # an init orphaned while bwrap starts is ours (`await_holder`)
             bwrap, pipes = start_holder(setup["holder"])
@@ -196,7 +202,7 @@ class _Spawner:
         user namespace its commands enter as root: mapping its id block, or (unprivileged)
         nested in the spawner's own and mapping only its root, so that root's capabilities
         cover the sandbox's files but none of its namespaces (the spawner's own own them)."""
-        namespaces = UserNamespaces()
+        namespaces = UserNamespaces(setup["user_counts"])
         try:
             for overlay in setup["overlays"]:
                 mount_overlay(overlay, namespaces.get)
@@ -320,6 +326,9 @@ def _become_command(
                 os.setgroups([])
             os.setresgid(0, 0, 0)
             os.setresuid(0, 0, 0)
+            # Root there may not raise the namespace's share of the per-user counts
+            # (`user_counts`): out of the bounding set, exec leaves it out.
+            _check(_libc.prctl(_PR_CAPBSET_DROP, _CAP_SYS_RESOURCE, 0, 0, 0), "CAP_SYS_RESOURCE")
         elif identity.uid is not None:
             os.setgroups(identity.groups)
             os.setresgid(identity.uid, identity.uid, identity.uid)

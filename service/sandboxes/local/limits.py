@@ -10,17 +10,25 @@ inherits them.
 - CPU seconds and file size: per process.
 - disk: the size of the sandbox's own filesystem (`disk`), fixed at birth.
 - processes: RLIMIT_NPROC counts every process of the real uid, that is of the whole
-  sandbox when the server runs as root (each sandbox has a host uid of its own).
+  sandbox when the server runs as root (each sandbox has a host uid of its own), and in a
+  user namespace of the sandbox's own under an unprivileged server.
+- pending signals and POSIX message queue bytes: RLIMIT_SIGPENDING and RLIMIT_MSGQUEUE
+  are counted per uid too (per user namespace and on up to the server's uid, like
+  `user_counts`' counts, but checked against the charging task's rlimit): a share of the
+  server's own (`share_of_own`), so that no sandbox takes the uid's whole allowance from
+  the others and the server. The server's RLIMIT_NPROC, which every sandbox's processes
+  count in too, is bounded by `max_processes` per sandbox.
 """
 
 from __future__ import annotations
 
+import resource
 from dataclasses import dataclass
 
 from service.config import Settings
 from service.models import Resources
 
-__all__ = ["Limits"]
+__all__ = ["Limits", "share_of_own"]
 
 _MIB = 1024 * 1024
 
@@ -35,6 +43,10 @@ class Limits:
     max_file_bytes: int
     disk_bytes: int
     """Quota of the sandbox's filesystem (`disk`)."""
+    pending_signals: int
+    """RLIMIT_SIGPENDING: the sandbox's share of the server's."""
+    message_queue_bytes: int
+    """RLIMIT_MSGQUEUE: the sandbox's share of the server's."""
 
     @classmethod
     def resolve(cls, resources: Resources, settings: Settings) -> Limits:
@@ -50,6 +62,8 @@ class Limits:
             max_file_bytes=pick(resources.max_file_size_mb, settings.sandbox_max_file_size_mb)
             * _MIB,
             disk_bytes=pick(resources.disk_mb, settings.sandbox_disk_mb) * _MIB,
+            pending_signals=share_of_own(resource.RLIMIT_SIGPENDING, settings.max_running),
+            message_queue_bytes=share_of_own(resource.RLIMIT_MSGQUEUE, settings.max_running),
         )
 
     @property
@@ -60,4 +74,13 @@ class Limits:
             "cpu": self.cpu_seconds,
             "nproc": self.max_processes,
             "fsize": self.max_file_bytes,
+            "sigpending": self.pending_signals,
+            "msgqueue": self.message_queue_bytes,
         }
+
+
+def share_of_own(limit: int, sandboxes: int) -> int:
+    """The server's own soft `limit` split in `sandboxes` + 1 shares (one kept for the
+    server), at least 1; unlimited stays unlimited."""
+    soft, _ = resource.getrlimit(limit)
+    return soft if soft == resource.RLIM_INFINITY else max(1, soft // (sandboxes + 1))

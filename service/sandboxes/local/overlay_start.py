@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from service.sandboxes.local.user_counts import limit_user_counts
 from service.user_namespace import enter_own_user_namespace
 
 __all__ = [
@@ -79,13 +80,13 @@ def _check(result: int, what: str) -> int:
     return result
 
 
-def make_user_namespace(inside: int, outside: int, span: int) -> int:
+def make_user_namespace(inside: int, outside: int, span: int, shares: Mapping[str, int]) -> int:
     """A user namespace mapping ids inside..inside+span-1 to outside.. on the host; its
     descriptor.
 
-    A child makes it and waits; we (root) write its maps and keep a descriptor, then
-    let the child go. Nothing runs in it until a command enters it (or a mount is
-    id-mapped through it).
+    A child makes it, sets its limits to `shares` (`user_counts`) and waits; we (root)
+    write its maps and keep a descriptor, then let the child go. Nothing runs in it until
+    a command enters it (or a mount is id-mapped through it).
     """
     ready_read, ready_write = os.pipe()
     go_read, go_write = os.pipe()
@@ -95,6 +96,8 @@ def make_user_namespace(inside: int, outside: int, span: int) -> int:
             os.close(ready_read)
             os.close(go_write)
             code = 0 if _libc.unshare(_CLONE_NEWUSER) == 0 else 1
+            if code == 0:
+                limit_user_counts(shares)
             os.write(ready_write, bytes([code]))
             os.read(go_read, 1)
         finally:
@@ -115,16 +118,18 @@ def make_user_namespace(inside: int, outside: int, span: int) -> int:
 
 
 class UserNamespaces:
-    """One user namespace per id map, made at first use; `close` drops those not kept."""
+    """One user namespace per id map, made at first use with the sandbox's `shares` of
+    the per-user counts (`user_counts`); `close` drops those not kept."""
 
-    def __init__(self) -> None:
+    def __init__(self, shares: Mapping[str, int]) -> None:
+        self._shares = shares
         self._made: dict[tuple[int, int, int], int] = {}
 
     def get(self, mapping: Sequence[int]) -> int:
         inside, outside, span = mapping
         key = (inside, outside, span)
         if key not in self._made:
-            self._made[key] = make_user_namespace(inside, outside, span)
+            self._made[key] = make_user_namespace(inside, outside, span, self._shares)
         return self._made[key]
 
     def close(self, keep: int = -1) -> None:

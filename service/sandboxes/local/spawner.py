@@ -129,6 +129,9 @@ class SpawnerSetup:
     """An unprivileged server's sandbox (on an image or the host's root): the spawner
     makes a user namespace of its own before any overlay and bwrap
     (`overlay_start.enter_own_user_namespace`)."""
+    user_counts: dict[str, int] = field(default_factory=dict)
+    """The sandbox's shares of the server's per-user counts (`user_counts`), set in the
+    outermost user namespace the spawner makes for it."""
 
 
 @dataclass

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -219,3 +221,38 @@ async def test_the_kernels_trees_are_no_files_to_write(backend: LocalBackend) ->
         with pytest.raises(ValueError, match="not a file tree"):
             await sandbox.write_files({path: b"host\n"})
     assert Path("/proc/sys/kernel/hostname").read_text() != "host\n"
+
+
+_TAKE_INOTIFY = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+held = 0
+while held < 1000 and libc.inotify_init1(0) >= 0:
+    held += 1
+print(held, flush=True)
+if sys.argv[1:] == ["hold"] and os.fork() == 0:  # holds them until teardown
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.execvp("sleep", ["sleep", "600"])
+"""
+
+
+async def test_a_sandbox_gets_only_its_share_of_inotify_instances(backend: LocalBackend) -> None:
+    """An image sandbox's user namespace is root's: its inotify instances are counted in
+    root's pool (per uid, up the user namespaces). One taking all it can, and holding them,
+    gets its share (`user_counts`), another its own, root some still; and root inside
+    cannot raise its namespace's limit (it has no CAP_SYS_RESOURCE)."""
+    pool = int(Path("/proc/sys/user/max_inotify_instances").read_text())
+    share = pool // (Settings().max_running + 1)
+    counts = []
+    for name in ("inotify-a", "inotify-b"):
+        sandbox = await _sandbox(backend, name)
+        await sandbox.write_files({"/tmp/take.py": _TAKE_INOTIFY.encode()})
+        counts.append(int(await _run(sandbox, "python3 /tmp/take.py hold")))
+    raised = await _run(sandbox, "(echo 1000 > /proc/sys/user/max_inotify_instances) 2>&1; true")
+    command = [sys.executable, "-c", _TAKE_INOTIFY]
+    probe = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True)
+    assert counts == [share, share]
+    assert "Permission denied" in raised
+    assert int(probe.stdout) > 0  # root's own, while both sandboxes hold theirs

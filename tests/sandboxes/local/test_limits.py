@@ -6,6 +6,7 @@ import asyncio
 import resource
 from pathlib import Path
 
+from service.config import Settings
 from service.models import Resources
 from service.sandboxes.base import OutputStream
 from service.sandboxes.local.backend import LocalSandbox
@@ -118,3 +119,14 @@ async def test_a_gigabyte_of_output_costs_bounded_memory(local_sandbox: LocalSan
     assert max(samples) - baseline < 100 * _MIB
     peak_growth_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before
     assert peak_growth_kib < 100 * 1024
+
+
+async def test_per_user_rlimits_are_a_share_of_the_servers(make_local_sandbox: MakeSandbox) -> None:
+    """Pending signals and message queue bytes are counted per uid, on up the user
+    namespaces to the server's: each sandbox gets max_running + 1'th of the server's."""
+    sandbox = await make_local_sandbox()
+    result = await sandbox.exec("ulimit -Hi; ulimit -Hq", timeout_s=30)
+    sandboxes = Settings().max_running + 1
+    signals = resource.getrlimit(resource.RLIMIT_SIGPENDING)[0] // sandboxes
+    queues = resource.getrlimit(resource.RLIMIT_MSGQUEUE)[0] // sandboxes
+    assert result.stdout.split() == [str(signals), str(queues)], result.stderr
