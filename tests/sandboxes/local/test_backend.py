@@ -23,6 +23,7 @@ from service.sandboxes.base import HOME, PROXY_DIR, WORKDIR, OutputStream, Sandb
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
 from service.sandboxes.local.bwrap import SandboxLayout
 from service.sandboxes.local.network import resolv_conf
+from service.sandboxes.local.snapshot import LocalSnapshot
 from service.sandboxes.local.warm import WarmKey
 from tests.sandboxes.conftest import MakeSandbox, SleepMarker, fork_processes
 
@@ -312,9 +313,13 @@ async def test_bwrap_failure_is_a_sandbox_error(
     prepare = LocalBackend._prepare
 
     def prepare_without_proxy_dir(
-        self: LocalBackend, layout: SandboxLayout, key: WarmKey, image: None, snapshot: None
+        self: LocalBackend,
+        layout: SandboxLayout,
+        key: WarmKey,
+        image: None,
+        layers: tuple[LocalSnapshot, ...],
     ) -> list[dict[str, Any]]:
-        overlays = prepare(self, layout, key, image, snapshot)
+        overlays = prepare(self, layout, key, image, layers)
         layout.proxy_dir.rmdir()  # bwrap cannot bind what is not there
         return overlays
 
