@@ -127,7 +127,7 @@ class RolloutRun:
             prepared=prepared,
             timeout_s=self._verify_timeout_s,
             publish=publish,
-            on_result=functools.partial(self._on_command, CommandStage.VERIFY),
+            on_result=functools.partial(_command_event, publish, CommandStage.VERIFY),
         )
 
     async def execute(self) -> Rollout:
@@ -292,17 +292,9 @@ class RolloutRun:
             timeout_s=self._command_timeout_s,
             env=task.env,
             wrap=functools.partial(in_workdir, task.workdir),
-            on_result=functools.partial(self._on_command, stage),
+            on_result=functools.partial(_command_event, self._publish, stage),
             stop_on_failure=True,
         )
-
-    def _on_command(self, stage: CommandStage, result: CommandResult) -> None:
-        span = trace.get_current_span()
-        span.add_event(
-            f"{stage.value}.command",
-            {"index": result.index, "exit_code": result.exit_code, "timed_out": result.timed_out},
-        )
-        self._publish(result)
 
     async def _run_agent(self, sandbox: Sandbox, context: AgentContext) -> None:
         cap = OutputCap(
@@ -467,6 +459,20 @@ class RolloutRun:
             "rollout.agent": self._spec.agent.name,
             "rollout.backend": self._spec.sandbox.backend or self._settings.default_backend,
         }
+
+
+def _command_event(
+    publish: Callable[[EventPayload], None], stage: CommandStage, result: CommandResult
+) -> None:
+    """A command's result as an event and on the current span. A function, not a method:
+    the run's `Verification` holds it, and a bound method would make the two a cycle that
+    keeps a spec's files alive until a full collection."""
+    span = trace.get_current_span()
+    span.add_event(
+        f"{stage.value}.command",
+        {"index": result.index, "exit_code": result.exit_code, "timed_out": result.timed_out},
+    )
+    publish(result)
 
 
 def _note_versions(result: RolloutResult, turn: Turn) -> None:

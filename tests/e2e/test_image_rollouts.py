@@ -53,7 +53,7 @@ async def test_root_inside_and_files_at_absolute_paths(
         "dpkg-query -W -f='${Status}' bash > dpkg.txt",
         setup=("mkdir /app && echo 'staged at an absolute path' > /app/input.txt",),
         verify=("test -s /usr/local/bin/tool",),
-        **_BASE,
+        **{**_BASE, "task": {"verifyMode": "VERIFY_MODE_IN_PLACE"}},
     )
     rollout = await _run(stub, spec)
     assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error
@@ -61,7 +61,7 @@ async def test_root_inside_and_files_at_absolute_paths(
     assert files["uid.txt"] == b"0\n"
     assert files["copied.txt"] == b"staged at an absolute path\n"
     assert files["dpkg.txt"] == b"install ok installed"
-    assert rollout.result.reward == 1.0  # the verify command saw the agent's /usr/local
+    assert rollout.result.reward == 1.0  # in place, the verify command saw the agent's /usr/local
 
 
 async def test_agent_cannot_read_a_host_marker(stub: pb_grpc.RolloutServiceAsyncStub) -> None:
