@@ -7,6 +7,7 @@ flag), the value and what is expected, never pydantic's traceback.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ __all__ = ["Settings", "load_settings"]
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+_HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?")
 
 
 def _default_state_dir() -> Path:
@@ -244,6 +246,12 @@ class Settings(BaseSettings):
     """Python logging level of the server (DEBUG, INFO, WARNING, ERROR)."""
     metrics_listen: str = ""
     """Prometheus scrape endpoint: PORT (on 127.0.0.1) or HOST:PORT; empty: off."""
+    metrics_hosts: list[str] = []
+    """Host header names the Prometheus endpoint answers besides its own address (a JSON
+    list, e.g. ["rollout.example.internal"]); any other name is refused (DNS rebinding)."""
+    metrics_token_file: Path | None = None
+    """File of the bearer tokens a Prometheus scrape must send, one per line (# comments);
+    tokens for scrapes alone, not the API's: they cross in plain HTTP. Unset: none needed."""
     dashboard_listen: str = ""
     """Web dashboard (HTTP, HTTPS with the API's tls_* files): HOST:PORT; empty: off."""
     health_listen: str = ""
@@ -278,6 +286,17 @@ class Settings(BaseSettings):
         _, colon, port = value.rpartition(":")
         if not colon or not port.isdigit() or int(port) > 65535:
             raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:0 (port 0 picks a free one)")
+        return value
+
+    @field_validator("metrics_hosts")
+    @classmethod
+    def _host_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _HOST_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{excerpt(name)} is not a host name: expected letters, digits, '.' "
+                    "and '-' (no port, no scheme)"
+                )
         return value
 
     @field_validator("database_url")

@@ -10,18 +10,31 @@ recovery of another server's rollouts) and names the holder when this user can s
                           root; one's own otherwise)
 
 Only the process name (`comm`) is shown: a command line may carry secrets.
+
+And whether an HTTP request's Host header names a listener (`names_listener`): a web page
+whose site name its owner made resolve to this host (DNS rebinding) reaches a listener from
+the browser of anyone on this host or network, and the Host header is what still names that
+site. Accepted, the port not compared:
+
+    the listen host itself          127.0.0.1 for 127.0.0.1:9464, a name for NAME:9464
+    localhost                       beside a loopback address (browsers resolve it
+                                    themselves, never through DNS)
+    any IP address                  beside a wildcard address (0.0.0.0, ::): an address
+                                    cannot be rebound, only a name can
+    a name of `names`               e.g. the DNS name Prometheus scrapes by
 """
 
 from __future__ import annotations
 
 import errno
+import ipaddress
 import socket
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from service.errors import ConfigError
 
-__all__ = ["bind_refusal", "ensure_free", "host_and_port"]
+__all__ = ["bind", "bind_refusal", "ensure_free", "host_and_port", "names_listener"]
 
 _PROC = Path("/proc")
 _TCP_LISTEN = "0A"
@@ -37,6 +50,47 @@ def host_and_port(listen: str) -> tuple[str | None, int] | None:
     if not colon or not port.isdigit():
         return None
     return host.removeprefix("[").removesuffix("]") or None, int(port)
+
+
+def names_listener(host_header: str, listen_host: str, names: Collection[str]) -> bool:
+    """Whether a Host header (HOST, HOST:PORT, [IPV6]:PORT) names the listener on
+    `listen_host` or one of `names` (see the module's docstring)."""
+    host = _host_of(host_header)
+    if not host:
+        return False
+    listen = _normal(listen_host)
+    address, listening = _address(host), _address(listen)
+    if host in {_normal(name) for name in names} or host == listen:
+        return True
+    if listening is None:  # a listener on a name: that name alone
+        return False
+    if host == "localhost":
+        return listening.is_loopback
+    return address is not None and (address == listening or listening.is_unspecified)
+
+
+def _host_of(header: str) -> str:
+    """The host of a Host header, normalised; "" when it is not HOST[:PORT]."""
+    if header.startswith("["):
+        host, bracket, rest = header[1:].partition("]")
+        port = rest.removeprefix(":")
+        valid = bool(bracket) and (not rest or (rest.startswith(":") and port.isdigit()))
+        return _normal(host) if valid and _address(host) is not None else ""
+    host, colon, port = header.partition(":")
+    if colon and not port.isdigit():
+        return ""
+    return _normal(host)
+
+
+def _normal(host: str) -> str:
+    return host.strip().lower().removesuffix(".")
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
 
 
 def ensure_free(listen: str, setting: str, hint: str) -> None:
@@ -58,6 +112,24 @@ def ensure_free(listen: str, setting: str, hint: str) -> None:
                 probe.bind(address)
             except OSError as exc:
                 raise bind_refusal(listen, port, setting, exc, hint) from None
+
+
+def bind(host: str, port: int, setting: str) -> socket.socket:
+    """A TCP socket bound to `host` (its first address) and `port`, not yet listening; a
+    ConfigError naming `setting` when it cannot be."""
+    listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        listener = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:  # socket.gaierror too
+        raise ConfigError(f"{setting} is {listen!r}: {exc.strerror}") from exc
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+    except OSError as exc:
+        listener.close()
+        raise ConfigError(f"cannot listen on {listen} ({setting}): {exc.strerror}") from exc
+    return listener
 
 
 def bind_refusal(listen: str, port: int, setting: str, error: OSError, hint: str) -> ConfigError:

@@ -30,6 +30,7 @@ from service.agents.opencode_install import OpencodeInstaller, npm_missing
 from service.api.auth import BearerAuthInterceptor, TokenTable, load_tokens
 from service.api.handlers import add_servicer
 from service.api.health_port import check_health_listen, open_health_server
+from service.api.metrics_port import MetricsEndpoint
 from service.api.servicer import RolloutServicer
 from service.api.transport import (
     check_exposure,
@@ -81,9 +82,10 @@ async def serve(settings: Settings) -> None:
     check_health_listen(settings)
     if not settings.listen_reuse_port:
         ensure_free(settings.listen, "ROLLOUT_LISTEN", _SHARE_HINT)
-    exported = start_metrics_export(settings)  # refuses a metrics port in use
-    if exported.url:
-        print(f"rollout-service metrics at {exported.url}", flush=True)
+    exported = start_metrics_export(settings)
+    scrapes = await MetricsEndpoint.open(settings, exported.registry)  # may refuse its port
+    if scrapes is not None:
+        print(f"rollout-service metrics at {scrapes.url}", flush=True)
     metrics = Metrics(exported.provider)
     proxy = CaptureProxy(settings)
     await proxy.start()
@@ -153,6 +155,8 @@ async def serve(settings: Settings) -> None:
     await proxy.stop()
     await hub.stop()
     await store.close()
+    if scrapes is not None:
+        await scrapes.close()
     tracing.shutdown()
     exported.shutdown()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -73,4 +74,13 @@ def test_a_state_dir_overlays_cannot_mount_from_is_named(monkeypatch: pytest.Mon
     with pytest.raises(
         ConfigError, match=r"^ROLLOUT_STATE_DIR is '/srv/rollout:state': local sandboxes mount"
     ):
+        load_settings([])
+
+
+@pytest.mark.parametrize("name", ["a.example:9464", "http://a.example", "", "a b", "-a"])
+def test_a_metrics_host_that_is_no_name_is_named(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setenv("ROLLOUT_METRICS_HOSTS", json.dumps(["ok.example", name]))
+    with pytest.raises(ConfigError, match=r"ROLLOUT_METRICS_HOSTS is .* is not a host name"):
         load_settings([])

@@ -24,7 +24,7 @@ import hmac
 import logging
 import re
 import stat
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +35,15 @@ import grpc
 from service.config import Settings
 from service.errors import ConfigError
 
-__all__ = ["BearerAuthInterceptor", "TokenTable", "caller_tenant", "load_tokens"]
+__all__ = [
+    "BearerAuthInterceptor",
+    "TokenTable",
+    "Unauthenticated",
+    "authenticate",
+    "caller_tenant",
+    "load_token_file",
+    "load_tokens",
+]
 
 if TYPE_CHECKING:
     Handler = grpc.RpcMethodHandler[Any, Any]
@@ -87,7 +95,16 @@ def load_tokens(settings: Settings) -> TokenTable:
         (f"auth_tokens[{i}]", t.get_secret_value()) for i, t in enumerate(settings.auth_tokens)
     ]
     if settings.auth_token_file is not None:
-        lines += _token_file_lines(settings.auth_token_file)
+        lines += _token_file_lines("auth_token_file", settings.auth_token_file)
+    return _table(lines)
+
+
+def load_token_file(setting: str, path: Path) -> TokenTable:
+    """The tokens of a file in auth_token_file's format, named `setting` in its errors."""
+    return _table(_token_file_lines(setting, path))
+
+
+def _table(lines: Iterable[tuple[str, str]]) -> TokenTable:
     entries: dict[bytes, str | None] = {}
     for where, line in lines:
         token, tenant = _parse_entry(where, line)
@@ -98,16 +115,16 @@ def load_tokens(settings: Settings) -> TokenTable:
     return TokenTable(tuple(entries.items()))
 
 
-def _token_file_lines(path: Path) -> list[tuple[str, str]]:
+def _token_file_lines(setting: str, path: Path) -> list[tuple[str, str]]:
     try:
         text = path.read_text(encoding="utf-8")
         mode = path.stat().st_mode
     except (OSError, UnicodeError) as exc:
-        raise ConfigError(f"auth_token_file {str(path)!r} cannot be read: {exc}") from exc
+        raise ConfigError(f"{setting} {str(path)!r} cannot be read: {exc}") from exc
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        log.warning("auth_token_file %s is readable by other users: chmod 600 it", path)
+        log.warning("%s %s is readable by other users: chmod 600 it", setting, path)
     return [
-        (f"auth_token_file {str(path)!r} line {number}", line.strip())
+        (f"{setting} {str(path)!r} line {number}", line.strip())
         for number, line in enumerate(text.splitlines(), start=1)
         if line.strip() and not line.lstrip().startswith("#")
     ]
@@ -128,8 +145,24 @@ def _parse_entry(where: str, line: str) -> tuple[str, str | None]:
     return token, tenant
 
 
-class _Unauthenticated(Exception):
+class Unauthenticated(Exception):
     """Why a call's credentials were refused (a message safe to send back)."""
+
+
+def authenticate(tokens: TokenTable, authorization: Sequence[str]) -> str | None:
+    """The tenant of the one `Bearer <token>` among the `authorization` values (None: an
+    admin); Unauthenticated when there is none, more than one, or its token is unknown."""
+    if not authorization:
+        raise Unauthenticated(
+            "missing bearer token: send the metadata `authorization: Bearer <token>`"
+        )
+    scheme, _, token = authorization[0].partition(" ")
+    if len(authorization) > 1 or scheme.lower() != "bearer" or not token.strip():
+        raise Unauthenticated("the authorization metadata must be one `Bearer <token>`")
+    accepted, tenant = tokens.lookup(token.strip())
+    if not accepted:
+        raise Unauthenticated("invalid bearer token")
+    return tenant
 
 
 class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
@@ -152,26 +185,17 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
         if handler_call_details.method.startswith(self._open):
             return await continuation(handler_call_details)
         try:
-            tenant = self._authenticate(handler_call_details.invocation_metadata or ())
-        except _Unauthenticated as exc:
+            tenant = authenticate(self._tokens, _authorization(handler_call_details))
+        except Unauthenticated as exc:
             handler = await continuation(handler_call_details)
             return None if handler is None else _refusal(handler, str(exc))
         _tenant.set(tenant)
         return await continuation(handler_call_details)
 
-    def _authenticate(self, metadata: Iterable[tuple[str, str | bytes]]) -> str | None:
-        values = [value for key, value in metadata if key == "authorization"]
-        if not values:
-            raise _Unauthenticated(
-                "missing bearer token: send the metadata `authorization: Bearer <token>`"
-            )
-        scheme, _, token = str(values[0]).partition(" ")
-        if len(values) > 1 or scheme.lower() != "bearer" or not token.strip():
-            raise _Unauthenticated("the authorization metadata must be one `Bearer <token>`")
-        accepted, tenant = self._tokens.lookup(token.strip())
-        if not accepted:
-            raise _Unauthenticated("invalid bearer token")
-        return tenant
+
+def _authorization(details: grpc.HandlerCallDetails) -> list[str]:
+    metadata: Iterable[tuple[str, str | bytes]] = details.invocation_metadata or ()
+    return [str(value) for key, value in metadata if key == "authorization"]
 
 
 def _refusal(handler: Handler, message: str) -> Handler:

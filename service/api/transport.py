@@ -16,8 +16,10 @@ sandboxes safely, keep it on loopback behind a TLS front (`proxy_public_url`).
 
 The web dashboard (`dashboard_listen`) serves the API's data, so it is held to the API's rule.
 
-So does the Prometheus endpoint (`metrics_listen`): plain HTTP, open to whoever reaches it.
-Its series name no tenant, rollout or label, but their counts show the server's workload.
+So does the Prometheus endpoint (`metrics_listen`, `api.metrics_port`), in plain HTTP: its
+series name no tenant, rollout or label, but their counts show the server's workload. Other
+hosts need allow_insecure_listen, or scrape tokens (`metrics_token_file`): those cross in
+clear, but open this endpoint alone, whose answer a listener on the path reads anyway.
 """
 
 from __future__ import annotations
@@ -132,16 +134,17 @@ def check_proxy_exposure(settings: Settings) -> None:
 
 
 def check_metrics_exposure(settings: Settings) -> None:
-    """Refuse a metrics endpoint other than loopback: it is plain HTTP, unauthenticated."""
-    if not settings.metrics_listen:
+    """Refuse a metrics endpoint other than loopback without scrape tokens."""
+    if not settings.metrics_listen or settings.metrics_token_file is not None:
         return
     host, _ = metrics_address(settings.metrics_listen)
     if not _is_loopback_host(host):
         _refuse_unless_allowed(
             settings,
             f"{settings.metrics_listen} (ROLLOUT_METRICS_LISTEN, the Prometheus endpoint)",
-            "authentication (anyone who reaches it reads the server's workload: keep it on "
-            "loopback behind an authenticating front, or on a network only Prometheus reaches)",
+            "authentication (anyone who reaches it reads the server's workload: give "
+            "Prometheus a token of ROLLOUT_METRICS_TOKEN_FILE, or keep the endpoint on "
+            "loopback or on a network only Prometheus reaches)",
         )
 
 

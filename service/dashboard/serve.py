@@ -24,7 +24,7 @@ from service.api.transport import check_dashboard_exposure
 from service.config import Settings
 from service.dashboard.site import DashboardSite
 from service.errors import ConfigError
-from service.listen_address import host_and_port
+from service.listen_address import bind, host_and_port
 
 __all__ = ["Dashboard"]
 
@@ -118,16 +118,4 @@ def _bind(listen: str) -> socket.socket:
     parsed = host_and_port(listen)
     if parsed is None or parsed[0] is None or parsed[1] > 65535:
         raise ConfigError(f"{_SETTING} is {listen!r}: expected HOST:PORT (e.g. 127.0.0.1:8080)")
-    host, port = parsed
-    try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        listener = socket.socket(family, socket.SOCK_STREAM)
-    except OSError as exc:  # socket.gaierror too
-        raise ConfigError(f"{_SETTING} is {listen!r}: {exc.strerror}") from exc
-    try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((host, port))
-    except OSError as exc:
-        listener.close()
-        raise ConfigError(f"cannot listen on {listen} ({_SETTING}): {exc.strerror}") from exc
-    return listener
+    return bind(parsed[0], parsed[1], _SETTING)

@@ -6,8 +6,8 @@
                                                                 and OTEL_METRIC_EXPORT_INTERVAL
     stdout (debugging)            OTEL_METRICS_EXPORTER=console off
     Prometheus text, scraped      ROLLOUT_METRICS_LISTEN=PORT   off; a bare port is 127.0.0.1;
-                                  (or HOST:PORT)                other hosts follow the API's
-                                                                loopback rule (`api.transport`)
+                                  (or HOST:PORT)                served by `api.metrics_port`
+                                                                from `MetricsExport.registry`
 
 With none of them on, the instruments come from a no-op provider: recording costs a call.
 
@@ -46,7 +46,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from wsgiref.simple_server import WSGIServer
+from typing import TYPE_CHECKING
 
 from opentelemetry.metrics import (
     CallbackOptions,
@@ -65,8 +65,11 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 
 from service.config import Settings
 from service.errors import ConfigError
-from service.listen_address import ensure_free, host_and_port
+from service.listen_address import host_and_port
 from service.models import Turn
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 __all__ = ["Metrics", "MetricsExport", "metrics_address", "start_metrics_export"]
 
@@ -222,19 +225,16 @@ def _held(counter: UpDownCounter, attributes: Mapping[str, str]) -> Iterator[Non
 
 @dataclass
 class MetricsExport:
-    """The provider the settings chose, and the Prometheus endpoint if one is open."""
+    """The provider the settings chose, and the Prometheus registry if one is read."""
 
     provider: MeterProvider
-    endpoint: WSGIServer | None = None
-
-    url: str = ""
-    """The Prometheus endpoint's URL ("" when off)."""
+    registry: CollectorRegistry | None = None
+    """The instruments as Prometheus collects them (None when metrics_listen is off): a
+    registry of its own, without prometheus_client's default collectors of the process
+    (memory, descriptors, start time), its garbage collector and Python's version."""
 
     def shutdown(self) -> None:
-        """Flush what is pending and close the endpoint."""
-        if self.endpoint is not None:
-            self.endpoint.shutdown()
-            self.endpoint.server_close()
+        """Flush what is pending."""
         if isinstance(self.provider, SdkMeterProvider):
             self.provider.shutdown()
 
@@ -250,7 +250,8 @@ def metrics_address(listen: str) -> tuple[str, int]:
 def start_metrics_export(
     settings: Settings, environ: Mapping[str, str] = os.environ
 ) -> MetricsExport:
-    """Open the exporters the settings ask for (`ensure_free` first for the endpoint)."""
+    """Open the exporters the settings ask for (the Prometheus endpoint's registry, not its
+    port: `api.metrics_port` serves it)."""
     readers: list[MetricReader] = []
     exporter = environ.get("OTEL_METRICS_EXPORTER", "none").strip().lower()
     if exporter == "otlp":
@@ -263,25 +264,15 @@ def start_metrics_export(
         log.warning(
             "OTEL_METRICS_EXPORTER=%s is not supported (use otlp, console or none)", exporter
         )
-    endpoint, url = None, ""
+    registry = None
     if settings.metrics_listen:
-        reader, endpoint, url = _prometheus(settings.metrics_listen)
-        readers.append(reader)
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import CollectorRegistry
+
+        metrics_address(settings.metrics_listen)  # refuses a malformed one before anything
+        registry = CollectorRegistry()
+        readers.append(PrometheusMetricReader(registry=registry))
     if not readers:
         return MetricsExport(NoOpMeterProvider())
     resource = Resource.create({SERVICE_NAME: environ.get("OTEL_SERVICE_NAME", "rollout-service")})
-    return MetricsExport(SdkMeterProvider(readers, resource=resource), endpoint, url)
-
-
-def _prometheus(listen: str) -> tuple[MetricReader, WSGIServer, str]:
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
-    from prometheus_client import start_http_server
-
-    host, port = metrics_address(listen)
-    ensure_free(f"[{host}]:{port}", _SETTING, "stop it or choose another port")
-    try:
-        endpoint, _ = start_http_server(port, host)
-    except OSError as exc:
-        raise ConfigError(f"cannot listen on {listen} ({_SETTING}): {exc.strerror}") from exc
-    shown = f"[{host}]" if ":" in host else host
-    return PrometheusMetricReader(), endpoint, f"http://{shown}:{endpoint.server_port}/metrics"
+    return MetricsExport(SdkMeterProvider(readers, resource=resource), registry)

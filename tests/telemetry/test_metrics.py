@@ -194,10 +194,18 @@ def test_off_loopback_needs_allow_insecure_listen(caplog: pytest.LogCaptureFixtu
     assert "serving 0.0.0.0:9464 (ROLLOUT_METRICS_LISTEN" in caplog.text
 
 
+def test_off_loopback_scrape_tokens_suffice(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    tokens = tmp_path / "scrape-tokens"
+    check_metrics_exposure(Settings(metrics_listen="0.0.0.0:9464", metrics_token_file=tokens))
+    assert "ROLLOUT_METRICS_LISTEN" not in caplog.text
+
+
 def test_nothing_exported_unless_asked() -> None:
     off = start_metrics_export(Settings(), {})
     assert isinstance(off.provider, NoOpMeterProvider)
-    assert off.url == ""
+    assert off.registry is None
     console = start_metrics_export(Settings(), {"OTEL_METRICS_EXPORTER": "console"})
     assert isinstance(console.provider, MeterProvider)
     console.shutdown()

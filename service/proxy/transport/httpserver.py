@@ -6,9 +6,10 @@ aiohttp alone added ~1.2 ms here). This server does only what the proxy needs:
 keep-alive, requests handled one at a time per connection in order, Content-Length or
 chunked bodies in, Content-Length or chunked (streaming) responses out,
 `Expect: 100-continue`, a body size limit, write back-pressure, cancelling the
-handler when the client disconnects, a bound on open connections (`connections`), and an
+handler when the client disconnects, a bound on open connections (`connections`), an
 idle timeout: a connection must deliver a whole request within `idle_timeout_s` of
-opening or of its previous response (slow-header clients are closed too).
+opening or of its previous response (slow-header clients are closed too), and the
+headers a handler asks for (`keep_headers`; none by default: the proxy reads none).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import cast
 
@@ -36,6 +37,10 @@ class HttpRequest:
     path: str
     """The request target without its query string."""
     body: bytes
+    headers: Mapping[bytes, bytes] = field(default_factory=dict, repr=False)
+    """The `keep_headers` the request carried, by lower-case name; a header sent twice is
+    its values joined by ", " (so a check on it sees both). Not in the repr: one may be a
+    credential."""
 
 
 Handler = Callable[[HttpRequest, "Responder"], Awaitable[None]]
@@ -109,8 +114,11 @@ class HttpServerProtocol(asyncio.Protocol):
         *,
         connections: ConnectionLimit,
         idle_timeout_s: float,
+        keep_headers: frozenset[bytes] = frozenset(),
     ) -> None:
         self._handler = handler
+        self._keep_headers = keep_headers
+        self._headers: dict[bytes, bytes] = {}
         self._max_body_bytes = max_body_bytes
         self._connections = connections
         self._idle_timeout_s = idle_timeout_s
@@ -182,13 +190,18 @@ class HttpServerProtocol(asyncio.Protocol):
     # httptools callbacks
     def on_message_begin(self) -> None:
         self._url, self._body, self._body_bytes, self._expect_continue = b"", [], 0, False
+        self._headers = {}
 
     def on_url(self, url: bytes) -> None:
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() == b"expect" and value.lower() == b"100-continue":
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
             self._expect_continue = True
+        elif name in self._keep_headers:
+            earlier = self._headers.get(name)
+            self._headers[name] = value if earlier is None else b"%s, %s" % (earlier, value)
 
     def on_headers_complete(self) -> None:
         if self._expect_continue and self.transport is not None:
@@ -206,8 +219,8 @@ class HttpServerProtocol(asyncio.Protocol):
             return
         path = self._url.split(b"?", 1)[0].decode("latin-1")
         method = self._parser.get_method().decode("latin-1")
-        request = HttpRequest(method, path, b"".join(self._body))
-        self._body = []
+        request = HttpRequest(method, path, b"".join(self._body), self._headers)
+        self._body, self._headers = [], {}
         self._disarm_idle()
         self._queue.append((request, self._parser.should_keep_alive()))
         if self._task is None:
