@@ -187,3 +187,35 @@ async def test_jsonl_specs_run_through_the_async_api(target: str, tmp_path: Path
     assert sorted((r.task, r.reward) for r in results) == [("copy", 1.0), ("no-copy", 0.0)]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["mean_reward"] == 0.5
+
+
+def test_a_group_whose_setup_fails_ends_in_the_results(target: str, tmp_path: Path) -> None:
+    """The group fails once, SETUP, before any member starts: each of its members still has
+    a line, FAILED/SETUP as a lone rollout would, and the task is in the summary."""
+    spec = {
+        "task": {"instruction": "x", "setup": ["echo hi > a.txt"], "verify": ["test -f b.txt"]},
+        "agent": {"name": "command", "command": "cp a.txt b.txt"},
+    }
+    broken = {**spec, "task": {**spec["task"], "setup": ["exit 3"]}}
+    specs = tmp_path / "specs.jsonl"
+    lines = [{**spec, "task_id": "copy"}, {**broken, "task_id": "broken-setup"}]
+    specs.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    output = tmp_path / "out"
+    args = (str(specs), "--output", str(output), "--group-size", "2")
+    done = subprocess.run(
+        cli_argv("--target", target, "batch", *args), capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    results = sorted(
+        (line["task"], line["member"], line["status"], line["error_kind"], line["outcome"])
+        for line in _lines(output)
+    )
+    assert results == [
+        ("broken-setup", 0, "FAILED", "SETUP", "scored"),
+        ("broken-setup", 1, "FAILED", "SETUP", "scored"),
+        ("copy", 0, "SUCCEEDED", None, "scored"),
+        ("copy", 1, "SUCCEEDED", None, "scored"),
+    ]
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["per_task"]["broken-setup"]["rollouts"] == 2
+    assert "broken-setup" in done.stdout

@@ -30,7 +30,14 @@ from rollout.v1 import rollout_pb2 as pb
 
 from rollout_client.batch.inputs import BatchTask, read_input, tasks_of_specs
 from rollout_client.batch.output import BatchOutput, open_output, write_trajectory
-from rollout_client.batch.results import BatchResult, is_retryable, rejected_result, result_of
+from rollout_client.batch.results import (
+    BatchResult,
+    group_is_retryable,
+    is_retryable,
+    rejected_result,
+    result_of,
+    unstarted_result,
+)
 from rollout_client.batch.summary import summarize
 from rollout_client.errors import InvalidArgumentError, ResourceExhaustedError
 from rollout_client.messages import SpecLike, group_spec
@@ -246,15 +253,38 @@ class Batch:
                 return
 
     async def _group(self, task: BatchTask, emit: Callable[[BatchResult], None]) -> None:
-        admitted = await self._admit_group(task, emit)
-        if admitted is None:
-            return
-        started, attempt = admitted
-        try:
-            group, held = await self._watch_group(task, started.id, attempt, emit)
-        except asyncio.CancelledError:
-            await self._cancel_group(started.id)
-            raise
+        """Run the task's group; a group the infrastructure failed before any member started
+        (its template's sandbox) runs again, as a lone rollout would, up to `attempts`."""
+        attempt = failures = 0
+        while True:
+            admitted = await self._admit_group(task, emit, attempt)
+            if admitted is None:
+                return
+            started, attempt = admitted
+            try:
+                group, held = await self._watch_group(task, started.id, attempt, emit)
+            except asyncio.CancelledError:
+                await self._cancel_group(started.id)
+                raise
+            if group.members or not group_is_retryable(group):
+                break
+            if failures + 1 >= self._options.attempts:
+                break
+            failures += 1
+            self.tally.infra_retries += 1
+            attempt += 1
+        await self._emit_members(task, group, held, attempt, emit)
+
+    async def _emit_members(
+        self,
+        task: BatchTask,
+        group: pb.Group,
+        held: set[str],
+        attempt: int,
+        emit: Callable[[BatchResult], None],
+    ) -> None:
+        """Emit the held members that were not replaced, then a line for each member the
+        group never started: every member of every task ends in the results."""
         for entry in group.members:
             if entry.rollout_id not in held:
                 continue
@@ -262,13 +292,22 @@ class Batch:
                 self.tally.infra_retries += 1
             else:
                 emit(await self._fetched(task, entry.rollout_id, attempt))
+        request_id = self._spec(task, attempt).request_id
+        started = {entry.index for entry in group.members}
+        for member in range(self._options.group_size):
+            if member not in started:
+                emit(
+                    unstarted_result(
+                        task.task_id, member, group, request_id=request_id, attempt=attempt
+                    )
+                )
 
     async def _admit_group(
-        self, task: BatchTask, emit: Callable[[BatchResult], None]
+        self, task: BatchTask, emit: Callable[[BatchResult], None], attempt: int
     ) -> tuple[pb.Group, int] | None:
-        """The task's group and its attempt number (None: the server refused the spec)."""
+        """The task's group and its attempt number, from `attempt` on (None: the server
+        refused the spec)."""
         size = self._options.group_size
-        attempt = 0
         while True:
             spec = self._spec(task, attempt)
             refills = size * (self._options.attempts - 1)
