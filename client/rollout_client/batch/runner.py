@@ -39,7 +39,7 @@ from rollout_client.batch.results import (
     unstarted_result,
 )
 from rollout_client.batch.summary import summarize
-from rollout_client.errors import InvalidArgumentError, ResourceExhaustedError
+from rollout_client.errors import InvalidArgumentError, ResourceExhaustedError, SpecError
 from rollout_client.messages import SpecLike, group_spec
 from rollout_client.specfile import SpecOverrides
 
@@ -219,6 +219,7 @@ class Batch:
             try:
                 started = await _admitted_or_undone(self._client.start, spec, self._cancel_rollout)
             except InvalidArgumentError as exc:
+                _stop_if_the_server_refuses_all(task, exc)
                 emit(rejected_result(task.task_id, 0, spec.request_id, str(exc)))
                 return
             if started.status == pb.ROLLOUT_STATUS_CANCELLED:  # an interrupted run's
@@ -318,6 +319,7 @@ class Batch:
                     self._cancel_group,
                 )
             except InvalidArgumentError as exc:
+                _stop_if_the_server_refuses_all(task, exc)
                 for member in range(size):
                     emit(rejected_result(task.task_id, member, spec.request_id, str(exc)))
                 return None
@@ -364,6 +366,23 @@ class Batch:
         return result_of(
             task.task_id, rollout, request_id=request_id, attempt=attempt, trajectory=trajectory
         )
+
+
+_UPLOAD_BUILDS = "ROLLOUT_HARBOR_UPLOAD_BUILDS"
+"""The server setting its refusal of an uploaded task's Dockerfile names."""
+
+
+def _stop_if_the_server_refuses_all(task: BatchTask, exc: InvalidArgumentError) -> None:
+    """Stop the batch (a SpecError) when the server refused the task for a setting of its
+    own: it builds no uploaded Dockerfile, so it refuses every task of the dataset with one,
+    and only its operator, or a built image for every task, can change that."""
+    for violation in exc.field_violations:
+        if violation.field.endswith("harbor_task.archive") and _UPLOAD_BUILDS in str(violation):
+            raise SpecError(
+                f"task {task.task_id}: the server does not build the Dockerfiles of uploaded "
+                f"tasks; start it with {_UPLOAD_BUILDS}=true (their RUN steps run as root on "
+                "its host), or run every task on a built image (--image)"
+            )
 
 
 class _Made(Protocol):
