@@ -187,3 +187,83 @@ async def test_jsonl_specs_run_through_the_async_api(target: str, tmp_path: Path
     assert sorted((r.task, r.reward) for r in results) == [("copy", 1.0), ("no-copy", 0.0)]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["mean_reward"] == 0.5
+
+
+def test_a_group_whose_setup_fails_ends_in_the_results(target: str, tmp_path: Path) -> None:
+    """The group fails once, SETUP, before any member starts: each of its members still has
+    a line, FAILED/SETUP as a lone rollout would, and the task is in the summary."""
+    task = {"instruction": "x", "setup": ["echo hi > a.txt"], "verify": ["test -f b.txt"]}
+    spec = {"task": task, "agent": {"name": "command", "command": "cp a.txt b.txt"}}
+    broken = {**spec, "task": {**task, "setup": ["exit 3"]}}
+    specs = tmp_path / "specs.jsonl"
+    lines = [{**spec, "task_id": "copy"}, {**broken, "task_id": "broken-setup"}]
+    specs.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    output = tmp_path / "out"
+    args = (str(specs), "--output", str(output), "--group-size", "2")
+    done = subprocess.run(
+        cli_argv("--target", target, "batch", *args), capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    results = sorted(
+        (line["task"], line["member"], line["status"], line["error_kind"], line["outcome"])
+        for line in _lines(output)
+    )
+    assert results == [
+        ("broken-setup", 0, "FAILED", "SETUP", "scored"),
+        ("broken-setup", 1, "FAILED", "SETUP", "scored"),
+        ("copy", 0, "SUCCEEDED", None, "scored"),
+        ("copy", 1, "SUCCEEDED", None, "scored"),
+    ]
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["per_task"]["broken-setup"]["rollouts"] == 2
+    assert "broken-setup" in done.stdout
+
+
+def test_a_server_that_builds_no_upload_stops_the_batch_at_once(
+    target: str, tmp_path: Path
+) -> None:
+    """A default server refuses every uploaded task whose Dockerfile it has not built: the
+    batch stops at the first, with one line saying what to set, rather than rejecting all."""
+    dataset = make_dataset(tmp_path / "dataset", 3, set())
+    for task in dataset.iterdir():
+        dockerfile = task / "environment" / "Dockerfile"
+        dockerfile.write_text(f"FROM rollout/base\nRUN echo {task.name} > /built\n")
+    output = tmp_path / "out"
+    oracle = ["--agent", "oracle"]
+    done = subprocess.run(
+        cli_argv("--target", target, "batch", str(dataset), "--output", str(output), *oracle),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("error:") == 1, done.stderr
+    error = done.stderr.strip().splitlines()[-1].partition("error:")[2]
+    assert "ROLLOUT_HARBOR_UPLOAD_BUILDS=true" in error
+    assert "--image" in error
+    assert "batch summary" not in done.stdout
+
+
+def test_a_batch_the_server_rejects_entirely_fails_showing_why(target: str, tmp_path: Path) -> None:
+    spec = {
+        "task": {"instruction": "x", "verify": ["true"]},
+        "agent": {"name": "command", "command": "true"},
+        "sampling": {"temperature": 5},
+    }
+    specs = tmp_path / "specs.jsonl"
+    specs.write_text(json.dumps({**spec, "task_id": "too-hot"}) + "\n")
+    output = tmp_path / "out"
+    done = subprocess.run(
+        cli_argv("--target", target, "batch", str(specs), "--output", str(output)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "rejected every task" in done.stderr
+    assert "too-hot: 1 x INVALID_SPEC" in done.stdout
+    assert "temperature" in done.stdout
+    summary = json.loads((output / "summary.json").read_text())
+    [reason] = summary["per_task"]["too-hot"]["errors"]
+    assert reason.startswith("INVALID_SPEC: ")
+    assert "temperature" in reason

@@ -1,7 +1,9 @@
 """`rollout batch`: every task of a dataset, with a live progress line, then the summary.
 
-Exits 0 when every task has its results (whatever the rewards), 1 on an error, 2 on bad
-usage, 130 when interrupted (the rollouts in flight are cancelled first; --resume finishes).
+Exits 0 when every task has its results (whatever the rewards), 1 on an error (the server
+refusing every task, or a setting of its own refusing the dataset's tasks: at once, with what
+to set), 2 on bad usage, 130 when interrupted (the rollouts in flight are cancelled first;
+--resume finishes).
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from rollout_client.batch.output import RESULTS_FILE, SUMMARY_FILE
 from rollout_client.batch.progress import live_progress
 from rollout_client.batch.runner import BatchOptions, open_batch
-from rollout_client.batch.summary import summary_table
+from rollout_client.batch.summary import summary_reasons, summary_table
 from rollout_client.cli_connection import Connection, with_connection
-from rollout_client.exits import EXIT_INTERRUPTED
+from rollout_client.exits import EXIT_INTERRUPTED, fail
+from rollout_client.inert import inert
 from rollout_client.spec_flags import with_spec_flags
 from rollout_client.specfile import SpecOverrides
 
@@ -87,7 +91,11 @@ def batch(
             )
             raise typer.Exit(EXIT_INTERRUPTED) from None
     console.print(summary_table(summary))
+    for line in summary_reasons(summary):
+        console.print(Text(inert(line)))
     console.print(f"results: {output / RESULTS_FILE}, summary: {output / SUMMARY_FILE}")
+    if summary["rollouts"] and summary["rejected"] == summary["rollouts"]:
+        fail("the server rejected every task of the batch (the reasons are above)")
 
 
 async def _run(

@@ -24,9 +24,11 @@ __all__ = [
     "PHASES",
     "RETRYABLE_KINDS",
     "BatchResult",
+    "group_is_retryable",
     "is_retryable",
     "rejected_result",
     "result_of",
+    "unstarted_result",
 ]
 
 _RETRYABLE_NAMES = ("SANDBOX", "INTERNAL", "AGENT_INSTALL", "UPSTREAM_LLM", "POLICY_STALE")
@@ -115,12 +117,19 @@ def is_retryable(rollout: pb.Rollout) -> bool:
     return rollout.result.HasField("error") and rollout.result.error.kind in RETRYABLE_KINDS
 
 
-def _outcome(rollout: pb.Rollout) -> str:
-    if is_retryable(rollout):
+def group_is_retryable(group: pb.Group) -> bool:
+    """Whether the group ended by an infrastructure failure (its template's sandbox, say)."""
+    return group.HasField("error") and group.error.kind in RETRYABLE_KINDS
+
+
+def _outcome(error: pb.Error | None, cancelled: bool) -> str:
+    if error is not None and error.kind in RETRYABLE_KINDS:
         return INFRASTRUCTURE
-    if rollout.status == pb.ROLLOUT_STATUS_CANCELLED:
-        return CANCELLED
-    return SCORED
+    return CANCELLED if cancelled else SCORED
+
+
+def _kind_name(error: pb.Error | None) -> str | None:
+    return pb.ErrorKind.Name(error.kind).removeprefix("ERROR_KIND_") if error else None
 
 
 def _timings(timings: pb.PhaseTimings) -> dict[str, float]:
@@ -148,7 +157,7 @@ def result_of(
     return BatchResult(
         task=task,
         member=rollout.member_index,
-        outcome=_outcome(rollout),
+        outcome=_outcome(error, rollout.status == pb.ROLLOUT_STATUS_CANCELLED),
         status=status_name(rollout.status),
         rollout_id=rollout.id,
         group=rollout.group_id,
@@ -157,7 +166,7 @@ def result_of(
         seed=rollout.spec.sampling.seed if rollout.spec.sampling.HasField("seed") else None,
         reward=reward_of(rollout),
         metrics=dict(result.metrics),
-        error_kind=pb.ErrorKind.Name(error.kind).removeprefix("ERROR_KIND_") if error else None,
+        error_kind=_kind_name(error),
         error=error.message if error else "",
         timings_s=_timings(result.timings),
         prompt_tokens=sum(turn.usage.prompt_tokens for turn in result.turns),
@@ -179,4 +188,25 @@ def rejected_result(task: str, member: int, request_id: str, why: str) -> BatchR
         request_id=request_id,
         error_kind="INVALID_SPEC",
         error=why,
+    )
+
+
+def unstarted_result(
+    task: str, member: int, group: pb.Group, *, request_id: str, attempt: int
+) -> BatchResult:
+    """The line of a member its group never started, the group having ended first (its
+    setup failed, its template's sandbox could not be made, it was cancelled): the group's
+    status and error are the member's, and a setup failure is a task outcome, as it is for
+    a lone rollout."""
+    error = group.error if group.HasField("error") else None
+    return BatchResult(
+        task=task,
+        member=member,
+        outcome=_outcome(error, group.status == pb.GROUP_STATUS_CANCELLED),
+        status=pb.GroupStatus.Name(group.status).removeprefix("GROUP_STATUS_"),
+        group=group.id,
+        request_id=request_id,
+        attempt=attempt,
+        error_kind=_kind_name(error),
+        error=error.message if error else "",
     )

@@ -30,9 +30,16 @@ from rollout.v1 import rollout_pb2 as pb
 
 from rollout_client.batch.inputs import BatchTask, read_input, tasks_of_specs
 from rollout_client.batch.output import BatchOutput, open_output, write_trajectory
-from rollout_client.batch.results import BatchResult, is_retryable, rejected_result, result_of
+from rollout_client.batch.results import (
+    BatchResult,
+    group_is_retryable,
+    is_retryable,
+    rejected_result,
+    result_of,
+    unstarted_result,
+)
 from rollout_client.batch.summary import summarize
-from rollout_client.errors import InvalidArgumentError, ResourceExhaustedError
+from rollout_client.errors import InvalidArgumentError, ResourceExhaustedError, SpecError
 from rollout_client.messages import SpecLike, group_spec
 from rollout_client.specfile import SpecOverrides
 
@@ -212,6 +219,7 @@ class Batch:
             try:
                 started = await _admitted_or_undone(self._client.start, spec, self._cancel_rollout)
             except InvalidArgumentError as exc:
+                _stop_if_the_server_refuses_all(task, exc)
                 emit(rejected_result(task.task_id, 0, spec.request_id, str(exc)))
                 return
             if started.status == pb.ROLLOUT_STATUS_CANCELLED:  # an interrupted run's
@@ -246,15 +254,38 @@ class Batch:
                 return
 
     async def _group(self, task: BatchTask, emit: Callable[[BatchResult], None]) -> None:
-        admitted = await self._admit_group(task, emit)
-        if admitted is None:
-            return
-        started, attempt = admitted
-        try:
-            group, held = await self._watch_group(task, started.id, attempt, emit)
-        except asyncio.CancelledError:
-            await self._cancel_group(started.id)
-            raise
+        """Run the task's group; a group the infrastructure failed before any member started
+        (its template's sandbox) runs again, as a lone rollout would, up to `attempts`."""
+        attempt = failures = 0
+        while True:
+            admitted = await self._admit_group(task, emit, attempt)
+            if admitted is None:
+                return
+            started, attempt = admitted
+            try:
+                group, held = await self._watch_group(task, started.id, attempt, emit)
+            except asyncio.CancelledError:
+                await self._cancel_group(started.id)
+                raise
+            if group.members or not group_is_retryable(group):
+                break
+            if failures + 1 >= self._options.attempts:
+                break
+            failures += 1
+            self.tally.infra_retries += 1
+            attempt += 1
+        await self._emit_members(task, group, held, attempt, emit)
+
+    async def _emit_members(
+        self,
+        task: BatchTask,
+        group: pb.Group,
+        held: set[str],
+        attempt: int,
+        emit: Callable[[BatchResult], None],
+    ) -> None:
+        """Emit the held members that were not replaced, then a line for each member the
+        group never started: every member of every task ends in the results."""
         for entry in group.members:
             if entry.rollout_id not in held:
                 continue
@@ -262,13 +293,22 @@ class Batch:
                 self.tally.infra_retries += 1
             else:
                 emit(await self._fetched(task, entry.rollout_id, attempt))
+        request_id = self._spec(task, attempt).request_id
+        started = {entry.index for entry in group.members}
+        for member in range(self._options.group_size):
+            if member not in started:
+                emit(
+                    unstarted_result(
+                        task.task_id, member, group, request_id=request_id, attempt=attempt
+                    )
+                )
 
     async def _admit_group(
-        self, task: BatchTask, emit: Callable[[BatchResult], None]
+        self, task: BatchTask, emit: Callable[[BatchResult], None], attempt: int
     ) -> tuple[pb.Group, int] | None:
-        """The task's group and its attempt number (None: the server refused the spec)."""
+        """The task's group and its attempt number, from `attempt` on (None: the server
+        refused the spec)."""
         size = self._options.group_size
-        attempt = 0
         while True:
             spec = self._spec(task, attempt)
             refills = size * (self._options.attempts - 1)
@@ -279,6 +319,7 @@ class Batch:
                     self._cancel_group,
                 )
             except InvalidArgumentError as exc:
+                _stop_if_the_server_refuses_all(task, exc)
                 for member in range(size):
                     emit(rejected_result(task.task_id, member, spec.request_id, str(exc)))
                 return None
@@ -325,6 +366,23 @@ class Batch:
         return result_of(
             task.task_id, rollout, request_id=request_id, attempt=attempt, trajectory=trajectory
         )
+
+
+_UPLOAD_BUILDS = "ROLLOUT_HARBOR_UPLOAD_BUILDS"
+"""The server setting its refusal of an uploaded task's Dockerfile names."""
+
+
+def _stop_if_the_server_refuses_all(task: BatchTask, exc: InvalidArgumentError) -> None:
+    """Stop the batch (a SpecError) when the server refused the task for a setting of its
+    own: it builds no uploaded Dockerfile, so it refuses every task of the dataset with one,
+    and only its operator, or a built image for every task, can change that."""
+    for violation in exc.field_violations:
+        if violation.field.endswith("harbor_task.archive") and _UPLOAD_BUILDS in str(violation):
+            raise SpecError(
+                f"task {task.task_id}: the server does not build the Dockerfiles of uploaded "
+                f"tasks; start it with {_UPLOAD_BUILDS}=true (their RUN steps run as root on "
+                "its host), or run every task on a built image (--image)"
+            )
 
 
 class _Made(Protocol):

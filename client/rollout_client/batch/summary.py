@@ -8,7 +8,7 @@ k = 1 and k = the group size, per task and averaged over the tasks with n >= k.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from math import comb
 from typing import Any
@@ -18,7 +18,7 @@ from rich.table import Table
 from rollout_client.batch.results import CANCELLED, INFRASTRUCTURE, REJECTED, BatchResult
 from rollout_client.render import figure
 
-__all__ = ["PASS_REWARD", "pass_at_k", "summarize", "summary_table"]
+__all__ = ["PASS_REWARD", "pass_at_k", "summarize", "summary_reasons", "summary_table"]
 
 PASS_REWARD = 1.0
 
@@ -60,6 +60,7 @@ def summarize(
                 passes[k].append(estimate)
         tasks[task] = {
             "rollouts": len(members),
+            "errors": _reasons(members),
             "scored": len(scored),
             "passed": passed,
             "mean_reward": _mean([r.score() for r in scored]),
@@ -82,6 +83,21 @@ def summarize(
         "wall_time_s": round(wall_time_s, 3),
         "per_task": tasks,
     }
+
+
+def _reasons(members: Iterable[BatchResult]) -> dict[str, int]:
+    """Why the task's rollouts failed or were rejected: "KIND: message" -> how many."""
+    reasons = Counter(f"{r.error_kind}: {r.error}" for r in members if r.error_kind)
+    return dict(sorted(reasons.items()))
+
+
+def summary_reasons(summary: dict[str, Any]) -> list[str]:
+    """One line per reason a task's rollouts failed or were rejected, for under the table."""
+    return [
+        f"{task}: {count} x {reason}"
+        for task, row in summary["per_task"].items()
+        for reason, count in row.get("errors", {}).items()
+    ]
 
 
 def _shown(value: float | None) -> str:

@@ -261,8 +261,12 @@ class GroupRun:
         return kinds[-1] if kinds else ErrorKind.INTERNAL
 
 
+_MEMBER_IDENTITY = frozenset({"rollout_id", "index", "replaced_by"})
+"""What a member's rollout never changes: every other field of the member follows it."""
+
+
 def _refresh(member: GroupMember, rollout: Rollout) -> None:
     """Bring `member` up to date with its rollout (what replaced it stays)."""
     current = member_of(rollout)
-    for name in ("status", "reward", "error_kind", "counted", "seed"):
+    for name in GroupMember.model_fields.keys() - _MEMBER_IDENTITY:
         setattr(member, name, getattr(current, name))

@@ -101,14 +101,30 @@ def leave_other_disks(own: str) -> None:
     sandbox's namespace would pin the sibling's filesystem for as long as this sandbox
     lives. So the spawner starts bwrap from a private copy of the host's mounts holding
     only its own disk (`disk`), whichever server on this host the others belong to.
+
+    Once private, the namespace gets no new mount, but a sibling's teardown still moves
+    its directory aside (`reaper`: a rename, which mounts follow) and later removes the
+    disk's mount point, which detaches every copy of it. A disk listed before its move is
+    not at the listed path by the time it is detached: it stays, and vanishes under
+    bwrap when its mount point goes. So the disks are listed again until none is left.
     """
     if _libc.unshare(_CLONE_NEWNS) != 0:
         raise OSError(ctypes.get_errno(), "unsharing the mount namespace")
     if _libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
         raise OSError(ctypes.get_errno(), "making the mount namespace private")
-    for point in sandbox_disks():
-        if point != own:
-            detach(point)  # one that is gone meanwhile is as good as detached
+    others = _other_disks(own)
+    while others:
+        failed = {point: why for point in others if (why := detach(point)) is not None}
+        left = _other_disks(own)
+        stuck = left & failed.keys()  # still there, at the path a detach failed on
+        if stuck:
+            point = min(stuck)
+            raise OSError(errno.EBUSY, f"detaching another sandbox's disk {point}: {failed[point]}")
+        others = left
+
+
+def _other_disks(own: str) -> set[str]:
+    return {point for point in sandbox_disks() if point != own}
 
 
 def pin_oom_scores() -> None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from service.engine.groups.run import GroupRun, MemberOps
 from service.engine.groups.template import PreparedFilesystem
-from service.models import Rollout, RolloutSpec, RolloutStatus, TaskSpec
+from service.models import Rollout, RolloutResult, RolloutSpec, RolloutStatus, TaskSpec
 from service.models.group import Group, GroupSpec, GroupStatus
 
 
@@ -40,7 +40,11 @@ class _Members:
         await asyncio.sleep(0)  # a store write yields to the loop, as the real ones do
         self.saved.append(group.model_copy(deep=True))
 
-    def end(self, rollout_id: str) -> None:
+    def end(self, rollout_id: str, versions: tuple[int, int] | None = None) -> None:
+        """End the member, its turns having run under policy `versions` (oldest, newest)."""
+        result = RolloutResult()
+        if versions is not None:
+            result.policy_version_min, result.policy_version_max = versions
         self.ends[rollout_id].set_result(
             Rollout(
                 id=rollout_id,
@@ -48,30 +52,43 @@ class _Members:
                 status=RolloutStatus.SUCCEEDED,
                 create_time=datetime.now(UTC),
                 member_index=int(rollout_id[1]),
+                result=result,
             )
         )
+
+    def ops(self) -> MemberOps:
+        return MemberOps(
+            start=self.start,
+            wait=self.wait,
+            cancel=self.cancel,
+            save=self.save,
+            prepare=_nothing_prepared,
+            release=lambda _: None,
+            refilled=lambda _: None,
+        )
+
+
+async def _idle() -> None:
+    """Let the run go on until it waits for a member to end."""
+    for _ in range(100):
+        await asyncio.sleep(0)
 
 
 async def _nothing_prepared() -> PreparedFilesystem | None:
     return None
 
 
+def _group_run(members: _Members) -> GroupRun:
+    spec = GroupSpec(spec=RolloutSpec(task=TaskSpec(instruction="x")), n=2)
+    group = Group(id="g", spec=spec, create_time=datetime.now(UTC))
+    return GroupRun(group, spec, members.ops(), reserved=2)
+
+
 async def test_every_member_and_the_group_are_saved_before_a_watcher_sees_them() -> None:
     members = _Members()
-    ops = MemberOps(
-        start=members.start,
-        wait=members.wait,
-        cancel=members.cancel,
-        save=members.save,
-        prepare=_nothing_prepared,
-        release=lambda _: None,
-        refilled=lambda _: None,
-    )
-    spec = GroupSpec(spec=RolloutSpec(task=TaskSpec(instruction="x")), n=2)
-    run = GroupRun(Group(id="g", spec=spec, create_time=datetime.now(UTC)), spec, ops, reserved=2)
+    run = _group_run(members)
     run.task = asyncio.create_task(run.execute())
-    for _ in range(100):  # then the run is idle: nothing more happens until a member ends
-        await asyncio.sleep(0)
+    await _idle()
     assert len(members.ends) == 2, "both members started"
     assert members.saved, "the run started its members and saved nothing"
     assert [m.rollout_id for m in members.saved[-1].members] == ["m0-0", "m1-1"]
@@ -92,3 +109,17 @@ async def test_every_member_and_the_group_are_saved_before_a_watcher_sees_them()
     assert isinstance(run.finished[-1], Group)
     assert members.saved[-1].status is GroupStatus.COMPLETED
     assert members.saved[-1].stats.counted == 2
+
+
+async def test_the_groups_stats_span_its_members_policy_versions() -> None:
+    members = _Members()
+    run = _group_run(members)
+    run.task = asyncio.create_task(run.execute())
+    await _idle()
+    members.end("m0-0", versions=(2, 3))
+    members.end("m1-1", versions=(1, 2))
+    await run.task
+    stats = members.saved[-1].stats
+    assert (stats.policy_version_min, stats.policy_version_max) == (1, 3)
+    member_versions = [(m.policy_version_min, m.policy_version_max) for m in run.group.members]
+    assert member_versions == [(2, 3), (1, 2)]
