@@ -42,8 +42,10 @@ _AGENT_LOG_TAIL_LINES = 10
 
 
 def message_json(message: Message, *, compact: bool = False) -> str:
-    """`message` as proto JSON with the .proto's field names (one line when `compact`)."""
-    data = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    """`message` as proto3's canonical JSON (one line when `compact`): lowerCamelCase names,
+    as the dashboard's Connect JSON and grpcurl write them, and every field, zero values too
+    (turn 0's `index`, a reward of 0), so a jq filter never reads a missing field as null."""
+    data = json_format.MessageToDict(message, always_print_fields_with_no_presence=True)
     return json.dumps(data, separators=(",", ":")) if compact else json.dumps(data, indent=2)
 
 
