@@ -73,25 +73,28 @@ def _summary(group: pb.Group) -> list[str]:
     return lines
 
 
-def _finish(group: pb.Group, as_json: bool, shown: Iterable[str] = ()) -> NoReturn:
-    console = _console()
-    if as_json:
+def _finish(group: pb.Group, as_json: bool, *, streamed: bool = False) -> NoReturn:
+    """Show the group (unless `_follow` already wrote it as JSON) and exit for its status."""
+    if as_json and not streamed:
         typer.echo(message_json(group))
-    else:
-        for line in [*shown, *_summary(group)]:
+    elif not as_json:
+        console = _console()
+        for line in _summary(group):
             console.print(line)
     raise typer.Exit(_EXIT_CODES.get(group.status, EXIT_ERROR))
 
 
 def _follow(client_watch: Iterable[pb.WatchGroupResponse], as_json: bool) -> pb.Group:
+    """Show each member as it ends, and return the group. With --json, JSON lines: every
+    WatchGroupResponse on a line of its own (`{"member": ...}`, the last `{"group": ...}`)."""
     console = _console()
     for response in client_watch:
+        if as_json:
+            typer.echo(message_json(response, compact=True))
+        elif response.HasField("member"):
+            console.print(_member_line(response.member))
         if response.HasField("group"):
             return response.group
-        if as_json:
-            typer.echo(message_json(response.member, compact=True))
-        else:
-            console.print(_member_line(response.member))
     raise typer.Exit(EXIT_ERROR)
 
 
@@ -141,7 +144,7 @@ def run_group(
                 client.cancel_group(started.id, "interrupted from the rollout command line")
                 Console(stderr=True).print(f"interrupted: group {started.id} cancelled")
                 raise typer.Exit(EXIT_INTERRUPTED) from None
-    _finish(group, as_json)
+    _finish(group, as_json, streamed=True)
 
 
 @group_app.command("watch")
@@ -150,7 +153,7 @@ def watch_group(group_id: GroupId, connection: Connection, as_json: AsJson = Fal
     """Follow a group: its members as they end (replayed from the start), then the group."""
     with connection.errors(), connection.client() as client:
         group = _follow(client.watch_group(group_id), as_json)
-    _finish(group, as_json)
+    _finish(group, as_json, streamed=True)
 
 
 @group_app.command("get")

@@ -17,7 +17,7 @@ from rich.text import Text
 from rollout.v1 import rollout_pb2 as pb
 
 from rollout_client.inert import inert
-from rollout_client.render import command_line, phase_name, seconds, status_text
+from rollout_client.render import command_lines, phase_name, seconds, status_text
 
 __all__ = ["EventView", "follow"]
 
@@ -45,7 +45,7 @@ class EventView:
             case "phase":
                 lines = [*self._flush(), self._phase_line(event.phase)]
             case "command":
-                lines = [command_line(event.command)]
+                lines = command_lines(event.command)
             case "turn":
                 self.turns += 1
                 lines = [_turn_line(event.turn)]

@@ -22,6 +22,7 @@ from rollout_client.results import reward_of, status_name
 
 __all__ = [
     "command_line",
+    "command_lines",
     "figure",
     "message_json",
     "phase_name",
@@ -39,11 +40,14 @@ _STATUS_STYLES = {
     pb.ROLLOUT_STATUS_CANCELLED: "yellow",
 }
 _AGENT_LOG_TAIL_LINES = 10
+_VERIFY_TAIL_LINES = 5
 
 
 def message_json(message: Message, *, compact: bool = False) -> str:
-    """`message` as proto JSON with the .proto's field names (one line when `compact`)."""
-    data = json_format.MessageToDict(message, preserving_proto_field_name=True)
+    """`message` as proto3's canonical JSON (one line when `compact`): lowerCamelCase names,
+    as the dashboard's Connect JSON and grpcurl write them, and every field, zero values too
+    (turn 0's `index`, a reward of 0), so a jq filter never reads a missing field as null."""
+    data = json_format.MessageToDict(message, always_print_fields_with_no_presence=True)
     return json.dumps(data, separators=(",", ":")) if compact else json.dumps(data, indent=2)
 
 
@@ -94,6 +98,17 @@ def command_line(command: pb.CommandResult) -> Text:
     return line
 
 
+def command_lines(command: pb.CommandResult) -> list[Text]:
+    """`command_line`, and for a verify command the last lines the tests printed (why a
+    reward is 0: a Harbor task's test.sh says so on its stdout, whatever its exit code)."""
+    lines = [command_line(command)]
+    if command.stage == pb.COMMAND_STAGE_VERIFY:
+        for stream, text in (("out", command.stdout), ("err", command.stderr)):
+            tail = text.rstrip().splitlines()[-_VERIFY_TAIL_LINES:]
+            lines.extend(Text(f"  {stream} | {inert(printed)}", style="dim") for printed in tail)
+    return lines
+
+
 def rollout_summary(rollout: pb.Rollout) -> list[Text]:
     """What a person wants to see of a rollout: status, reward, error, commands, files."""
     result = rollout.result
@@ -112,7 +127,8 @@ def rollout_summary(rollout: pb.Rollout) -> list[Text]:
     if result.metrics:
         metrics = ", ".join(f"{k}={figure(v)}" for k, v in sorted(result.metrics.items()))
         lines.append(Text(f"metrics {inert(metrics)}"))
-    lines.extend(command_line(c) for c in (*result.setup_results, *result.verify_results))
+    lines.extend(command_line(c) for c in result.setup_results)
+    lines.extend(line for c in result.verify_results for line in command_lines(c))
     lines.append(Text(_agent_facts(rollout), style="dim"))
     if result.files:
         lines.append(Text("files " + inert(", ".join(sorted(result.files))), style="dim"))

@@ -13,6 +13,7 @@ all its watchers), so its responses pass through unchanged.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -103,7 +104,11 @@ def _handler(
 ) -> grpc.RpcMethodHandler[Any, Any]:
     behaviour = getattr(servicer, method.name)
     decode = _decoder(message_factory.GetMessageClass(method.input_type))
-    encode = message_factory.GetMessageClass(method.output_type).SerializeToString
+    # Deterministic: map entries (labels, metrics) in key order, so every replica writes the
+    # same message as the same bytes.
+    encode = functools.partial(
+        message_factory.GetMessageClass(method.output_type).SerializeToString, deterministic=True
+    )
     if method.server_streaming and not inspect.isasyncgenfunction(behaviour):
         return grpc.unary_stream_rpc_method_handler(
             _writing(behaviour, metrics, method.name),

@@ -43,7 +43,8 @@ class EncodedEvents:
         key = (event.rollout_id, event.seq)
         data = self._encoded.get(key)
         if data is None:
-            data = pb.WatchRolloutResponse(event=event_to_proto(event)).SerializeToString()
+            response = pb.WatchRolloutResponse(event=event_to_proto(event))
+            data = response.SerializeToString(deterministic=True)
             self._encoded[key] = data
             self._held_bytes += len(data)
             while self._held_bytes > self._budget_bytes and len(self._encoded) > 1:

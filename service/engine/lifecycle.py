@@ -1,8 +1,9 @@
 """One rollout's life as an explicit phase machine.
 
-CREATING_SANDBOX -> PREPARING_AGENT -> SETUP -> AGENT -> VERIFYING -> COLLECTING -> TEARDOWN.
-Each phase is timed and traced; a failure is recorded on the result with its kind (never
-raised to the caller); only cancellation propagates, and teardown runs on every path.
+QUEUED -> CREATING_SANDBOX -> PREPARING_AGENT -> SETUP -> AGENT -> VERIFYING -> COLLECTING ->
+TEARDOWN. The rollout is one trace and each phase, QUEUED and TEARDOWN too, is timed and a
+span; a failure is recorded on the result with its kind (never raised to the caller); only
+cancellation propagates, and teardown runs on every path that made a sandbox.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from service.sandboxes.base import Sandbox, SandboxBackend, SandboxRequest, in_w
 from service.telemetry.metrics import Metrics
 from service.verifier.commands import run_commands
 
-__all__ = ["ModelAttachment", "RolloutRun"]
+__all__ = ["ModelAttachment", "RolloutRun", "Slot"]
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("rollout-service")
@@ -82,6 +83,8 @@ AttachModel = Callable[
     [Sandbox, Callable[[Turn], None]], contextlib.AbstractAsyncContextManager[ModelAttachment]
 ]
 """Opens model access for one sandbox (a proxy route, or direct access) for the agent's life."""
+Slot = Callable[[], contextlib.AbstractAsyncContextManager[None]]
+"""Holds one of the server's running slots for the body; waiting for it is the QUEUED phase."""
 BuildImage = Callable[[RolloutSpec, Callable[[str], None]], Awaitable[None]]
 """Makes the image the spec's sandbox runs on when the service builds it (a Harbor task's),
 reporting progress; raises SandboxError."""
@@ -130,30 +133,51 @@ class RolloutRun:
             on_result=functools.partial(_command_event, publish, CommandStage.VERIFY),
         )
 
-    async def execute(self) -> Rollout:
-        """Run every phase; always ends with the sandbox killed and a terminal status."""
+    async def execute(self, slot: Slot) -> Rollout:
+        """Wait for a running slot (QUEUED), then run every phase in it; always ends with a
+        terminal status, and with the sandbox killed if one was made. The whole is one trace:
+        a cancel while queued ends it too."""
+        with tracer.start_as_current_span("rollout", attributes=self._span_attributes()):
+            try:
+                async with contextlib.AsyncExitStack() as held:
+                    await self._queued(held.enter_async_context(slot()))
+                    await self._run()
+            except asyncio.CancelledError:  # while queued: nothing ran, nothing to tear down
+                self._cancelled()
+            self._finish()
+        return self.rollout
+
+    async def _queued(self, slot: Awaitable[None]) -> None:
+        began = time.monotonic()
+        try:
+            with tracer.start_as_current_span(f"phase.{Phase.QUEUED.value}"):
+                await slot
+        finally:  # a rollout cancelled while queued waited too (the longest waits)
+            self._timed(Phase.QUEUED, time.monotonic() - began)
+
+    async def _run(self) -> None:
         started = time.monotonic()
         self.rollout.status = RolloutStatus.RUNNING
         self.rollout.start_time = datetime.now(UTC)
-        with tracer.start_as_current_span("rollout", attributes=self._span_attributes()):
-            try:
-                await self._phases()
-            except RolloutFailure as failure:
-                self._fail(failure.kind, str(failure))
-            except asyncio.CancelledError:
-                self._fail(ErrorKind.CANCELLED, "cancelled")
-                # The rollout owns this task: having recorded the cancel, it finishes normally.
-                task = asyncio.current_task()
-                if task is not None:
-                    task.uncancel()
-            except Exception as exc:
-                log.exception("rollout %s crashed", self.rollout.id)
-                self._fail(ErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}")
-            finally:
-                await self._teardown()
-            self.rollout.result.timings.total_s = time.monotonic() - started
-            self._finish()
-        return self.rollout
+        try:
+            await self._phases()
+        except RolloutFailure as failure:
+            self._fail(failure.kind, str(failure))
+        except asyncio.CancelledError:
+            self._cancelled()
+        except Exception as exc:
+            log.exception("rollout %s crashed", self.rollout.id)
+            self._fail(ErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}")
+        finally:
+            await self._teardown()
+        self.rollout.result.timings.total_s = time.monotonic() - started
+
+    def _cancelled(self) -> None:
+        self._fail(ErrorKind.CANCELLED, "cancelled")
+        # The rollout owns this task: having recorded the cancel, it finishes normally.
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
 
     async def _phases(self) -> None:
         self._sandbox = await self._phase(Phase.CREATING_SANDBOX, self._create_sandbox())
@@ -407,7 +431,10 @@ class RolloutRun:
     async def _teardown(self) -> None:
         self._enter(Phase.TEARDOWN)
         began = time.monotonic()
-        with contextlib.suppress(Exception):
+        with (
+            tracer.start_as_current_span(f"phase.{Phase.TEARDOWN.value}"),
+            contextlib.suppress(Exception),
+        ):
             await asyncio.shield(asyncio.wait_for(self._kill_sandboxes(), _TEARDOWN_TIMEOUT_S))
         self._timed(Phase.TEARDOWN, time.monotonic() - began)
 

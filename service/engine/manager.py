@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -88,7 +87,7 @@ class _Live:
     """A rollout this server runs: its work, and the task that settles it whatever happens."""
 
     rollout: Rollout
-    work: asyncio.Task[None] | None = None
+    work: asyncio.Task[Rollout] | None = None
     """The queue wait and the run: the only task a cancel ever touches."""
     settled: asyncio.Task[None] | None = None
     """Records, publishes and saves how `work` ended, then frees the rollout's place."""
@@ -337,7 +336,7 @@ class RolloutManager:
         )
         self._hub.open(rollout.id, rollout.spec.labels, tenant=rollout.tenant)
         self._hub.publish(rollout.id, PhaseChanged(phase=Phase.QUEUED, status=rollout.status))
-        live.work = asyncio.create_task(self._work(live, run), name=f"rollout-{rollout.id}")
+        live.work = asyncio.create_task(run.execute(self._slot), name=f"rollout-{rollout.id}")
         live.settled = asyncio.create_task(self._settle(live), name=f"settle-{rollout.id}")
 
     async def resolve_task(self, spec: RolloutSpec) -> RolloutSpec:
@@ -380,17 +379,14 @@ class RolloutManager:
     def _backend_of(self, rollout: Rollout) -> str:
         return rollout.spec.sandbox.backend or self._settings.default_backend
 
-    async def _work(self, live: _Live, run: RolloutRun) -> None:
-        queued_at = time.monotonic()
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """One running slot, held for the body (the run's `Slot`)."""
         with self._metrics.in_queue():
             await self._slots.acquire()
         try:
-            queued_s = time.monotonic() - queued_at
-            live.rollout.result.timings.queued_s = queued_s
-            agent = live.rollout.spec.agent.name
-            self._metrics.phase_ended(Phase.QUEUED.value, agent=agent, seconds=queued_s)
             with self._metrics.in_slot():
-                await run.execute()
+                yield
         finally:
             self._slots.release()
 
@@ -582,7 +578,7 @@ class RolloutManager:
                 await backend.close()
 
 
-def _record_ending(rollout: Rollout, work: asyncio.Task[None], cancel_reason: str) -> None:
+def _record_ending(rollout: Rollout, work: asyncio.Task[Rollout], cancel_reason: str) -> None:
     """Make the rollout terminal from how its work ended (the run itself records most)."""
     if work.cancelled():
         rollout.status = RolloutStatus.CANCELLED

@@ -71,7 +71,7 @@ def test_run_with_flags_only_and_json_output(server_target: str) -> None:
     document = json.loads(result.stdout)
     assert document["status"] == "ROLLOUT_STATUS_SUCCEEDED"
     assert document["result"]["reward"] == 1.0
-    assert len(document["result"]["verify_results"]) == 2
+    assert len(document["result"]["verifyResults"]) == 2
 
 
 def test_a_failed_setup_exits_with_the_failed_code(server_target: str) -> None:

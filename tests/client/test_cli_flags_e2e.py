@@ -42,7 +42,7 @@ def test_env_file_and_image_reach_the_sandbox(server_target: str, tmp_path: Path
     assert done.exit_code == 0, done.output
     shown = json.loads(done.stdout)
     assert shown["result"]["reward"] == 1.0
-    tail = shown["result"]["agent_log_tail"]
+    tail = shown["result"]["agentLogTail"]
     assert "FOO is bar=baz" in tail
     assert "tool ran" in tail, "the staged script kept its executable mode"
     with RolloutClient(server_target) as client:
@@ -63,10 +63,10 @@ def test_group_run_takes_the_endpoint_and_task_flags(server_target: str) -> None
     )  # fmt: skip
 
     assert done.exit_code == 0, done.output
-    # One compact line per member as it ends, then the group, indented.
-    members_shown, _, group_shown = done.stdout.partition("\n{\n")
-    group = json.loads("{\n" + group_shown)
-    assert len(members_shown.splitlines()) == 2
+    # JSON lines: a WatchGroupResponse per member as it ends, then the group's.
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [list(line) for line in lines] == [["member"], ["member"], ["group"]]
+    group = lines[-1]["group"]
     with RolloutClient(server_target) as client:
         stored = client.get_group(group["id"])
         members = [client.get(m.rollout_id) for m in stored.members]

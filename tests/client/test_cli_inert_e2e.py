@@ -73,4 +73,4 @@ def test_json_keeps_the_agents_bytes_escaped_as_json(server_target: str) -> None
     assert got.exit_code == 0, got.output
     for printed in (run.stdout, got.stdout):
         assert not [char for char in ACTIVE if char in printed], printed
-        assert json.loads(printed)["result"]["agent_log_tail"] == "\x1b]0;t\x07\x9b\u202ex\n"
+        assert json.loads(printed)["result"]["agentLogTail"] == "\x1b]0;t\x07\x9b\u202ex\n"

@@ -34,10 +34,34 @@ def test_events_become_stamped_lines() -> None:
     command = pb.CommandResult(
         stage=pb.COMMAND_STAGE_VERIFY, index=1, command="test -f b", exit_code=1, stderr="x\nno b\n"
     )
-    [line] = _plain(view, _event(2, 1.25, command=command))
+    line, *tail = _plain(view, _event(2, 1.25, command=command))
     assert line.startswith("   1.25s verify[1] FAIL test -f b  exit 1 in 0s")
     assert line.endswith("no b"), "a failed command shows the last line of its stderr"
+    assert tail == ["   1.25s   err | x", "   1.25s   err | no b"]
     assert view.phase == pb.PHASE_SETUP
+
+
+def test_a_verify_command_shows_the_tail_of_what_the_tests_printed() -> None:
+    # A Harbor task's test.sh exits 0 with reward 0 and says why on its stdout.
+    printed = "".join(f"line {n}\n" for n in range(1, 9)) + "FAILED test_output - wrong\n"
+    command = pb.CommandResult(
+        stage=pb.COMMAND_STAGE_VERIFY, index=0, command="bash /tests/test.sh", stdout=printed
+    )
+    rollout = pb.Rollout(id="r-1", result=pb.RolloutResult(verify_results=[command]))
+    shown = [line.plain for line in rollout_summary(rollout)]
+    at = shown.index("verify[0] ok   bash /tests/test.sh  exit 0 in 0s")
+    assert shown[at + 1 : at + 7] == [
+        "  out | line 5",
+        "  out | line 6",
+        "  out | line 7",
+        "  out | line 8",
+        "  out | FAILED test_output - wrong",
+        "phase UNSPECIFIED  agent exit none  turns 0",
+    ]
+    setup = pb.CommandResult(stage=pb.COMMAND_STAGE_SETUP, command="echo hi", stdout="hi\n")
+    assert [line.plain for line in EventView().feed(_event(1, 0, command=setup))] == [
+        "   0.00s setup[0] ok   echo hi  exit 0 in 0s"
+    ], "setup output stays out of the way"
 
 
 def test_output_chunks_are_joined_into_lines_and_flushed_at_the_end() -> None:

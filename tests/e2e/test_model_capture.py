@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -20,6 +19,7 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 from tests.e2e.processes import eventually
 from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 from tests.server_process import ServerProcess
+from tests.telemetry.console_spans import console_spans
 
 pytestmark = pytest.mark.e2e
 
@@ -203,26 +203,12 @@ async def test_a_callers_trace_continues_into_the_rollout(
     await traced_stub.RunRollout(pb.RunRolloutRequest(spec=spec), metadata=metadata)
 
     def ours() -> list[dict[str, Any]]:
-        spans = _spans(traced_server.text())
+        spans = console_spans(traced_server.text())
         return [s for s in spans if s["context"]["trace_id"] == f"0x{TRACE_ID}"]
 
     await eventually(lambda: any(s["name"] == "rollout" for s in ours()))
     names = {s["name"] for s in ours()}
     assert {"rollout", "phase.creating_sandbox", "phase.setup", "phase.agent"} <= names
-    assert {"phase.verifying", "phase.collecting"} <= names
+    assert {"phase.queued", "phase.verifying", "phase.collecting", "phase.teardown"} <= names
     rollout_span = next(s for s in ours() if s["name"] == "rollout")
     assert rollout_span["attributes"]["rollout.status"] == "succeeded"
-
-
-def _spans(output: str) -> list[dict[str, Any]]:
-    """The JSON objects the console exporter printed, among the server's log lines."""
-    spans, decoder = [], json.JSONDecoder()
-    for match in re.finditer(r'^\{\s*$\n\s+"name"', output, flags=re.MULTILINE):
-        span, _ = decoder.raw_decode(output, match.start())
-        spans.append(span)
-    return spans
-
-
-def test_span_parser_reads_console_exporter_output() -> None:
-    text = 'log line\n{\n    "name": "rollout",\n    "context": {"trace_id": "0x1"}\n}\nmore\n'
-    assert _spans(text) == [{"name": "rollout", "context": {"trace_id": "0x1"}}]
