@@ -701,7 +701,7 @@ def _venv_on_a_closed_interpreter(directory: Path) -> Path:
     (as pyenv's under /root): the python of a venv `python3 -m venv` made from a pyenv shim."""
     closed = directory / "closed"
     closed.mkdir(mode=0o700)
-    base = os.path.realpath(sys._base_executable)  # the venv's base: Debian's python3.X
+    base = os.path.realpath(sys.executable)  # the interpreter our venv links to
     interpreter = closed / os.path.basename(base)
     interpreter.symlink_to(base)
     venv = directory / "venv"
