@@ -20,6 +20,7 @@ RUN_BY = {
     "set-up": "test_pages.py",
     "serve": "test_examples.py",
     "first-rollout": "test_examples.py",
+    "local-rollout": "test_examples.py",
     "opencode": "test_examples.py",
     "spec-file": "test_examples.py",
     "python": "test_examples.py",
