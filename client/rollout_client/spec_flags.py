@@ -112,6 +112,14 @@ def spec_flags(
         list[str] | None,
         typer.Option("--verify", help="A verify command (repeatable).", rich_help_panel=_TASK),
     ] = None,
+    reward_key: Annotated[
+        str | None,
+        typer.Option(
+            metavar="KEY",
+            help='The reward.json key that is the reward when it has no "reward" key.',
+            rich_help_panel=_TASK,
+        ),
+    ] = None,
     env: Annotated[
         list[str] | None,
         typer.Option(
@@ -223,6 +231,7 @@ def spec_flags(
         instruction=instruction,
         setup=tuple(setup or ()),
         verify=tuple(verify or ()),
+        reward_key=reward_key,
         agent=agent,
         agent_command=agent_command,
         labels=labels_of(label),

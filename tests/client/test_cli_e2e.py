@@ -188,3 +188,15 @@ def test_serve_starts_the_server_and_stops_on_sigterm(tmp_path: Path) -> None:
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=60)
     assert process.returncode == 0, output
+
+
+def test_reward_key_picks_the_reward_among_reward_json_keys(server_target: str) -> None:
+    write = """echo '{"score": 0.25, "speed": 3}' > ~/logs/verifier/reward.json"""
+    args = ("run", "--instruction", "x", "--agent-command", "true", "--verify", write, "--json")
+    unnamed = json.loads(rollout(server_target, *args).stdout)
+    named = rollout(server_target, *args, "--reward-key", "score")
+
+    assert "reward" not in unnamed["result"]  # two numeric keys and none named: unset
+    assert named.exit_code == SUCCEEDED, named.output
+    result = json.loads(named.stdout)["result"]
+    assert (result["reward"], result["reward_key"]) == (0.25, "score")
