@@ -200,3 +200,22 @@ def test_reward_key_picks_the_reward_among_reward_json_keys(server_target: str) 
     assert named.exit_code == SUCCEEDED, named.output
     result = json.loads(named.stdout)["result"]
     assert (result["reward"], result["reward_key"]) == (0.25, "score")
+
+
+def test_list_stays_within_80_columns(server_target: str) -> None:
+    run = uuid.uuid4().hex
+    labels = {"run": run, "note": "a label value long enough to need folding"}
+    with RolloutClient(server_target) as client:
+        done = client.run({**_spec("true"), "labels": labels, "task_id": "task-with-a-long-id"})
+        running = client.start({**_spec("sleep 60"), "labels": labels})
+
+    table = runner.invoke(app, ["list", "--label", f"run={run}", "--target", server_target],
+                          env={"COLUMNS": "80"})  # fmt: skip
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, table.stdout
+    for rollout_id in (done.id, running.id):  # whole, to copy into `rollout get`
+        assert any(line.startswith(rollout_id + " ") for line in lines), table.stdout
+    assert sum(line.rstrip().endswith("folding") for line in lines) == 2, table.stdout
+    with RolloutClient(server_target) as client:
+        client.cancel(running.id, "done with it")
