@@ -6,7 +6,6 @@ Exit codes are listed in `rollout_client.exits` (and in `rollout --help`).
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import os
 from typing import Annotated, NoReturn
@@ -33,6 +32,7 @@ from rollout_client.messages import parse_status
 from rollout_client.options import AsJson, LabelFlags, Version
 from rollout_client.render import message_json, rollout_summary, rollouts_table, status_name
 from rollout_client.run_command import run, start
+from rollout_client.serve_command import serve
 from rollout_client.spec_flags import labels_of
 
 __all__ = ["EXIT_CODES", "EXIT_ERROR", "app", "main"]
@@ -49,6 +49,10 @@ app.command()(run)
 app.command()(start)
 app.command()(batch)
 app.add_typer(group_app, name="group")
+app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)(serve)
 app.command()(export)
 
 
@@ -66,20 +70,6 @@ def _stdout() -> Console:
 def _print_summary(console: Console, rollout: pb.Rollout) -> None:
     for line in rollout_summary(rollout):
         console.print(line)
-
-
-@app.command(
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    add_help_option=False,
-)
-def serve(ctx: typer.Context) -> None:
-    """Start the server; every option is the server's (`rollout serve --help` lists them)."""
-    try:
-        # Imported here: the client distribution does not depend on the server's packages.
-        server = importlib.import_module("service.server")
-    except ModuleNotFoundError as exc:
-        fail(f"`rollout serve` needs the server ({exc.name} is missing): install rollout-service")
-    raise typer.Exit(server.main(list(ctx.args)) or 0)
 
 
 @app.command()
