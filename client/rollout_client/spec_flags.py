@@ -19,7 +19,13 @@ from rollout_client.messages import AGENT_NAMES, parse_network
 from rollout_client.options import LabelFlags
 from rollout_client.specfile import SpecOverrides, parse_pairs
 
-__all__ = ["labels_of", "need_a_task", "spec_flags", "with_spec_flags"]
+__all__ = [
+    "labels_of",
+    "need_a_task",
+    "spec_flags",
+    "with_dataset_spec_flags",
+    "with_spec_flags",
+]
 
 _TASK = "Task"
 _AGENT = "Agent"
@@ -266,3 +272,11 @@ def need_a_task(spec_file: Path | None, overrides: SpecOverrides) -> None:
 
 with_spec_flags = with_flags(spec_flags, into="overrides")
 """Gives a command the spec flags, as an `overrides: SpecOverrides` argument."""
+
+with_dataset_spec_flags = with_flags(
+    spec_flags,
+    into="overrides",
+    leave_out=frozenset({"instruction", "harbor_task", "harbor_dir", "request_id"}),
+)
+"""The spec flags but those that name a task (`rollout batch`: its INPUT names the tasks, and
+the batch their request ids)."""

@@ -87,3 +87,15 @@ def test_serve_help_reads_like_the_other_commands() -> None:
                              "--listen-reuse-port true|false"):  # fmt: skip
         assert flag_and_metavar in " ".join(text.split()), flag_and_metavar
     assert "─ Storage ─" in result.stdout
+
+
+def test_batch_lists_only_the_flags_it_takes() -> None:
+    # INPUT names the tasks: the flags that name a task were listed, then refused.
+    text = runner.invoke(app, ["batch", "--help"], env={"COLUMNS": "200"}).stdout
+    for refused in ("--instruction", "--harbor-task", "--harbor-dir", "--request-id"):
+        assert refused not in text, refused
+        given = runner.invoke(app, ["batch", "tasks", "--output", "out", refused, "x"])
+        assert given.exit_code == USAGE
+        assert f"No such option: {refused}" in given.stderr
+    for taken in ("--agent", "--verify", "--label", "--reward-key", "--local"):
+        assert taken in text, taken
