@@ -7,7 +7,6 @@ Exit codes are listed in `rollout_client.exits` (and in `rollout --help`).
 from __future__ import annotations
 
 import itertools
-import os
 from typing import Annotated, NoReturn
 
 import typer
@@ -202,6 +201,4 @@ def cancel(
 
 
 def main() -> None:
-    # gRPC's core logs a failed handshake at INFO above the one line `client_errors` prints.
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     app()
