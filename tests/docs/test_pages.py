@@ -107,3 +107,16 @@ def test_a_link_to_a_missing_file_or_heading_is_found(tmp_path: Path) -> None:
         "missing.md: no such file",
         "other.md#nope: no such heading in other.md",
     ]
+
+
+def test_the_benchmarks_page_holds_current_figures_the_readme_quotes() -> None:
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    # One current run per benchmark, with its baseline; superseded runs live in git.
+    assert not re.search(r"\bearlier runs?\b|\ba second run\b", page, re.IGNORECASE)
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Figures", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) > 1, "the README's figures table is gone"
+    for row in rows[1:]:
+        for number in re.findall(r"\d[\d,.]*\d|\d", row):
+            assert number in page, f"README figure {number} ({row[:40]}...) not in benchmarks.md"
