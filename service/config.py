@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 from pydantic_settings import (
@@ -53,6 +60,9 @@ class Settings(BaseSettings):
         cli_prog_name="rollout serve",
         use_attribute_docstrings=True,
     )
+
+    _flags_given: frozenset[str] = PrivateAttr(default=frozenset())
+    """The `--flag`s of the command line these settings were read from (`name_of`)."""
 
     listen: str = "127.0.0.1:50051"
     """gRPC listen address (host:port; port 0 picks a free one)."""
@@ -324,6 +334,12 @@ class Settings(BaseSettings):
             raise ValueError(f"expected one of {', '.join(_LOG_LEVELS)}")
         return value
 
+    def name_of(self, field: str) -> str:
+        """How the operator set `field`: its flag if `rollout serve` was given it, else its
+        variable (so a refusal names what to change)."""
+        flag = _flag_of(field)
+        return flag if flag in self._flags_given else "ROLLOUT_" + field.upper()
+
     @property
     def database_path(self) -> Path:
         return self.database or self.state_dir / "rollouts.db"
@@ -376,12 +392,18 @@ def load_settings(argv: Sequence[str]) -> Settings:
     of one line per value: its variable or flag, the value (never a secret's) and what is
     expected."""
     try:
-        return Settings(_cli_parse_args=list(argv))  # type: ignore[call-arg]
+        settings = Settings(_cli_parse_args=list(argv))  # type: ignore[call-arg]
     except ValidationError as exc:
         problems = [_problem(error, argv) for error in exc.errors(include_url=False)]
         raise ConfigError("; ".join(problems)) from None
     except SettingsError as exc:
         raise ConfigError(str(exc)) from None
+    settings._flags_given = frozenset(arg.split("=", 1)[0] for arg in argv if arg.startswith("--"))
+    return settings
+
+
+def _flag_of(field: str) -> str:
+    return "--" + field.replace("_", "-")
 
 
 def _problem(error: ErrorDetails, argv: Sequence[str]) -> str:
@@ -391,7 +413,7 @@ def _problem(error: ErrorDetails, argv: Sequence[str]) -> str:
     if not error["loc"]:
         return expected  # a rule between settings, which names them itself
     field = str(error["loc"][0])
-    flag = "--" + field.replace("_", "-")
+    flag = _flag_of(field)
     given_as_flag = any(arg == flag or arg.startswith(flag + "=") for arg in argv)
     name = flag if given_as_flag else "ROLLOUT_" + field.upper()
     info = Settings.model_fields[field]

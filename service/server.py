@@ -81,7 +81,7 @@ async def serve(settings: Settings) -> None:
     check_metrics_exposure(settings)
     check_health_listen(settings)
     if not settings.listen_reuse_port:
-        ensure_free(settings.listen, "ROLLOUT_LISTEN", _SHARE_HINT)
+        ensure_free(settings.listen, settings.name_of("listen"), _SHARE_HINT)
     exported = start_metrics_export(settings)
     scrapes = await MetricsEndpoint.open(settings, exported.registry)  # may refuse its port
     if scrapes is not None:
@@ -255,21 +255,25 @@ def _grpc_server(
     reflection.enable_server_reflection(
         (_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    port = _bind(server, settings.listen, security.credentials)
+    port = _bind(server, settings, security.credentials)
     log.info("API security: %s", security.describe(settings))
     return server, port, health_servicer
 
 
-def _bind(server: grpc.aio.Server, listen: str, credentials: grpc.ServerCredentials | None) -> int:
+def _bind(
+    server: grpc.aio.Server, settings: Settings, credentials: grpc.ServerCredentials | None
+) -> int:
     """The bound port; a ConfigError when gRPC cannot bind: the port is held by a server
     that does not share it (or was taken since `ensure_free`), or gRPC refuses the address."""
+    listen = settings.listen
     try:
         if credentials is None:
             return server.add_insecure_port(listen)
         return server.add_secure_port(listen, credentials)
     except RuntimeError as exc:  # gRPC's only report: "Failed to bind to address ..."
-        ensure_free(listen, "ROLLOUT_LISTEN", _SHARE_HINT)  # names the holder if there is one
-        raise ConfigError(f"cannot listen on {listen} (ROLLOUT_LISTEN): {exc}") from exc
+        setting = settings.name_of("listen")
+        ensure_free(listen, setting, _SHARE_HINT)  # names the holder if there is one
+        raise ConfigError(f"cannot listen on {listen} ({setting}): {exc}") from exc
 
 
 async def _mark_serving(health_servicer: health.aio.HealthServicer) -> None:

@@ -10,7 +10,7 @@
     4      sandboxes                                    the `Sandbox` protocol and backends
     3      images, store, telemetry                     what a sandbox, the engine, ... use
     2      config, listen_address, file_lock, memory,   settings and small host facilities
-           user_namespace
+           user_namespace, host_python
     1      errors                                       the one exception hierarchy
     0      models                                       the pydantic domain: imports nothing
 
@@ -35,7 +35,7 @@ SERVICE = Path(service.__file__).parent
 LEVELS: tuple[tuple[str, ...], ...] = (
     ("models",),
     ("errors",),
-    ("config", "listen_address", "file_lock", "memory", "user_namespace"),
+    ("config", "listen_address", "file_lock", "memory", "user_namespace", "host_python"),
     ("images", "store", "telemetry"),
     ("sandboxes",),
     ("agents", "proxy", "verifier", "harbor"),

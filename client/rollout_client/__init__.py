@@ -16,8 +16,12 @@ TLS, pass `token=` (or set ROLLOUT_TOKEN) and `credentials=tls_credentials(...)`
 as str or Path, or PEM bytes). A mapping spec may hold raw bytes (`task.files`,
 `harbor_task.archive`) or base64 strings. The messages are the generated
 `rollout.v1.rollout_pb2` classes; errors are drawn in `rollout_client.errors`.
+
+Importing it sets GRPC_VERBOSITY to ERROR when it is not set (`rollout_client._quiet_grpc`).
 """
 
+# First, before any module that imports grpc (its name sorts first).
+from rollout_client import _quiet_grpc  # noqa: F401
 from rollout_client.aio import AsyncRolloutClient
 from rollout_client.client import RolloutClient
 from rollout_client.connection import default_target, tls_credentials

@@ -1,14 +1,13 @@
-"""The `rollout` command line: serve, run, batch, watch, get, list, cancel and export rollouts.
+"""The `rollout` command line: serve, run, start, batch, watch, get, list, cancel and export
+rollouts.
 
 Exit codes are listed in `rollout_client.exits` (and in `rollout --help`).
 """
 
 from __future__ import annotations
 
-import importlib
 import itertools
-import os
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -17,14 +16,22 @@ from rollout.v1 import rollout_pb2 as pb
 
 from rollout_client.batch.command import batch
 from rollout_client.cli_connection import Connection, remember_global, with_connection
-from rollout_client.exits import EXIT_CODES, EXIT_ERROR, EXIT_SUMMARY, exit_for, fail
+from rollout_client.exits import (
+    EXIT_CODES,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_SUMMARY,
+    exit_for,
+    fail,
+)
 from rollout_client.export.command import export
 from rollout_client.group_command import group_app
-from rollout_client.live import follow
+from rollout_client.live import follow, follow_all
 from rollout_client.messages import parse_status
 from rollout_client.options import AsJson, LabelFlags, Version
 from rollout_client.render import message_json, rollout_summary, rollouts_table, status_name
-from rollout_client.run_command import run
+from rollout_client.run_command import run, start
+from rollout_client.serve_command import serve
 from rollout_client.spec_flags import labels_of
 
 __all__ = ["EXIT_CODES", "EXIT_ERROR", "app", "main"]
@@ -38,8 +45,13 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.command()(run)
+app.command()(start)
 app.command()(batch)
 app.add_typer(group_app, name="group")
+app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)(serve)
 app.command()(export)
 
 
@@ -59,32 +71,28 @@ def _print_summary(console: Console, rollout: pb.Rollout) -> None:
         console.print(line)
 
 
-@app.command(
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    add_help_option=False,
-)
-def serve(ctx: typer.Context) -> None:
-    """Start the server; every option is the server's (`rollout serve --help` lists them)."""
-    try:
-        # Imported here: the client distribution does not depend on the server's packages.
-        server = importlib.import_module("service.server")
-    except ModuleNotFoundError as exc:
-        fail(f"`rollout serve` needs the server ({exc.name} is missing): install rollout-service")
-    raise typer.Exit(server.main(list(ctx.args)) or 0)
-
-
 @app.command()
 @with_connection
 def watch(
-    rollout_id: Annotated[str, typer.Argument(help="The rollout's id.")],
     connection: Connection,
+    rollout_id: Annotated[
+        str | None, typer.Argument(help="The rollout's id.", show_default=False)
+    ] = None,
+    label: LabelFlags = None,
     after_seq: Annotated[int, typer.Option(help="Skip events up to this seq.", min=0)] = 0,
     as_json: AsJson = False,
 ) -> None:
     """Follow a rollout's events live (replayed from the start) until it ends.
 
+    With --label instead of an id: the live events of every rollout carrying the labels,
+    each line after its rollout's short id, until Ctrl-C.
+
     --json prints one event per line. Exit codes as for `run`.
     """
+    if label:
+        _watch_labels(connection, labels_of(label), rollout_id, after_seq, as_json)
+    if rollout_id is None:
+        raise typer.BadParameter("give a rollout's id, or --label", param_hint="ROLLOUT_ID")
     with connection.errors(), connection.client() as client:
         events = client.watch(rollout_id, after_seq=after_seq)
         if as_json:
@@ -99,6 +107,30 @@ def watch(
     if rollout.status not in EXIT_CODES:
         fail(f"the event stream ended while rollout {rollout_id} is {status_name(rollout.status)}")
     exit_for(rollout)
+
+
+def _watch_labels(
+    connection: Connection,
+    labels: dict[str, str],
+    rollout_id: str | None,
+    after_seq: int,
+    as_json: bool,
+) -> NoReturn:
+    """`watch --label`: every matching rollout's live events, until Ctrl-C (exit 130)."""
+    if rollout_id is not None or after_seq:
+        hint = "ROLLOUT_ID" if rollout_id is not None else "--after-seq"
+        raise typer.BadParameter("--label watches every rollout carrying it", param_hint=hint)
+    try:
+        with connection.errors(), connection.client() as client:
+            events = client.watch(labels=labels)
+            if as_json:
+                for event in events:
+                    typer.echo(message_json(event, compact=True))
+            else:
+                follow_all(events, _stdout())
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    fail("the server ended the watch")
 
 
 @app.command()
@@ -169,6 +201,4 @@ def cancel(
 
 
 def main() -> None:
-    # gRPC's core logs a failed handshake at INFO above the one line `client_errors` prints.
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     app()

@@ -11,7 +11,8 @@ parameters are typer options and whose result is what a command wants:
 
 The command's `endpoint` parameter leaves its command line, the builder's options join it
 (in `--help` too), and the command is called with what the builder made of them. A builder
-raises `typer.BadParameter` naming the flag for a bad value.
+raises `typer.BadParameter` naming the flag for a bad value. `leave_out` names options a
+command does not take: they are neither parsed nor listed, and the builder gets their default.
 """
 
 from __future__ import annotations
@@ -27,10 +28,13 @@ R = TypeVar("R")
 
 
 def with_flags(
-    builder: Callable[..., object], *, into: str
+    builder: Callable[..., object], *, into: str, leave_out: frozenset[str] = frozenset()
 ) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """A decorator giving a command the options of `builder`, built into its `into` argument."""
-    flags = inspect.signature(builder, eval_str=True).parameters
+    every = inspect.signature(builder, eval_str=True).parameters
+    if not leave_out <= set(every):
+        raise TypeError(f"{builder.__name__} has no flags {sorted(leave_out - set(every))}")
+    flags = {name: p for name, p in every.items() if name not in leave_out}
 
     def decorate(command: Callable[..., R]) -> Callable[..., R]:
         own = inspect.signature(command, eval_str=True)

@@ -2,7 +2,8 @@
 
 Finished things (phase changes, command results, turns, agent output lines) scroll by,
 stamped with the time since the first event; below them a status line shows the phase,
-the elapsed time and the number of turns so far.
+the elapsed time and the number of turns so far. `follow_all` shows many rollouts' events
+(`rollout watch --label`): the same lines, each after its rollout's short id.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout_client.inert import inert
 from rollout_client.render import command_lines, phase_name, seconds, status_text
 
-__all__ = ["EventView", "follow"]
+__all__ = ["EventView", "follow", "follow_all"]
+
+_SHORT_ID = 8
 
 # Raw output arrives in chunks that split lines; the other kinds are whole messages.
 _CHUNKED = {pb.AGENT_OUTPUT_KIND_STDOUT: "", pb.AGENT_OUTPUT_KIND_STDERR: "red"}
@@ -127,3 +130,19 @@ def follow(events: Iterable[pb.RolloutEvent], console: Console) -> pb.Rollout | 
             for line in view.feed(event):
                 live.console.print(line)
     return view.finished
+
+
+def follow_all(events: Iterable[pb.RolloutEvent], console: Console) -> None:
+    """Print the events of many rollouts as they come, each line after its rollout's short
+    id; a rollout's first line names it in full (for `rollout get`)."""
+    views: dict[str, EventView] = {}
+    for event in events:
+        short = Text(f"{event.rollout_id[:_SHORT_ID]} ", style="bold")
+        if event.rollout_id not in views:
+            views[event.rollout_id] = EventView()
+            console.print(Text.assemble(short, ("rollout ", "dim"), event.rollout_id))
+        view = views[event.rollout_id]
+        for line in view.feed(event):
+            console.print(Text.assemble(short, line))
+        if view.finished is not None:
+            del views[event.rollout_id]  # its last event: the watch may run for days

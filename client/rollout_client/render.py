@@ -151,27 +151,30 @@ def _agent_facts(rollout: pb.Rollout) -> str:
     return "  ".join(facts)
 
 
-def _labels(rollout: pb.Rollout) -> str:
-    return inert(",".join(f"{k}={v}" for k, v in sorted(rollout.spec.labels.items())))
+def _labels(rollout: pb.Rollout, separator: str = ",") -> str:
+    return inert(separator.join(f"{k}={v}" for k, v in sorted(rollout.spec.labels.items())))
 
 
 def rollouts_table(rollouts: Iterable[pb.Rollout]) -> Table:
-    """One row per rollout, narrow enough for 80 columns; ids are never wrapped."""
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    """One row per rollout, within 80 columns: ids are never wrapped; a running rollout's
+    phase and each label go on a line of their own."""
+    # No padding: the box's column separator is the one space between columns, so the id,
+    # status, reward and date leave task and labels 11 to 18 columns of 80.
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=0)
     for name in ("id", "status", "reward", "created"):
         table.add_column(name, no_wrap=True)
-    table.add_column("task", overflow="fold", min_width=6)
-    table.add_column("labels", overflow="fold", min_width=12)
+    table.add_column("task", overflow="fold", min_width=4)
+    table.add_column("labels", overflow="fold", min_width=6)
     for rollout in rollouts:
         status = status_text(rollout.status)
         if rollout.status == pb.ROLLOUT_STATUS_RUNNING:
-            status.append(f" {phase_name(rollout.phase)}")
+            status.append(f"\n{phase_name(rollout.phase)}")
         table.add_row(
             rollout.id,
             status,
             _reward(rollout),
             rollout.create_time.ToDatetime().strftime("%m-%d %H:%M"),
             Text(inert(rollout.spec.task_id)),
-            Text(_labels(rollout)),
+            Text(_labels(rollout, "\n")),
         )
     return table

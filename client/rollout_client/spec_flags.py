@@ -19,7 +19,13 @@ from rollout_client.messages import AGENT_NAMES, parse_network
 from rollout_client.options import LabelFlags
 from rollout_client.specfile import SpecOverrides, parse_pairs
 
-__all__ = ["labels_of", "need_a_task", "spec_flags", "with_spec_flags"]
+__all__ = [
+    "labels_of",
+    "need_a_task",
+    "spec_flags",
+    "with_dataset_spec_flags",
+    "with_spec_flags",
+]
 
 _TASK = "Task"
 _AGENT = "Agent"
@@ -111,6 +117,14 @@ def spec_flags(
     verify: Annotated[
         list[str] | None,
         typer.Option("--verify", help="A verify command (repeatable).", rich_help_panel=_TASK),
+    ] = None,
+    reward_key: Annotated[
+        str | None,
+        typer.Option(
+            metavar="KEY",
+            help='The reward.json key that is the reward when it has no "reward" key.',
+            rich_help_panel=_TASK,
+        ),
     ] = None,
     env: Annotated[
         list[str] | None,
@@ -223,6 +237,7 @@ def spec_flags(
         instruction=instruction,
         setup=tuple(setup or ()),
         verify=tuple(verify or ()),
+        reward_key=reward_key,
         agent=agent,
         agent_command=agent_command,
         labels=labels_of(label),
@@ -257,3 +272,11 @@ def need_a_task(spec_file: Path | None, overrides: SpecOverrides) -> None:
 
 with_spec_flags = with_flags(spec_flags, into="overrides")
 """Gives a command the spec flags, as an `overrides: SpecOverrides` argument."""
+
+with_dataset_spec_flags = with_flags(
+    spec_flags,
+    into="overrides",
+    leave_out=frozenset({"instruction", "harbor_task", "harbor_dir", "request_id"}),
+)
+"""The spec flags but those that name a task (`rollout batch`: its INPUT names the tasks, and
+the batch their request ids)."""

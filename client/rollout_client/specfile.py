@@ -45,6 +45,8 @@ class SpecOverrides:
     instruction: str | None = None
     setup: tuple[str, ...] = ()
     verify: tuple[str, ...] = ()
+    reward_key: str | None = None
+    """The reward.json key that is the reward when it has no "reward" key (`task.reward_key`)."""
     agent: str | None = None
     agent_command: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -133,6 +135,8 @@ def apply_overrides(spec: pb.RolloutSpec, overrides: SpecOverrides) -> None:
     if overrides.verify:
         spec.task.ClearField("verify")
         spec.task.verify.extend(overrides.verify)
+    if overrides.reward_key is not None:
+        spec.task.reward_key = overrides.reward_key
     if overrides.agent is not None:
         spec.agent.name = overrides.agent
     if overrides.agent_command is not None:

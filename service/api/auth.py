@@ -86,7 +86,13 @@ class TokenTable:
         """What is configured, for the start-up log: counts, never tokens."""
         tenants = {tenant for _, tenant in self.entries if tenant is not None}
         admins = sum(tenant is None for _, tenant in self.entries)
-        return f"{len(self.entries)} bearer tokens ({len(tenants)} tenants, {admins} admin)"
+        counts = (_counted(len(self.entries), "bearer token"), _counted(len(tenants), "tenant"))
+        return f"{counts[0]} ({counts[1]}, {admins} admin)"
+
+
+def _counted(count: int, noun: str) -> str:
+    """`1 tenant`, `2 tenants`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def load_tokens(settings: Settings) -> TokenTable:

@@ -15,13 +15,13 @@ A layer's other owners (an imported image's `_apt`, uid 42) have no id there: ov
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from service.errors import ImageError
+from service.host_python import host_python
 from service.images import rootless
 from service.images.models import ImageConfig, ImageProgress, ProgressCallback
 from service.images.names import candidates, qualify
@@ -54,7 +54,7 @@ class ContainerStorage:
         """`argv` as run on this storage: in a user namespace of its own if rootless."""
         if not self.rootless:
             return list(argv)
-        return [sys.executable, "-I", rootless.__file__, str(self.runroot), *argv]
+        return [host_python().executable, "-I", rootless.__file__, str(self.runroot), *argv]
 
     def buildah(self, *args: str) -> list[str]:
         return self.tool(self.plain_buildah(*args))

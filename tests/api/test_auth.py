@@ -33,6 +33,12 @@ def test_tokens_from_settings_and_file_map_to_their_tenants(tmp_path: Path) -> N
     assert table.describe() == "3 bearer tokens (2 tenants, 1 admin)"
 
 
+def test_one_of_each_is_counted_in_the_singular() -> None:
+    table = load_tokens(settings(["setting-token-0123456 team.1"]))
+
+    assert table.describe() == "1 bearer token (1 tenant, 0 admin)"
+
+
 def test_no_tokens_is_an_empty_table() -> None:
     assert not load_tokens(settings([]))
 

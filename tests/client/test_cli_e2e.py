@@ -188,3 +188,73 @@ def test_serve_starts_the_server_and_stops_on_sigterm(tmp_path: Path) -> None:
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=60)
     assert process.returncode == 0, output
+
+
+def test_reward_key_picks_the_reward_among_reward_json_keys(server_target: str) -> None:
+    write = """echo '{"score": 0.25, "speed": 3}' > ~/logs/verifier/reward.json"""
+    args = ("run", "--instruction", "x", "--agent-command", "true", "--verify", write, "--json")
+    unnamed = json.loads(rollout(server_target, *args).stdout)
+    named = rollout(server_target, *args, "--reward-key", "score")
+
+    assert "reward" not in unnamed["result"]  # two numeric keys and none named: unset
+    assert named.exit_code == SUCCEEDED, named.output
+    result = json.loads(named.stdout)["result"]
+    assert (result["reward"], result["reward_key"]) == (0.25, "score")
+
+
+def test_list_stays_within_80_columns(server_target: str) -> None:
+    run = uuid.uuid4().hex
+    labels = {"run": run, "note": "a label value long enough to need folding"}
+    with RolloutClient(server_target) as client:
+        done = client.run({**_spec("true"), "labels": labels, "task_id": "task-with-a-long-id"})
+        running = client.start({**_spec("sleep 60"), "labels": labels})
+
+    table = runner.invoke(app, ["list", "--label", f"run={run}", "--target", server_target],
+                          env={"COLUMNS": "80"})  # fmt: skip
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, table.stdout
+    for rollout_id in (done.id, running.id):  # whole, to copy into `rollout get`
+        assert any(line.startswith(rollout_id + " ") for line in lines), table.stdout
+    assert sum(line.rstrip().endswith("folding") for line in lines) == 2, table.stdout
+    with RolloutClient(server_target) as client:
+        client.cancel(running.id, "done with it")
+
+
+def test_start_detaches_and_watch_label_follows_every_matching_rollout(
+    server_target: str,
+) -> None:
+    label = f"run={uuid.uuid4().hex}"
+    ticking = "while true; do echo tick; sleep 0.2; done"  # events for as long as it runs
+    started = rollout(
+        server_target, "start", "--instruction", "x", "--agent-command", ticking, "--label", label
+    )
+    assert started.exit_code == 0, started.output
+    rollout_id = started.stdout.strip()
+    assert len(rollout_id) == 32, started.stdout
+
+    command = cli_argv("watch", "--label", label, "--target", server_target)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    seen = []
+    for line in process.stdout:  # live events only: the ticks tell the watch is on
+        seen.append(line)
+        if line.startswith(f"{rollout_id[:8]} ") and "agent | tick" in line:
+            break
+    assert seen[0].startswith(f"{rollout_id[:8]} rollout {rollout_id}"), "".join(seen)
+    assert rollout(server_target, "cancel", rollout_id).exit_code == 0
+    for line in process.stdout:
+        seen.append(line)
+        if "finished CANCELLED" in line:
+            break
+    assert seen[-1].startswith(f"{rollout_id[:8]} "), "".join(seen)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+
+
+def test_watch_takes_an_id_or_a_label(server_target: str) -> None:
+    assert rollout(server_target, "watch").exit_code == 2
+    both = rollout(server_target, "watch", "some-id", "--label", "a=b")
+    assert both.exit_code == 2
+    assert "--label watches every rollout carrying it" in both.stderr

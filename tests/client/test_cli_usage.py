@@ -65,11 +65,37 @@ def test_serve_help_describes_every_option_with_its_real_default(tmp_path: Path)
         env={"HOME": str(home), "COLUMNS": "200", "PATH": "/usr/bin:/bin"},
         check=True,
     )
-    text = " ".join(result.stdout.split())
-    unwrapped = "".join(result.stdout.split())  # argparse wraps long paths at hyphens
+    text = " ".join(result.stdout.replace("│", " ").split())
     assert "default factory" not in text
-    assert f"(default:{home}/.local/state/rollout-service)" in unwrapped
-    assert f"(default:{home}/.cache/rollout-service)" in unwrapped
+    assert f"[default: {home}/.local/state/rollout-service]" in text
+    assert f"[default: {home}/.cache/rollout-service]" in text
     for name, field in Settings.model_fields.items():
         assert field.description, f"setting {name} has no description"
         assert " ".join(field.description.split()) in text, name
+
+
+def test_serve_help_reads_like_the_other_commands() -> None:
+    # It was argparse's, from pydantic-settings: `[--database {Path,null}]`, `list[SecretStr]`.
+    result = runner.invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.replace("│", " ").split())
+    assert text.startswith("Usage: rollout serve [OPTIONS]")
+    for argparse_style in ("{Path,null}", "list[SecretStr]", "usage:", "options:"):
+        assert argparse_style not in text
+    for flag_and_metavar in ("--listen HOST:PORT", "--state-dir PATH", "--auth-tokens JSON",
+                             "--shutdown-grace-s SECONDS", "--max-running N",
+                             "--listen-reuse-port true|false"):  # fmt: skip
+        assert flag_and_metavar in " ".join(text.split()), flag_and_metavar
+    assert "─ Storage ─" in result.stdout
+
+
+def test_batch_lists_only_the_flags_it_takes() -> None:
+    # INPUT names the tasks: the flags that name a task were listed, then refused.
+    text = runner.invoke(app, ["batch", "--help"], env={"COLUMNS": "200"}).stdout
+    for refused in ("--instruction", "--harbor-task", "--harbor-dir", "--request-id"):
+        assert refused not in text, refused
+        given = runner.invoke(app, ["batch", "tasks", "--output", "out", refused, "x"])
+        assert given.exit_code == USAGE
+        assert f"No such option: {refused}" in given.stderr
+    for taken in ("--agent", "--verify", "--label", "--reward-key", "--local"):
+        assert taken in text, taken

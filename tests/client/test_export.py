@@ -309,7 +309,8 @@ async def test_the_export_command_writes_atif_and_train_records(
 
     written = tmp_path / "trajectory.json"
     result = runner.invoke(
-        app, ["export", rollout.id, "--format", "atif", "--output", str(written), *target]
+        app,
+        ["export", rollout.id, "--output", str(written), *target],  # ATIF, the default
     )
     assert result.exit_code == 0, result.output
     assert result.stdout == ""

@@ -3,6 +3,8 @@ the command line against real servers (plaintext, TLS, mTLS; a private CA made f
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +13,7 @@ from rollout_client.cli import EXIT_ERROR, app
 from rollout_client.unreachable import why_unreachable
 from typer.testing import CliRunner
 
+from tests.client.conftest import cli_argv
 from tests.e2e.auth_support import Certificates, make_certificates
 from tests.server_process import ServerProcess
 
@@ -120,3 +123,19 @@ def test_an_unavailable_server_that_was_reached_keeps_grpcs_words() -> None:
         line
         == "server unavailable (the server is shutting down): is the server running at 127.0.0.1:7?"
     )
+
+
+@pytest.mark.parametrize("wrong", ["another CA", "plaintext to TLS"])
+def test_the_command_prints_one_line_and_no_grpc_log(
+    wrong: str, tls_target: str, certs: Certificates
+) -> None:
+    # gRPC core logs a failed handshake to fd 2 itself, above the command's own line.
+    flags = ["--tls-ca", str(certs.other_ca)] if wrong == "another CA" else []
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPC_")}
+    done = subprocess.run(
+        cli_argv("list", "--target", tls_target, *flags),
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == EXIT_ERROR
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("error: "), done.stderr

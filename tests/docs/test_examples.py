@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shlex
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -149,3 +150,20 @@ async def test_the_python_example_prints_what_its_page_says(
 
     assert ran.code == 0, ran
     assert ran.stdout.strip() == claimed_output(BLOCKS["python"])
+
+
+def test_the_local_rollout_block_needs_no_server(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "TMPDIR": str(tmp_path),
+        "ROLLOUT_TARGET": "127.0.0.1:1",  # nothing listens there: the block must not need it
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    ran = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", BLOCKS["local-rollout"].code],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+    assert ran.returncode == 0, ran
+    assert re.search(r"SUCCEEDED\s+reward 1\b", ran.stdout), ran.stdout
+    assert list(tmp_path.iterdir()) == []  # the server's state directory went with it

@@ -20,6 +20,7 @@ RUN_BY = {
     "set-up": "test_pages.py",
     "serve": "test_examples.py",
     "first-rollout": "test_examples.py",
+    "local-rollout": "test_examples.py",
     "opencode": "test_examples.py",
     "spec-file": "test_examples.py",
     "python": "test_examples.py",
@@ -43,6 +44,34 @@ def test_the_set_up_commands_are_the_readmes_and_the_ones_ci_and_the_tests_run()
     assert BLOCKS["serve"].commands() == ["make run"]
     ci = (ROOT / ".ci" / "run").read_text()
     assert re.search(r"^\s*make test$", ci, re.MULTILINE), "CI must run the README's test command"
+
+
+def test_the_readme_says_how_to_change_make_runs_port() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "`ROLLOUT_LISTEN=127.0.0.1:50052 make run`" in readme
+    # The variable reaches the server: `make run` sets no --listen that would win over it.
+    ran = subprocess.run(["make", "-n", "run"], cwd=ROOT, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert "-m service.server" in ran.stdout
+    assert "--listen" not in ran.stdout
+
+
+def test_the_testing_page_states_no_test_count_that_goes_stale() -> None:
+    # Counts of the suite were stale within weeks; the page says how to count instead.
+    testing = (ROOT / "docs" / "testing.md").read_text()
+    assert not re.findall(r"\b\d,?\d{3} (?:tests|passed)", testing)
+    assert "--collect-only -q" in testing
+
+
+def test_the_layout_tree_shows_each_room_of_service_as_it_is() -> None:
+    tree = (ROOT / "docs" / "layout.md").read_text().split("```")[1]
+    entries = set(re.findall(r"^\s+(\S+)\s", tree, re.MULTILINE))
+    service = ROOT / "service"
+    modules = {f"{p.name}" for p in service.glob("*.py") if p.name != "__init__.py"}
+    packages = {f"{p.name}/" for p in service.iterdir() if (p / "__init__.py").exists()}
+    assert modules <= entries, modules - entries
+    assert packages <= entries, packages - entries
+    assert not {f"{m.removesuffix('.py')}/" for m in modules} & entries  # a module as a folder
 
 
 def test_the_member_seed_example_derives_the_services_seed() -> None:
@@ -78,3 +107,16 @@ def test_a_link_to_a_missing_file_or_heading_is_found(tmp_path: Path) -> None:
         "missing.md: no such file",
         "other.md#nope: no such heading in other.md",
     ]
+
+
+def test_the_benchmarks_page_holds_current_figures_the_readme_quotes() -> None:
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    # One current run per benchmark, with its baseline; superseded runs live in git.
+    assert not re.search(r"\bearlier runs?\b|\ba second run\b", page, re.IGNORECASE)
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Figures", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) > 1, "the README's figures table is gone"
+    for row in rows[1:]:
+        for number in re.findall(r"\d[\d,.]*\d|\d", row):
+            assert number in page, f"README figure {number} ({row[:40]}...) not in benchmarks.md"

@@ -61,6 +61,15 @@ def test_a_second_server_on_a_port_in_use_names_the_address_and_its_holder(
     assert "ROLLOUT_LISTEN_REUSE_PORT=true" in line
 
 
+def test_a_listen_flag_on_a_port_in_use_names_the_flag(
+    tmp_path: Path, first: ServerProcess, free_port: int
+) -> None:
+    line = refused(tmp_path, {}, "--listen", f"127.0.0.1:{free_port}")
+
+    assert f"127.0.0.1:{free_port} (--listen) is already in use by pid {first.pid}" in line
+    assert "(ROLLOUT_LISTEN)" not in line
+
+
 def test_a_name_that_resolves_to_the_port_in_use_is_refused_too(
     tmp_path: Path, first: ServerProcess, free_port: int
 ) -> None:

@@ -694,3 +694,43 @@ async def test_without_the_base_made_ahead_the_default_falls_back_to_the_hosts_r
         assert rollout.result.reward == 1.0
     finally:
         assert server.stop() == 0, server.text()
+
+
+def _venv_on_a_closed_interpreter(directory: Path) -> Path:
+    """A venv with this one's packages whose interpreter is a link into a root-only directory
+    (as pyenv's under /root): the python of a venv `python3 -m venv` made from a pyenv shim."""
+    closed = directory / "closed"
+    closed.mkdir(mode=0o700)
+    base = os.path.realpath(sys.executable)  # the interpreter our venv links to
+    interpreter = closed / os.path.basename(base)
+    interpreter.symlink_to(base)
+    venv = directory / "venv"
+    subprocess.run([str(interpreter), "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3.*/site-packages"))
+    ours = next(p for p in sys.path if p.endswith("site-packages") and sys.prefix in p)
+    (site / "ours.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    return venv / "bin" / "python"
+
+
+async def test_a_venv_on_an_interpreter_other_users_cannot_reach_runs_rollouts(
+    user: pwd.struct_passwd, user_namespaces: None, home: Path
+) -> None:
+    """The server cannot exec its own `sys.executable` once it runs as the user: its sandbox
+    helpers (fork server, forwarder) run on the host's python3.X instead."""
+    directory = home / "closed-venv"
+    directory.mkdir()
+    python = _venv_on_a_closed_interpreter(directory)
+    for path in (directory / "state", directory / "cache"):
+        path.mkdir()
+        os.chown(path, user.pw_uid, user.pw_gid)
+    env = {"ROLLOUT_CACHE_DIR": str(directory / "cache"), "HOME": str(directory)}
+    command = [*_as_user(user), str(python), "-m", "service.server"]
+    server = ServerProcess(directory / "state", env=env, command=command)
+    server.start()
+    try:
+        spec = command_spec("echo made > made.txt", verify=('test "$(cat made.txt)" = made',))
+        rollout = await _run(server.target, spec)
+        assert rollout.status == pb.ROLLOUT_STATUS_SUCCEEDED, rollout.result.error.message
+        assert rollout.result.reward == 1.0
+    finally:
+        assert server.stop() == 0, server.text()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from service.proxy import CaptureProxy, ResolvedEndpoint
 from service.proxy.access import forwarder_command, host_socket_access
 from service.sandboxes.base import PROXY_DIR
 from service.sandboxes.local import forward
+from service.sandboxes.local.host_kit import forwarder_argv
 from tests.fakes.llm_upstream import FakeUpstream, Reply
 from tests.proxy.conftest import UPSTREAM_KEY, UPSTREAM_MODEL
 
@@ -43,8 +43,8 @@ print(json.dumps({
 """
 
 
-PYTHON = [sys.executable, "-I", "-S", str(Path(forward.__file__).resolve())]
-"""The forwarder as a sandbox on the host's root runs it (`host_kit.forwarder_argv`)."""
+PYTHON = forwarder_argv(on_image=False)
+"""The forwarder as a sandbox on the host's root runs it."""
 CODE_ROOT = str(Path(forward.__file__).resolve().parents[3])
 """The checkout the forwarder runs from (a CI clone may sit under /tmp)."""
 

@@ -14,7 +14,7 @@ from service.config import Settings
 from service.models import NetworkPolicy, Resources, SandboxSpec
 from service.sandboxes.base import SandboxRequest
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
-from service.sandboxes.local.spawner import FORK_SERVER
+from service.sandboxes.local.spawner import fork_server_argv
 from tests.fakes.e2b_cloud import FakeE2B
 from tests.sandboxes.e2b.support import fake_cloud
 
@@ -102,7 +102,7 @@ class SleepMarker:
 def fork_processes() -> dict[int, int]:
     """pid -> parent pid of every local fork server and spawner on the host."""
     found = {}
-    needle = FORK_SERVER[-1].encode()
+    needle = fork_server_argv()[-1].encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue

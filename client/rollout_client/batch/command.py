@@ -24,21 +24,15 @@ from rollout_client.batch.summary import summary_reasons, summary_table
 from rollout_client.cli_connection import Connection, with_connection
 from rollout_client.exits import EXIT_INTERRUPTED, fail
 from rollout_client.inert import inert
-from rollout_client.spec_flags import with_spec_flags
+from rollout_client.local_server import Local, served
+from rollout_client.spec_flags import with_dataset_spec_flags
 from rollout_client.specfile import SpecOverrides
 
 __all__ = ["batch"]
 
-_TASK_FLAGS = {
-    "--instruction": "instruction",
-    "--harbor-task": "harbor_task",
-    "--harbor-dir": "harbor_dir",
-    "--request-id": "request_id",
-}
-
 
 @with_connection
-@with_spec_flags
+@with_dataset_spec_flags
 def batch(
     connection: Connection,
     overrides: SpecOverrides,
@@ -67,21 +61,18 @@ def batch(
     resume: Annotated[
         bool, typer.Option(help="Finish the batch in --output: run what has no result.")
     ] = False,
+    local: Local = False,
 ) -> None:
     """Run every task of a dataset and summarize: mean reward, pass@k, failures, tokens.
 
     The agent, endpoint and sandbox flags are those of `rollout run`, set over every task's
     spec. Each rollout's line is appended to OUTPUT/results.jsonl as it ends. Ctrl-C cancels
     what is in flight and exits 130; --resume on the same --output runs only the rest.
+    With --local, the command starts a server of its own and stops it at the end.
     """
-    for flag, name in _TASK_FLAGS.items():
-        if getattr(overrides, name) is not None:
-            raise typer.BadParameter(
-                "INPUT names the tasks (and the batch their ids)", param_hint=flag
-            )
     options = BatchOptions(group_size=group_size, attempts=attempts, n_concurrent=n_concurrent)
     console = Console(soft_wrap=True, highlight=False)
-    with connection.errors():
+    with served(connection, local) as connection, connection.errors():
         try:
             summary = asyncio.run(_run(connection, source, output, options, resume, overrides))
         except KeyboardInterrupt:

@@ -1,5 +1,5 @@
-"""`rollout export ID --format atif|train [--output FILE]`: one rollout as a file other tools
-load (an ATIF JSON document, or training records as JSONL, one line per turn)."""
+"""`rollout export ID [--format atif|train] [--output FILE]`: one rollout as a file other tools
+load (an ATIF JSON document, the default, or training records as JSONL, one line per turn)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def export(
             "--format",
             help="atif: Harbor's trajectory (ATIF-v1.4 JSON); train: one JSONL record per turn.",
         ),
-    ],
+    ] = ExportFormat.ATIF,
     output: Annotated[
         Path | None,
         typer.Option(help="Write here instead of stdout.", dir_okay=False, show_default=False),

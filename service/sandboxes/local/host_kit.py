@@ -22,9 +22,9 @@ import functools
 import os
 import shutil
 import sys
-import sysconfig
 from dataclasses import dataclass
 
+from service.host_python import host_python
 from service.sandboxes.local import forward
 
 __all__ = ["KIT_DIR", "HostKit", "forwarder_argv", "host_kit"]
@@ -84,13 +84,14 @@ def _program(name: str) -> str:
 @functools.cache
 def host_kit() -> HostKit:
     """The kit of this server's host (computed once)."""
+    python = host_python()
     libraries = _mapped_libraries()
     directories = list(dict.fromkeys(os.path.dirname(os.path.realpath(p)) for p in libraries))
     binds = [(path, f"{KIT_DIR}/lib/{index}") for index, path in enumerate(directories)]
     binds += [(_program("sh"), f"{KIT_DIR}/bin/sh"), (_program("sleep"), f"{KIT_DIR}/bin/sleep")]
     binds += [
-        (os.path.realpath(sys.executable), f"{KIT_DIR}/python/bin/{_PYTHON}"),
-        (os.path.realpath(sysconfig.get_paths()["stdlib"]), f"{KIT_DIR}/python/lib/{_PYTHON}"),
+        (os.path.realpath(python.executable), f"{KIT_DIR}/python/bin/{_PYTHON}"),
+        (os.path.realpath(python.stdlib), f"{KIT_DIR}/python/lib/{_PYTHON}"),
         (os.path.realpath(forward.__file__), f"{KIT_DIR}/forward.py"),
     ]
     library_path = ":".join(inside for _, inside in binds[: len(directories)])
@@ -103,4 +104,4 @@ def forwarder_argv(*, on_image: bool) -> list[str]:
     if on_image:
         kit = host_kit()
         return kit.argv(f"{KIT_DIR}/python/bin/{_PYTHON}", "-I", "-S", f"{KIT_DIR}/forward.py")
-    return [sys.executable, "-I", "-S", os.path.realpath(forward.__file__)]
+    return [host_python().executable, "-I", "-S", os.path.realpath(forward.__file__)]

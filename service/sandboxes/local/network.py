@@ -45,10 +45,10 @@ import contextlib
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 from service.errors import SandboxError
+from service.host_python import host_python
 from service.sandboxes.local.bwrap import SandboxLayout
 from service.sandboxes.local.network_attach import CONNECTED
 
@@ -82,7 +82,7 @@ _PRIVATE = (
     "240.0.0.0/4",
 )
 _FIB_TRIE = Path("/proc/net/fib_trie")
-_ATTACH = (sys.executable, "-S", "-E", "-s", "-m", "service.sandboxes.local.network_attach")
+_ATTACH = ("-S", "-E", "-s", "-m", "service.sandboxes.local.network_attach")
 """`network_attach`, run like the fork server: the project root its working directory."""
 _PROJECT_ROOT = Path(__file__).resolve().parents[3]
 _ATTACH_WAIT_S = 30.0
@@ -192,6 +192,7 @@ async def attach_internet(
         os.mkfifo(layout.network_ready, 0o600)
     try:
         process = await asyncio.create_subprocess_exec(
+            host_python().executable,
             *_ATTACH,
             str(init_pidfd),
             json.dumps(setup),

@@ -13,19 +13,19 @@ import errno
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from service.errors import SandboxError
+from service.host_python import host_python
 from service.sandboxes.local.tree import await_exits
 from service.sandboxes.local.wire import MAX_MESSAGE_BYTES, receive, send
 
-__all__ = ["FORK_SERVER", "Command", "ForkServer", "Spawner", "SpawnerSetup"]
+__all__ = ["Command", "ForkServer", "Spawner", "SpawnerSetup", "fork_server_argv"]
 
-FORK_SERVER = (sys.executable, "-S", "-E", "-s", "-m", "service.sandboxes.local.forkserver")
+_FORK_SERVER_ARGS = ("-S", "-E", "-s", "-m", "service.sandboxes.local.forkserver")
 """Like `-I`, but with the project root (its working directory) on sys.path: it imports
 its siblings (`wire`, `holder_start`, `network_start`, `mounts`,
 `seccomp`, `overlay_start`), `service.user_namespace` and the standard library, nothing
@@ -35,6 +35,11 @@ _EXIT_WAIT_S = 1.0
 _SETUP_WAIT_S = 10.0
 _SNDBUF_FORCE = 32
 """SO_SNDBUFFORCE: past the host's cap on SO_SNDBUF, for root."""
+
+
+def fork_server_argv() -> list[str]:
+    """The fork server's command line, on the host's Python (`service.host_python`)."""
+    return [host_python().executable, *_FORK_SERVER_ARGS]
 
 
 def _socket_pair() -> tuple[socket.socket, socket.socket]:
@@ -75,7 +80,7 @@ class ForkServer:
         ours, theirs = _socket_pair()
         try:
             self._process = subprocess.Popen(
-                [*FORK_SERVER, str(theirs.fileno())],
+                [*fork_server_argv(), str(theirs.fileno())],
                 cwd=_PROJECT_ROOT,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

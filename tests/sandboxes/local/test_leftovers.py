@@ -20,7 +20,7 @@ from service.sandboxes.local.backend import LocalBackend
 from service.sandboxes.local.bwrap import require_bwrap
 from service.sandboxes.local.descriptors import readable
 from service.sandboxes.local.reaper import kill_leftover_holders
-from service.sandboxes.local.spawner import FORK_SERVER, SpawnerSetup
+from service.sandboxes.local.spawner import SpawnerSetup, fork_server_argv
 from service.sandboxes.local.wire import send
 from tests.e2e.processes import eventually
 from tests.sandboxes.conftest import SleepMarker, fork_processes
@@ -60,7 +60,7 @@ async def test_a_server_gone_while_bwrap_builds_the_sandbox_leaves_no_process(
     gate, gate_open = os.pipe()
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     fork_server = await asyncio.create_subprocess_exec(
-        *FORK_SERVER,
+        *fork_server_argv(),
         str(theirs.fileno()),
         cwd=Path(__file__).parents[3],
         stdin=gate,
