@@ -3,6 +3,8 @@ reaped, on real bwrap sandboxes and SQLite."""
 
 from __future__ import annotations
 
+import functools
+import signal
 import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -10,12 +12,16 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import pytest
 from google.protobuf import duration_pb2
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from tests.e2e.bad_request import violated_fields
 from tests.e2e.processes import eventually, processes_with
+from tests.e2e.specs import command_spec
 from tests.fakes.llm_upstream import FakeUpstream
+from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -296,3 +302,70 @@ async def _until_turn(stub: Stub, session_id: str) -> list[pb.RolloutEvent]:
             found.append(response.event)
             return found
     return found
+
+
+def retry_delay(error: grpc.aio.AioRpcError) -> duration_pb2.Duration | None:
+    """The RetryInfo a RESOURCE_EXHAUSTED status carries, if any."""
+    status = rpc_status.from_call(error)
+    for detail in [] if status is None else status.details:
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            delay: duration_pb2.Duration = info.retry_delay
+            return delay
+    return None
+
+
+def _daemon(marker: str) -> str:
+    return f"(setsid bash -c 'exec -a {marker} sleep 300' >/dev/null 2>&1 &)"
+
+
+async def test_capacity_is_shared_with_rollouts_and_refused_with_retry_info(
+    fresh_server: ServerProcess,
+) -> None:
+    fresh_server.env["ROLLOUT_MAX_RUNNING"] = "2"
+    fresh_server.start()
+    async with grpc.aio.insecure_channel(fresh_server.target) as channel:
+        stub = pb_grpc.RolloutServiceStub(channel)
+        rollout = await stub.StartRollout(pb.StartRolloutRequest(spec=command_spec("sleep 60")))
+        session = await open_one(stub, task())
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await open_one(stub, task())
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert retry_delay(caught.value) is not None
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.OpenSession(pb.OpenSessionRequest(spec=task(), copies=2))
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        await stub.CloseSession(pb.CloseSessionRequest(session_id=session.id))
+        assert (await open_one(stub, task())).status == pb.SESSION_STATUS_READY
+        await stub.CancelRollout(pb.CancelRolloutRequest(rollout_id=rollout.rollout.id))
+
+
+async def test_a_stopping_server_ends_its_sessions_and_a_crashed_ones_are_failed_on_restart(
+    fresh_server: ServerProcess,
+) -> None:
+    markers = [f"restart-daemon-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    ids = []
+    for marker, sig in zip(markers, (signal.SIGTERM, signal.SIGKILL), strict=True):
+        fresh_server.start()
+        async with grpc.aio.insecure_channel(fresh_server.target) as channel:
+            stub = pb_grpc.RolloutServiceStub(channel)
+            session = await open_one(stub, task())
+            await run(stub, session.id, _daemon(marker))
+            await eventually(functools.partial(processes_with, marker))
+            ids.append(session.id)
+        fresh_server.stop(sig)
+    fresh_server.start()  # a restart sweeps the crashed server's sandboxes
+    assert not any(processes_with(marker) for marker in markers)
+    async with grpc.aio.insecure_channel(fresh_server.target) as channel:
+        stub = pb_grpc.RolloutServiceStub(channel)
+        stopped, crashed = [
+            (await stub.GetSession(pb.GetSessionRequest(session_id=i))).session for i in ids
+        ]
+        assert stopped.status == pb.SESSION_STATUS_CLOSED
+        assert "shutting down" in stopped.result.error.message
+        assert crashed.status == pb.SESSION_STATUS_FAILED
+        assert "interrupted by restart" in crashed.result.error.message
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await run(stub, crashed.id, "true")
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
