@@ -149,3 +149,12 @@ async def test_the_python_example_prints_what_its_page_says(
 
     assert ran.code == 0, ran
     assert ran.stdout.strip() == claimed_output(BLOCKS["python"])
+
+
+async def test_the_session_example_prints_what_its_page_says(
+    server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    ran = await _run(BLOCKS["session-python"], server, upstream)
+
+    assert ran.code == 0, ran
+    assert ran.stdout.splitlines() == ["output: 42", "VERIFIED 1.0"], ran
