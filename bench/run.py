@@ -11,6 +11,7 @@ from pathlib import Path
 
 BENCHES = (
     ("sandbox floor: bwrap start vs a plain subprocess", ["bench_sandbox.py"]),
+    ("a session's Exec through gRPC vs the sandbox's own exec", ["bench_session.py"]),
     (
         "no-op rollouts through gRPC: disk pool on and no quota vs pool off",
         ["bench_rollouts.py", "--compare", "--soak", "0"],

@@ -116,6 +116,17 @@ class Settings(BaseSettings):
     """Budget of each setup/verify command when the spec sets none."""
     command_timeout_max_s: float = 3600.0
     """Largest command budget a spec may ask for."""
+    session_idle_timeout_default_s: float = 600.0
+    """A session's idle timeout when OpenSession sets none (docs/sessions.md)."""
+    session_idle_timeout_max_s: float = 6 * 3600.0
+    """Largest idle timeout a session may ask for."""
+    session_lifetime_default_s: float = 3600.0
+    """A session's total lifetime when OpenSession sets none."""
+    session_lifetime_max_s: float = 6 * 3600.0
+    """Largest lifetime a session may ask for (at most agent_timeout_max_s: its rollout's
+    agent budget is its lifetime)."""
+    session_copies_max: int = Field(default=64, ge=1)
+    """Most sessions one OpenSession may open from one setup."""
     shutdown_grace_s: float = 10.0
     """On SIGTERM: how long in-flight rollouts may finish before they are cancelled."""
 

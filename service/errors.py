@@ -3,6 +3,8 @@
     RolloutServiceError
     ├── SpecError            bad input; INVALID_ARGUMENT with one violation per field
     ├── NotFoundError        NOT_FOUND
+    ├── SessionStateError    FAILED_PRECONDITION: the session is not READY (ended, verifying,
+    │                        or held by another server)
     ├── RequestConflictError ALREADY_EXISTS: the request_id names a rollout of another spec
     ├── CapacityError        RESOURCE_EXHAUSTED: running and queue slots are full, or a
     │                        tenant's standing versions and pauses are at their limit
@@ -45,6 +47,7 @@ __all__ = [
     "RolloutFailure",
     "RolloutServiceError",
     "SandboxError",
+    "SessionStateError",
     "ShuttingDownError",
     "SpecError",
     "UpstreamError",
@@ -90,6 +93,11 @@ class SpecError(RolloutServiceError):
 
 class NotFoundError(RolloutServiceError):
     """No rollout with that id."""
+
+
+class SessionStateError(RolloutServiceError):
+    """A call a session cannot take in its state: it ended, is being verified or closed, or
+    another server holds it."""
 
 
 class RequestConflictError(RolloutServiceError):

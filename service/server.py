@@ -44,6 +44,7 @@ from service.engine.events import EventHub
 from service.engine.groups.manager import GroupManager
 from service.engine.manager import RolloutManager
 from service.engine.model_access import ModelRouter
+from service.engine.sessions import SessionManager
 from service.errors import ConfigError, MissingDependencyError
 from service.listen_address import ensure_free
 from service.memory import freeze_startup_objects, return_large_frees_to_the_os
@@ -113,6 +114,7 @@ async def serve(settings: Settings) -> None:
     if interrupted:
         log.warning("marked %d rollouts interrupted by restart as FAILED", interrupted)
     groups = GroupManager(manager, store)
+    sessions = SessionManager(manager)
     resumed = await groups.recover()
     if resumed:
         log.warning("resumed %d groups interrupted by restart", resumed)
@@ -124,7 +126,9 @@ async def serve(settings: Settings) -> None:
     )
 
     stop = _stop_on_signal()
-    server, port, health_servicer = _grpc_server(settings, security, manager, groups, hub, metrics)
+    server, port, health_servicer = _grpc_server(
+        settings, security, manager, groups, sessions, hub, metrics
+    )
     health_port = open_health_server(settings, health_servicer)
     if dashboard is not None:
         dashboard.attach(server)
@@ -146,6 +150,7 @@ async def serve(settings: Settings) -> None:
     if takeover is not None:
         takeover.cancel()
     await groups.shutdown()
+    await sessions.shutdown()
     await manager.shutdown(settings.shutdown_grace_s)
     if dashboard is not None:
         await dashboard.stop()
@@ -232,6 +237,7 @@ def _grpc_server(
     security: _ApiSecurity,
     manager: RolloutManager,
     groups: GroupManager,
+    sessions: SessionManager,
     hub: EventHub,
     metrics: Metrics,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
@@ -249,7 +255,7 @@ def _grpc_server(
         # Tracing first, so that refused calls are traced too.
         interceptors=[aio_server_interceptor(), *security.interceptors(settings)],  # type: ignore[no-untyped-call]
     )
-    add_servicer(RolloutServicer(manager, hub, groups), server, metrics)
+    add_servicer(RolloutServicer(manager, hub, groups, sessions), server, metrics)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

@@ -9,10 +9,10 @@ from service.agents.base import AgentContext, AgentOutcome, EmitOutput, Progress
 from service.agents.process import run_in_task
 from service.config import Settings
 from service.errors import FieldViolation
-from service.models import AgentOutput, AgentOutputKind
+from service.models import AgentOutput, AgentOutputKind, ModelAccess
 from service.sandboxes.base import OutputCallback, OutputStream, Sandbox
 
-__all__ = ["CommandAgent", "stream_to"]
+__all__ = ["CommandAgent", "model_env", "stream_to"]
 
 _KINDS = {OutputStream.STDOUT: AgentOutputKind.STDOUT, OutputStream.STDERR: AgentOutputKind.STDERR}
 
@@ -45,14 +45,18 @@ class CommandAgent:
 
     def command_and_env(self, context: AgentContext) -> tuple[str, dict[str, str]]:
         """What to run, and its environment over the task's."""
-        if context.model is None:
-            return context.command, {}
-        env = {
-            "OPENAI_BASE_URL": context.model.base_url,
-            "OPENAI_API_KEY": context.model.api_key,
-            "OPENAI_MODEL": context.model.model,
-        }
-        return context.command, env
+        return context.command, model_env(context.model)
+
+
+def model_env(model: ModelAccess | None) -> dict[str, str]:
+    """The OPENAI_* variables pointing a program at `model` (none without one)."""
+    if model is None:
+        return {}
+    return {
+        "OPENAI_BASE_URL": model.base_url,
+        "OPENAI_API_KEY": model.api_key,
+        "OPENAI_MODEL": model.model,
+    }
 
 
 def stream_to(emit: EmitOutput) -> OutputCallback:

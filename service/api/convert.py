@@ -22,6 +22,7 @@ from service.models import (
 )
 
 __all__ = [
+    "duration",
     "enum_to_proto",
     "event_to_proto",
     "rollout_to_proto",
@@ -42,7 +43,7 @@ def _snake_upper(name: str) -> str:
     return "".join(f"_{c}" if c.isupper() and i else c for i, c in enumerate(name)).upper()
 
 
-def _duration(seconds: float) -> duration_pb2.Duration:
+def duration(seconds: float) -> duration_pb2.Duration:
     message = duration_pb2.Duration()
     message.FromNanoseconds(int(seconds * 1e9))
     return message
@@ -115,11 +116,11 @@ def spec_to_proto(spec: RolloutSpec) -> pb.RolloutSpec:
         max_policy_lag=spec.max_policy_lag,
     )
     if spec.agent_timeout_s is not None:
-        message.agent_timeout.CopyFrom(_duration(spec.agent_timeout_s))
+        message.agent_timeout.CopyFrom(duration(spec.agent_timeout_s))
     if spec.command_timeout_s is not None:
-        message.command_timeout.CopyFrom(_duration(spec.command_timeout_s))
+        message.command_timeout.CopyFrom(duration(spec.command_timeout_s))
     if spec.verify_timeout_s is not None:
-        message.verify_timeout.CopyFrom(_duration(spec.verify_timeout_s))
+        message.verify_timeout.CopyFrom(duration(spec.verify_timeout_s))
     if spec.harbor_task is not None:
         harbor = spec.harbor_task
         message.harbor_task.CopyFrom(pb.HarborTask(digest=harbor.digest))
@@ -161,7 +162,7 @@ def _result_to_proto(result: RolloutResult) -> pb.RolloutResult:
         verify_results=[_command_to_proto(r) for r in result.verify_results],
         timings=pb.PhaseTimings(
             **{
-                name.removesuffix("_s"): _duration(value)
+                name.removesuffix("_s"): duration(value)
                 for name, value in timings.model_dump().items()
             }
         ),
@@ -196,7 +197,7 @@ def _command_to_proto(result: CommandResult) -> pb.CommandResult:
         stderr=result.stderr,
         stdout_bytes=result.stdout_bytes,
         stderr_bytes=result.stderr_bytes,
-        duration=_duration(result.duration_s),
+        duration=duration(result.duration_s),
         timed_out=result.timed_out,
     )
 
@@ -224,7 +225,7 @@ def _turn_to_proto(turn: Turn) -> pb.Turn:
         ],
         token_ids_present=turn.token_ids_present,
         usage=pb.Usage(**turn.usage.model_dump()),
-        latency=_duration(turn.latency_s),
+        latency=duration(turn.latency_s),
         upstream_status=turn.upstream_status,
         upstream_error=turn.upstream_error,
         stream=turn.stream,
@@ -241,12 +242,12 @@ def _turn_to_proto(turn: Turn) -> pb.Turn:
         policy_version_start=turn.policy_version_start,
         policy_version_end=turn.policy_version_end,
         upstream_weight_version=turn.upstream_weight_version,
-        paused=_duration(turn.paused_s),
+        paused=duration(turn.paused_s),
         sampling=pb.Sampling(**turn.sampling.model_dump()),
         sampling_stripped=turn.sampling_stripped,
     )
     if turn.time_to_first_token_s is not None:
-        message.time_to_first_token.CopyFrom(_duration(turn.time_to_first_token_s))
+        message.time_to_first_token.CopyFrom(duration(turn.time_to_first_token_s))
     return message
 
 

@@ -25,6 +25,7 @@ from service.errors import (
     NotFoundError,
     RequestConflictError,
     RolloutServiceError,
+    SessionStateError,
     ShuttingDownError,
     SpecError,
 )
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 _CODES: dict[type[RolloutServiceError], int] = {
     SpecError: code_pb2.INVALID_ARGUMENT,
     NotFoundError: code_pb2.NOT_FOUND,
+    SessionStateError: code_pb2.FAILED_PRECONDITION,
     RequestConflictError: code_pb2.ALREADY_EXISTS,
     CapacityError: code_pb2.RESOURCE_EXHAUSTED,
     ShuttingDownError: code_pb2.UNAVAILABLE,

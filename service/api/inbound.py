@@ -42,8 +42,10 @@ from service.models.group import GroupStatus
 __all__ = [
     "after_seq_from_proto",
     "cancel_reason_from_proto",
+    "duration_from_proto",
     "group_deadline_from_proto",
     "group_statuses_from_proto",
+    "id_from_proto",
     "label_filter_from_proto",
     "rollout_id_from_proto",
     "slim_view",
@@ -321,13 +323,24 @@ def after_seq_from_proto(after_seq: int) -> int:
 
 
 def rollout_id_from_proto(rollout_id: str) -> str:
-    if not rollout_id:
-        raise SpecError([FieldViolation("rollout_id", "is required")])
-    if len(rollout_id) > _MAX_ROLLOUT_ID_CHARS:
-        raise SpecError(
-            [FieldViolation("rollout_id", f"exceeds {_MAX_ROLLOUT_ID_CHARS} characters")]
-        )
-    return rollout_id
+    return id_from_proto(rollout_id, "rollout_id")
+
+
+def id_from_proto(value: str, field: str) -> str:
+    """A required id (a rollout's, a session's), held to 256 characters."""
+    if not value:
+        raise SpecError([FieldViolation(field, "is required")])
+    if len(value) > _MAX_ROLLOUT_ID_CHARS:
+        raise SpecError([FieldViolation(field, f"exceeds {_MAX_ROLLOUT_ID_CHARS} characters")])
+    return value
+
+
+def duration_from_proto(message: duration_pb2.Duration, field: str) -> float | None:
+    """Seconds of an optional Duration (None when zero: unset), refused when not valid."""
+    violations = _Violations()
+    seconds = _seconds(message, field, violations)
+    violations.raise_any()
+    return seconds or None
 
 
 def cancel_reason_from_proto(reason: str) -> str:

@@ -30,10 +30,12 @@ from service.api.inbound import (
 )
 from service.api.model_calls_in import selector_from_proto, version_from_proto
 from service.api.paging import GroupPageBuilder, RolloutPageBuilder
+from service.api.session_methods import SessionMethods
 from service.api.watch import EncodedEvents, FallingBehind, write_events
 from service.engine.events import EventHub
 from service.engine.groups.manager import GroupManager
 from service.engine.manager import RolloutManager
+from service.engine.sessions import SessionManager
 
 __all__ = ["RolloutServicer"]
 
@@ -45,13 +47,20 @@ _ENCODED_EVENTS_BYTES = 8 * 1024 * 1024
 """Wire bytes of recent events kept for their other watchers (see `EncodedEvents`)."""
 
 
-class RolloutServicer(pb_grpc.RolloutServiceServicer):
-    """Implements rollout.v1.RolloutService on top of the manager and the event hub."""
+class RolloutServicer(SessionMethods, pb_grpc.RolloutServiceServicer):  # type: ignore[misc]
+    """Implements rollout.v1.RolloutService on top of the managers and the event hub."""
 
-    def __init__(self, manager: RolloutManager, hub: EventHub, groups: GroupManager) -> None:
+    def __init__(
+        self,
+        manager: RolloutManager,
+        hub: EventHub,
+        groups: GroupManager,
+        sessions: SessionManager,
+    ) -> None:
         self._manager = manager
         self._hub = hub
         self._groups = groups
+        self._sessions = sessions
         self._encoded_events = EncodedEvents(_ENCODED_EVENTS_BYTES)
 
     @translate_errors

@@ -49,6 +49,7 @@ from service.models import (
     RolloutSpec,
     RolloutStatus,
     SandboxSpec,
+    SessionRecord,
 )
 from service.proxy.endpoints import ResolvedEndpoint
 from service.registry import BACKENDS, load_agent, load_backend
@@ -230,18 +231,22 @@ class RolloutManager:
         return self._settings.max_running + self._settings.max_queued
 
     @contextlib.asynccontextmanager
-    async def admitting(self, places: int) -> AsyncIterator[None]:
-        """Hold admission to admit a group of `places` members as a unit: CapacityError naming
+    async def admitting(
+        self, places: int, *, running: bool = False, what: str = "the group"
+    ) -> AsyncIterator[None]:
+        """Hold admission to admit `places` rollouts as a unit (a group's members; with
+        `running`, sessions, which never queue: running slots free now): CapacityError naming
         the places when they do not all fit now. The body `reserve`s them if it admits it."""
         async with self._admission:
             if not self._accepting:
                 raise ShuttingDownError("the server is shutting down")
-            free = max(0, self.capacity - len(self._live) - self._reserved)
+            limit = self._settings.max_running if running else self.capacity
+            free = max(0, limit - len(self._live) - self._reserved)
             if places > free:
                 raise CapacityError(
-                    f"the group needs {places} slots and {free} are free "
+                    f"{what} needs {places} slots and {free} are free "
                     f"({len(self._live)} rollouts running or queued, {self._reserved} reserved; "
-                    f"limit {self.capacity})"
+                    f"limit {limit}{' running' if running else ''})"
                 )
             yield
 
@@ -282,6 +287,29 @@ class RolloutManager:
         await self._store.insert(rollout)
         self._launch(rollout, spec, parts, prepared)
         return rollout
+
+    async def submit_session(
+        self,
+        spec: RolloutSpec,
+        parts: Checked,
+        *,
+        tenant: str,
+        record: SessionRecord,
+        prepared: PreparedFilesystem | None = None,
+    ) -> Rollout:
+        """Start a session's rollout (its agent is the caller: `engine.sessions`) in a
+        place `admitting(running=True)` reserved."""
+        rollout = _new_rollout(spec, tenant)
+        rollout.result.session = record
+        await self._store.insert(rollout)
+        self._launch(rollout, spec, parts, prepared)
+        return rollout
+
+    def publish(self, rollout_id: str, payload: EventPayload) -> None:
+        """Publish an event of a live rollout this server runs (a session's command)."""
+        live = self._live.get(rollout_id)
+        if live is not None:
+            self._publish(live, payload)
 
     async def wait(self, rollout_id: str) -> Rollout:
         """The rollout once it is terminal (at once if it already is)."""

@@ -21,6 +21,7 @@ from service.engine.task_extras import task_extras_violations
 from service.engine.task_paths import carried_path_violations, path_violations
 from service.errors import FieldViolation, SpecError, excerpt
 from service.models import (
+    SESSION_LABEL,
     CaptureMode,
     NetworkPolicy,
     RewardSource,
@@ -280,3 +281,5 @@ def _bookkeeping(spec: RolloutSpec) -> Iterator[FieldViolation]:
     for field, value in (("spec.task_id", spec.task_id), ("spec.request_id", spec.request_id)):
         yield from text_violations(field, value, _MAX_NAME_BYTES)
     yield from label_violations("spec.labels", spec.labels)
+    if SESSION_LABEL in spec.labels:
+        yield FieldViolation(f"spec.labels[{SESSION_LABEL}]", "is reserved for sessions' records")

@@ -26,6 +26,13 @@ from service.models.rollout import (
     RolloutResult,
     RolloutStatus,
 )
+from service.models.session import (
+    SESSION_AGENT,
+    SESSION_LABEL,
+    SessionEnding,
+    SessionRecord,
+    SessionStatus,
+)
 from service.models.spec import (
     AgentSpec,
     CaptureMode,
@@ -44,6 +51,8 @@ from service.models.spec import (
 from service.models.turn import TokenLogprob, ToolCall, Turn, Usage
 
 __all__ = [
+    "SESSION_AGENT",
+    "SESSION_LABEL",
     "TERMINAL_STATUSES",
     "AgentOutput",
     "AgentOutputKind",
@@ -74,6 +83,9 @@ __all__ = [
     "RolloutStatus",
     "Sampling",
     "SandboxSpec",
+    "SessionEnding",
+    "SessionRecord",
+    "SessionStatus",
     "TaskSpec",
     "TokenLogprob",
     "ToolCall",

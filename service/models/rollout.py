@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
+from service.models.session import SessionRecord
 from service.models.spec import RolloutSpec
 from service.models.turn import Turn
 
@@ -77,6 +78,8 @@ class CommandStage(StrEnum):
 
     SETUP = "setup"
     VERIFY = "verify"
+    SESSION = "session"
+    """A command a session's caller ran (`engine.sessions`)."""
 
 
 class CommandResult(BaseModel):
@@ -145,6 +148,8 @@ class RolloutResult(BaseModel):
     """The newest policy version the turns started or ended under."""
     turns_left_out: int = 0
     """Turns this copy leaves out (a slim copy carries none of them)."""
+    session: SessionRecord | None = None
+    """Set when the rollout is a session's record (agent "session"): its bookkeeping."""
 
     @property
     def turn_count(self) -> int:

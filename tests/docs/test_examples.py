@@ -167,3 +167,12 @@ def test_the_local_rollout_block_needs_no_server(tmp_path: Path) -> None:
     assert ran.returncode == 0, ran
     assert re.search(r"SUCCEEDED\s+reward 1\b", ran.stdout), ran.stdout
     assert list(tmp_path.iterdir()) == []  # the server's state directory went with it
+
+
+async def test_the_session_example_prints_what_its_page_says(
+    server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    ran = await _run(BLOCKS["session-python"], server, upstream)
+
+    assert ran.code == 0, ran
+    assert ran.stdout.splitlines() == ["output: 42", "VERIFIED 1.0"], ran

@@ -24,6 +24,7 @@ RUN_BY = {
     "opencode": "test_examples.py",
     "spec-file": "test_examples.py",
     "python": "test_examples.py",
+    "session-python": "test_examples.py",
     "member-seed": "test_pages.py",
 }
 """Each marked example and the module whose tests run it."""

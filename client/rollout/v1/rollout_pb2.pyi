@@ -101,6 +101,7 @@ class CommandStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     COMMAND_STAGE_UNSPECIFIED: _ClassVar[CommandStage]
     COMMAND_STAGE_SETUP: _ClassVar[CommandStage]
     COMMAND_STAGE_VERIFY: _ClassVar[CommandStage]
+    COMMAND_STAGE_SESSION: _ClassVar[CommandStage]
 
 class AgentOutputKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -120,6 +121,24 @@ class GroupStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GROUP_STATUS_FAILED: _ClassVar[GroupStatus]
     GROUP_STATUS_CANCELLED: _ClassVar[GroupStatus]
     GROUP_STATUS_TIMED_OUT: _ClassVar[GroupStatus]
+
+class SessionStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SESSION_STATUS_UNSPECIFIED: _ClassVar[SessionStatus]
+    SESSION_STATUS_OPENING: _ClassVar[SessionStatus]
+    SESSION_STATUS_READY: _ClassVar[SessionStatus]
+    SESSION_STATUS_VERIFYING: _ClassVar[SessionStatus]
+    SESSION_STATUS_CLOSING: _ClassVar[SessionStatus]
+    SESSION_STATUS_VERIFIED: _ClassVar[SessionStatus]
+    SESSION_STATUS_CLOSED: _ClassVar[SessionStatus]
+    SESSION_STATUS_EXPIRED: _ClassVar[SessionStatus]
+    SESSION_STATUS_FAILED: _ClassVar[SessionStatus]
+
+class ExecStream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXEC_STREAM_UNSPECIFIED: _ClassVar[ExecStream]
+    EXEC_STREAM_STDOUT: _ClassVar[ExecStream]
+    EXEC_STREAM_STDERR: _ClassVar[ExecStream]
 RESULT_VIEW_UNSPECIFIED: ResultView
 RESULT_VIEW_FULL: ResultView
 RESULT_VIEW_SLIM: ResultView
@@ -177,6 +196,7 @@ ERROR_KIND_POLICY_STALE: ErrorKind
 COMMAND_STAGE_UNSPECIFIED: CommandStage
 COMMAND_STAGE_SETUP: CommandStage
 COMMAND_STAGE_VERIFY: CommandStage
+COMMAND_STAGE_SESSION: CommandStage
 AGENT_OUTPUT_KIND_UNSPECIFIED: AgentOutputKind
 AGENT_OUTPUT_KIND_STDOUT: AgentOutputKind
 AGENT_OUTPUT_KIND_STDERR: AgentOutputKind
@@ -190,6 +210,18 @@ GROUP_STATUS_COMPLETED: GroupStatus
 GROUP_STATUS_FAILED: GroupStatus
 GROUP_STATUS_CANCELLED: GroupStatus
 GROUP_STATUS_TIMED_OUT: GroupStatus
+SESSION_STATUS_UNSPECIFIED: SessionStatus
+SESSION_STATUS_OPENING: SessionStatus
+SESSION_STATUS_READY: SessionStatus
+SESSION_STATUS_VERIFYING: SessionStatus
+SESSION_STATUS_CLOSING: SessionStatus
+SESSION_STATUS_VERIFIED: SessionStatus
+SESSION_STATUS_CLOSED: SessionStatus
+SESSION_STATUS_EXPIRED: SessionStatus
+SESSION_STATUS_FAILED: SessionStatus
+EXEC_STREAM_UNSPECIFIED: ExecStream
+EXEC_STREAM_STDOUT: ExecStream
+EXEC_STREAM_STDERR: ExecStream
 
 class RunRolloutRequest(_message.Message):
     __slots__ = ("spec", "view")
@@ -1084,3 +1116,247 @@ class CancelGroupResponse(_message.Message):
     GROUP_FIELD_NUMBER: _ClassVar[int]
     group: Group
     def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ...) -> None: ...
+
+class OpenSessionRequest(_message.Message):
+    __slots__ = ("spec", "copies", "idle_timeout", "max_lifetime")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    COPIES_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    MAX_LIFETIME_FIELD_NUMBER: _ClassVar[int]
+    spec: RolloutSpec
+    copies: int
+    idle_timeout: _duration_pb2.Duration
+    max_lifetime: _duration_pb2.Duration
+    def __init__(self, spec: _Optional[_Union[RolloutSpec, _Mapping]] = ..., copies: _Optional[int] = ..., idle_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_lifetime: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class OpenSessionResponse(_message.Message):
+    __slots__ = ("sessions",)
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[Session]
+    def __init__(self, sessions: _Optional[_Iterable[_Union[Session, _Mapping]]] = ...) -> None: ...
+
+class Session(_message.Message):
+    __slots__ = ("id", "spec", "status", "create_time", "ready_time", "finish_time", "last_activity_time", "idle_timeout", "max_lifetime", "commands", "result", "tenant", "copy_index", "model_base_url")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    READY_TIME_FIELD_NUMBER: _ClassVar[int]
+    FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    LAST_ACTIVITY_TIME_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    MAX_LIFETIME_FIELD_NUMBER: _ClassVar[int]
+    COMMANDS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    COPY_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MODEL_BASE_URL_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    spec: RolloutSpec
+    status: SessionStatus
+    create_time: _timestamp_pb2.Timestamp
+    ready_time: _timestamp_pb2.Timestamp
+    finish_time: _timestamp_pb2.Timestamp
+    last_activity_time: _timestamp_pb2.Timestamp
+    idle_timeout: _duration_pb2.Duration
+    max_lifetime: _duration_pb2.Duration
+    commands: int
+    result: RolloutResult
+    tenant: str
+    copy_index: int
+    model_base_url: str
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[RolloutSpec, _Mapping]] = ..., status: _Optional[_Union[SessionStatus, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ready_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_activity_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idle_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_lifetime: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., commands: _Optional[int] = ..., result: _Optional[_Union[RolloutResult, _Mapping]] = ..., tenant: _Optional[str] = ..., copy_index: _Optional[int] = ..., model_base_url: _Optional[str] = ...) -> None: ...
+
+class ExecRequest(_message.Message):
+    __slots__ = ("session_id", "command", "timeout", "cwd", "env", "max_output_bytes")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    MAX_OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    command: str
+    timeout: _duration_pb2.Duration
+    cwd: str
+    env: _containers.ScalarMap[str, str]
+    max_output_bytes: int
+    def __init__(self, session_id: _Optional[str] = ..., command: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., max_output_bytes: _Optional[int] = ...) -> None: ...
+
+class ExecOutput(_message.Message):
+    __slots__ = ("stream", "data")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    stream: ExecStream
+    data: bytes
+    def __init__(self, stream: _Optional[_Union[ExecStream, str]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class ExecResult(_message.Message):
+    __slots__ = ("exit_code", "timed_out", "duration", "stdout_bytes", "stderr_bytes", "output_bytes_dropped", "index")
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_BYTES_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    exit_code: int
+    timed_out: bool
+    duration: _duration_pb2.Duration
+    stdout_bytes: int
+    stderr_bytes: int
+    output_bytes_dropped: int
+    index: int
+    def __init__(self, exit_code: _Optional[int] = ..., timed_out: _Optional[bool] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., output_bytes_dropped: _Optional[int] = ..., index: _Optional[int] = ...) -> None: ...
+
+class ExecResponse(_message.Message):
+    __slots__ = ("output", "result")
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    output: ExecOutput
+    result: ExecResult
+    def __init__(self, output: _Optional[_Union[ExecOutput, _Mapping]] = ..., result: _Optional[_Union[ExecResult, _Mapping]] = ...) -> None: ...
+
+class ReadFileRequest(_message.Message):
+    __slots__ = ("session_id", "path", "max_bytes")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    path: str
+    max_bytes: int
+    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class ReadFileResponse(_message.Message):
+    __slots__ = ("found", "content", "truncated")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    content: bytes
+    truncated: bool
+    def __init__(self, found: _Optional[bool] = ..., content: _Optional[bytes] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class WriteFileRequest(_message.Message):
+    __slots__ = ("session_id", "path", "content")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    path: str
+    content: bytes
+    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., content: _Optional[bytes] = ...) -> None: ...
+
+class WriteFileResponse(_message.Message):
+    __slots__ = ("size",)
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    size: int
+    def __init__(self, size: _Optional[int] = ...) -> None: ...
+
+class ListFilesRequest(_message.Message):
+    __slots__ = ("session_id", "directory", "max_entries")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORY_FIELD_NUMBER: _ClassVar[int]
+    MAX_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    directory: str
+    max_entries: int
+    def __init__(self, session_id: _Optional[str] = ..., directory: _Optional[str] = ..., max_entries: _Optional[int] = ...) -> None: ...
+
+class SessionFile(_message.Message):
+    __slots__ = ("path", "size")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    size: int
+    def __init__(self, path: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
+
+class ListFilesResponse(_message.Message):
+    __slots__ = ("files", "truncated")
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    files: _containers.RepeatedCompositeFieldContainer[SessionFile]
+    truncated: bool
+    def __init__(self, files: _Optional[_Iterable[_Union[SessionFile, _Mapping]]] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class VerifySessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class VerifySessionResponse(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: Session
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ...) -> None: ...
+
+class CloseSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class CloseSessionResponse(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: Session
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ...) -> None: ...
+
+class GetSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class GetSessionResponse(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: Session
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ...) -> None: ...
+
+class ListSessionsRequest(_message.Message):
+    __slots__ = ("labels", "page_size", "page_token")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    labels: _containers.ScalarMap[str, str]
+    page_size: int
+    page_token: str
+    def __init__(self, labels: _Optional[_Mapping[str, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListSessionsResponse(_message.Message):
+    __slots__ = ("sessions", "next_page_token")
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[Session]
+    next_page_token: str
+    def __init__(self, sessions: _Optional[_Iterable[_Union[Session, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class WatchSessionRequest(_message.Message):
+    __slots__ = ("session_id", "after_seq")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    after_seq: int
+    def __init__(self, session_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
+
+class WatchSessionResponse(_message.Message):
+    __slots__ = ("event",)
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: RolloutEvent
+    def __init__(self, event: _Optional[_Union[RolloutEvent, _Mapping]] = ...) -> None: ...

@@ -115,6 +115,56 @@ class RolloutServiceStub:
                 request_serializer=rollout_dot_v1_dot_rollout__pb2.ResumeModelCallsRequest.SerializeToString,
                 response_deserializer=rollout_dot_v1_dot_rollout__pb2.ResumeModelCallsResponse.FromString,
                 _registered_method=True)
+        self.OpenSession = channel.unary_unary(
+                '/rollout.v1.RolloutService/OpenSession',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.OpenSessionRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.OpenSessionResponse.FromString,
+                _registered_method=True)
+        self.Exec = channel.unary_stream(
+                '/rollout.v1.RolloutService/Exec',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.ExecRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.ExecResponse.FromString,
+                _registered_method=True)
+        self.ReadFile = channel.unary_unary(
+                '/rollout.v1.RolloutService/ReadFile',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.ReadFileRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.ReadFileResponse.FromString,
+                _registered_method=True)
+        self.WriteFile = channel.unary_unary(
+                '/rollout.v1.RolloutService/WriteFile',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.WriteFileRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.WriteFileResponse.FromString,
+                _registered_method=True)
+        self.ListFiles = channel.unary_unary(
+                '/rollout.v1.RolloutService/ListFiles',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.ListFilesRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.ListFilesResponse.FromString,
+                _registered_method=True)
+        self.VerifySession = channel.unary_unary(
+                '/rollout.v1.RolloutService/VerifySession',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.VerifySessionRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.VerifySessionResponse.FromString,
+                _registered_method=True)
+        self.CloseSession = channel.unary_unary(
+                '/rollout.v1.RolloutService/CloseSession',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.CloseSessionRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.CloseSessionResponse.FromString,
+                _registered_method=True)
+        self.GetSession = channel.unary_unary(
+                '/rollout.v1.RolloutService/GetSession',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.GetSessionRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.GetSessionResponse.FromString,
+                _registered_method=True)
+        self.ListSessions = channel.unary_unary(
+                '/rollout.v1.RolloutService/ListSessions',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.ListSessionsRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.ListSessionsResponse.FromString,
+                _registered_method=True)
+        self.WatchSession = channel.unary_stream(
+                '/rollout.v1.RolloutService/WatchSession',
+                request_serializer=rollout_dot_v1_dot_rollout__pb2.WatchSessionRequest.SerializeToString,
+                response_deserializer=rollout_dot_v1_dot_rollout__pb2.WatchSessionResponse.FromString,
+                _registered_method=True)
 
 
 class RolloutServiceServicer:
@@ -244,6 +294,83 @@ class RolloutServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OpenSession(self, request, context):
+        """OpenSession makes a sandbox the caller keeps and acts in (docs/sessions.md): the spec's
+        task is staged and set up as a rollout's is, and the call returns once every copy is
+        READY (or has failed, e.g. a failing setup command: status FAILED, kind SETUP).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Exec(self, request, context):
+        """Exec runs one command in a READY session: its output as it comes (bounded), then its
+        result. What it started in the background lives on, as a terminal's processes do.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadFile(self, request, context):
+        """ReadFile reads a regular file of a READY session (a link is never followed).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteFile(self, request, context):
+        """WriteFile writes a file into a READY session, making its parent directories.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListFiles(self, request, context):
+        """ListFiles lists the regular files beneath a directory of a READY session.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def VerifySession(self, request, context):
+        """VerifySession ends a READY session with its reward: every process of it is killed, the
+        verifier's files staged only then, and the task's verify commands run exactly as a
+        rollout's verification runs them; returns the ended session.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CloseSession(self, request, context):
+        """CloseSession ends a session without verifying it; its sandbox is gone when it returns.
+        Closing an ended session returns it unchanged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSession(self, request, context):
+        """GetSession returns one session by id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSessions(self, request, context):
+        """ListSessions returns sessions, newest first, filtered by labels, paged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchSession(self, request, context):
+        """WatchSession streams a session's events after `after_seq` (replayed, then live until it
+        ends): phases, each command's result, turns, notices, and the final rollout record.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RolloutServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -321,6 +448,56 @@ def add_RolloutServiceServicer_to_server(servicer, server):
                     servicer.ResumeModelCalls,
                     request_deserializer=rollout_dot_v1_dot_rollout__pb2.ResumeModelCallsRequest.FromString,
                     response_serializer=rollout_dot_v1_dot_rollout__pb2.ResumeModelCallsResponse.SerializeToString,
+            ),
+            'OpenSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.OpenSession,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.OpenSessionRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.OpenSessionResponse.SerializeToString,
+            ),
+            'Exec': grpc.unary_stream_rpc_method_handler(
+                    servicer.Exec,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.ExecRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.ExecResponse.SerializeToString,
+            ),
+            'ReadFile': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadFile,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.ReadFileRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.ReadFileResponse.SerializeToString,
+            ),
+            'WriteFile': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteFile,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.WriteFileRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.WriteFileResponse.SerializeToString,
+            ),
+            'ListFiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFiles,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.ListFilesRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.ListFilesResponse.SerializeToString,
+            ),
+            'VerifySession': grpc.unary_unary_rpc_method_handler(
+                    servicer.VerifySession,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.VerifySessionRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.VerifySessionResponse.SerializeToString,
+            ),
+            'CloseSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseSession,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.CloseSessionRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.CloseSessionResponse.SerializeToString,
+            ),
+            'GetSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSession,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.GetSessionRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.GetSessionResponse.SerializeToString,
+            ),
+            'ListSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSessions,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.ListSessionsRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.ListSessionsResponse.SerializeToString,
+            ),
+            'WatchSession': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchSession,
+                    request_deserializer=rollout_dot_v1_dot_rollout__pb2.WatchSessionRequest.FromString,
+                    response_serializer=rollout_dot_v1_dot_rollout__pb2.WatchSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -734,6 +911,276 @@ class RolloutService:
             '/rollout.v1.RolloutService/ResumeModelCalls',
             rollout_dot_v1_dot_rollout__pb2.ResumeModelCallsRequest.SerializeToString,
             rollout_dot_v1_dot_rollout__pb2.ResumeModelCallsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OpenSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutService/OpenSession',
+            rollout_dot_v1_dot_rollout__pb2.OpenSessionRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.OpenSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Exec(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/rollout.v1.RolloutService/Exec',
+            rollout_dot_v1_dot_rollout__pb2.ExecRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.ExecResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutService/ReadFile',
+            rollout_dot_v1_dot_rollout__pb2.ReadFileRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.ReadFileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutService/WriteFile',
+            rollout_dot_v1_dot_rollout__pb2.WriteFileRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.WriteFileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutService/ListFiles',
+            rollout_dot_v1_dot_rollout__pb2.ListFilesRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.ListFilesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def VerifySession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutService/VerifySession',
+            rollout_dot_v1_dot_rollout__pb2.VerifySessionRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.VerifySessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CloseSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutService/CloseSession',
+            rollout_dot_v1_dot_rollout__pb2.CloseSessionRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.CloseSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutService/GetSession',
+            rollout_dot_v1_dot_rollout__pb2.GetSessionRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.GetSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rollout.v1.RolloutService/ListSessions',
+            rollout_dot_v1_dot_rollout__pb2.ListSessionsRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.ListSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/rollout.v1.RolloutService/WatchSession',
+            rollout_dot_v1_dot_rollout__pb2.WatchSessionRequest.SerializeToString,
+            rollout_dot_v1_dot_rollout__pb2.WatchSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

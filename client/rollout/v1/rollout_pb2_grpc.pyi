@@ -91,6 +91,38 @@ class RolloutServiceStub:
     """ResumeModelCalls lifts a pause made with the same selector, releasing the calls waiting
     at the proxy.
     """
+    OpenSession: _grpc.UnaryUnaryMultiCallable[_rollout_pb2.OpenSessionRequest, _rollout_pb2.OpenSessionResponse]
+    """OpenSession makes a sandbox the caller keeps and acts in (docs/sessions.md): the spec's
+    task is staged and set up as a rollout's is, and the call returns once every copy is
+    READY (or has failed, e.g. a failing setup command: status FAILED, kind SETUP).
+    """
+    Exec: _grpc.UnaryStreamMultiCallable[_rollout_pb2.ExecRequest, _rollout_pb2.ExecResponse]
+    """Exec runs one command in a READY session: its output as it comes (bounded), then its
+    result. What it started in the background lives on, as a terminal's processes do.
+    """
+    ReadFile: _grpc.UnaryUnaryMultiCallable[_rollout_pb2.ReadFileRequest, _rollout_pb2.ReadFileResponse]
+    """ReadFile reads a regular file of a READY session (a link is never followed)."""
+    WriteFile: _grpc.UnaryUnaryMultiCallable[_rollout_pb2.WriteFileRequest, _rollout_pb2.WriteFileResponse]
+    """WriteFile writes a file into a READY session, making its parent directories."""
+    ListFiles: _grpc.UnaryUnaryMultiCallable[_rollout_pb2.ListFilesRequest, _rollout_pb2.ListFilesResponse]
+    """ListFiles lists the regular files beneath a directory of a READY session."""
+    VerifySession: _grpc.UnaryUnaryMultiCallable[_rollout_pb2.VerifySessionRequest, _rollout_pb2.VerifySessionResponse]
+    """VerifySession ends a READY session with its reward: every process of it is killed, the
+    verifier's files staged only then, and the task's verify commands run exactly as a
+    rollout's verification runs them; returns the ended session.
+    """
+    CloseSession: _grpc.UnaryUnaryMultiCallable[_rollout_pb2.CloseSessionRequest, _rollout_pb2.CloseSessionResponse]
+    """CloseSession ends a session without verifying it; its sandbox is gone when it returns.
+    Closing an ended session returns it unchanged.
+    """
+    GetSession: _grpc.UnaryUnaryMultiCallable[_rollout_pb2.GetSessionRequest, _rollout_pb2.GetSessionResponse]
+    """GetSession returns one session by id."""
+    ListSessions: _grpc.UnaryUnaryMultiCallable[_rollout_pb2.ListSessionsRequest, _rollout_pb2.ListSessionsResponse]
+    """ListSessions returns sessions, newest first, filtered by labels, paged."""
+    WatchSession: _grpc.UnaryStreamMultiCallable[_rollout_pb2.WatchSessionRequest, _rollout_pb2.WatchSessionResponse]
+    """WatchSession streams a session's events after `after_seq` (replayed, then live until it
+    ends): phases, each command's result, turns, notices, and the final rollout record.
+    """
 
 @_typing.type_check_only
 class RolloutServiceAsyncStub(RolloutServiceStub):
@@ -154,6 +186,38 @@ class RolloutServiceAsyncStub(RolloutServiceStub):
     ResumeModelCalls: _aio.UnaryUnaryMultiCallable[_rollout_pb2.ResumeModelCallsRequest, _rollout_pb2.ResumeModelCallsResponse]  # type: ignore[assignment]
     """ResumeModelCalls lifts a pause made with the same selector, releasing the calls waiting
     at the proxy.
+    """
+    OpenSession: _aio.UnaryUnaryMultiCallable[_rollout_pb2.OpenSessionRequest, _rollout_pb2.OpenSessionResponse]  # type: ignore[assignment]
+    """OpenSession makes a sandbox the caller keeps and acts in (docs/sessions.md): the spec's
+    task is staged and set up as a rollout's is, and the call returns once every copy is
+    READY (or has failed, e.g. a failing setup command: status FAILED, kind SETUP).
+    """
+    Exec: _aio.UnaryStreamMultiCallable[_rollout_pb2.ExecRequest, _rollout_pb2.ExecResponse]  # type: ignore[assignment]
+    """Exec runs one command in a READY session: its output as it comes (bounded), then its
+    result. What it started in the background lives on, as a terminal's processes do.
+    """
+    ReadFile: _aio.UnaryUnaryMultiCallable[_rollout_pb2.ReadFileRequest, _rollout_pb2.ReadFileResponse]  # type: ignore[assignment]
+    """ReadFile reads a regular file of a READY session (a link is never followed)."""
+    WriteFile: _aio.UnaryUnaryMultiCallable[_rollout_pb2.WriteFileRequest, _rollout_pb2.WriteFileResponse]  # type: ignore[assignment]
+    """WriteFile writes a file into a READY session, making its parent directories."""
+    ListFiles: _aio.UnaryUnaryMultiCallable[_rollout_pb2.ListFilesRequest, _rollout_pb2.ListFilesResponse]  # type: ignore[assignment]
+    """ListFiles lists the regular files beneath a directory of a READY session."""
+    VerifySession: _aio.UnaryUnaryMultiCallable[_rollout_pb2.VerifySessionRequest, _rollout_pb2.VerifySessionResponse]  # type: ignore[assignment]
+    """VerifySession ends a READY session with its reward: every process of it is killed, the
+    verifier's files staged only then, and the task's verify commands run exactly as a
+    rollout's verification runs them; returns the ended session.
+    """
+    CloseSession: _aio.UnaryUnaryMultiCallable[_rollout_pb2.CloseSessionRequest, _rollout_pb2.CloseSessionResponse]  # type: ignore[assignment]
+    """CloseSession ends a session without verifying it; its sandbox is gone when it returns.
+    Closing an ended session returns it unchanged.
+    """
+    GetSession: _aio.UnaryUnaryMultiCallable[_rollout_pb2.GetSessionRequest, _rollout_pb2.GetSessionResponse]  # type: ignore[assignment]
+    """GetSession returns one session by id."""
+    ListSessions: _aio.UnaryUnaryMultiCallable[_rollout_pb2.ListSessionsRequest, _rollout_pb2.ListSessionsResponse]  # type: ignore[assignment]
+    """ListSessions returns sessions, newest first, filtered by labels, paged."""
+    WatchSession: _aio.UnaryStreamMultiCallable[_rollout_pb2.WatchSessionRequest, _rollout_pb2.WatchSessionResponse]  # type: ignore[assignment]
+    """WatchSession streams a session's events after `after_seq` (replayed, then live until it
+    ends): phases, each command's result, turns, notices, and the final rollout record.
     """
 
 class RolloutServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -305,6 +369,98 @@ class RolloutServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_rollout_pb2.ResumeModelCallsResponse, _abc.Awaitable[_rollout_pb2.ResumeModelCallsResponse]]:
         """ResumeModelCalls lifts a pause made with the same selector, releasing the calls waiting
         at the proxy.
+        """
+
+    @_abc_1.abstractmethod
+    def OpenSession(
+        self,
+        request: _rollout_pb2.OpenSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rollout_pb2.OpenSessionResponse, _abc.Awaitable[_rollout_pb2.OpenSessionResponse]]:
+        """OpenSession makes a sandbox the caller keeps and acts in (docs/sessions.md): the spec's
+        task is staged and set up as a rollout's is, and the call returns once every copy is
+        READY (or has failed, e.g. a failing setup command: status FAILED, kind SETUP).
+        """
+
+    @_abc_1.abstractmethod
+    def Exec(
+        self,
+        request: _rollout_pb2.ExecRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_rollout_pb2.ExecResponse], _abc.AsyncIterator[_rollout_pb2.ExecResponse]]:
+        """Exec runs one command in a READY session: its output as it comes (bounded), then its
+        result. What it started in the background lives on, as a terminal's processes do.
+        """
+
+    @_abc_1.abstractmethod
+    def ReadFile(
+        self,
+        request: _rollout_pb2.ReadFileRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rollout_pb2.ReadFileResponse, _abc.Awaitable[_rollout_pb2.ReadFileResponse]]:
+        """ReadFile reads a regular file of a READY session (a link is never followed)."""
+
+    @_abc_1.abstractmethod
+    def WriteFile(
+        self,
+        request: _rollout_pb2.WriteFileRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rollout_pb2.WriteFileResponse, _abc.Awaitable[_rollout_pb2.WriteFileResponse]]:
+        """WriteFile writes a file into a READY session, making its parent directories."""
+
+    @_abc_1.abstractmethod
+    def ListFiles(
+        self,
+        request: _rollout_pb2.ListFilesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rollout_pb2.ListFilesResponse, _abc.Awaitable[_rollout_pb2.ListFilesResponse]]:
+        """ListFiles lists the regular files beneath a directory of a READY session."""
+
+    @_abc_1.abstractmethod
+    def VerifySession(
+        self,
+        request: _rollout_pb2.VerifySessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rollout_pb2.VerifySessionResponse, _abc.Awaitable[_rollout_pb2.VerifySessionResponse]]:
+        """VerifySession ends a READY session with its reward: every process of it is killed, the
+        verifier's files staged only then, and the task's verify commands run exactly as a
+        rollout's verification runs them; returns the ended session.
+        """
+
+    @_abc_1.abstractmethod
+    def CloseSession(
+        self,
+        request: _rollout_pb2.CloseSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rollout_pb2.CloseSessionResponse, _abc.Awaitable[_rollout_pb2.CloseSessionResponse]]:
+        """CloseSession ends a session without verifying it; its sandbox is gone when it returns.
+        Closing an ended session returns it unchanged.
+        """
+
+    @_abc_1.abstractmethod
+    def GetSession(
+        self,
+        request: _rollout_pb2.GetSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rollout_pb2.GetSessionResponse, _abc.Awaitable[_rollout_pb2.GetSessionResponse]]:
+        """GetSession returns one session by id."""
+
+    @_abc_1.abstractmethod
+    def ListSessions(
+        self,
+        request: _rollout_pb2.ListSessionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_rollout_pb2.ListSessionsResponse, _abc.Awaitable[_rollout_pb2.ListSessionsResponse]]:
+        """ListSessions returns sessions, newest first, filtered by labels, paged."""
+
+    @_abc_1.abstractmethod
+    def WatchSession(
+        self,
+        request: _rollout_pb2.WatchSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_rollout_pb2.WatchSessionResponse], _abc.AsyncIterator[_rollout_pb2.WatchSessionResponse]]:
+        """WatchSession streams a session's events after `after_seq` (replayed, then live until it
+        ends): phases, each command's result, turns, notices, and the final rollout record.
         """
 
 def add_RolloutServiceServicer_to_server(servicer: RolloutServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
