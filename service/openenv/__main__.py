@@ -18,11 +18,9 @@ import socket
 import sys
 from pathlib import Path
 
-import uvicorn
 from rollout_client import default_target
 from rollout_client.connection import read_token_file
 
-from service.openenv.app import ENVIRONMENTS, front_door_app
 from service.openenv.upstream import FrontDoorError, RolloutTarget, check_reachable
 
 __all__ = ["main"]
@@ -77,6 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     except FrontDoorError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    # Imported only now: openenv's server library takes seconds to import (gradio), and a
+    # wrong target or token should be said at once.
+    import uvicorn
+
+    from service.openenv.app import ENVIRONMENTS, front_door_app
+
     host, port = sock.getsockname()[:2]
     app = front_door_app(upstream, arguments.max_sessions)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))

@@ -12,9 +12,10 @@ from typing import Any
 from uuid import uuid4
 
 from fastmcp import FastMCP
+from fastmcp.exceptions import ToolError
 from openenv.core.env_server.mcp_environment import MCPEnvironment
 from openenv.core.env_server.types import Action, Observation, State
-from rollout_client import AsyncRolloutClient
+from rollout_client import AsyncRolloutClient, RolloutError
 
 from service.openenv.opencode_result import result_of
 from service.openenv.opencode_task import RolloutArguments, spec_of
@@ -93,12 +94,17 @@ class OpenCodeEnvironment(MCPEnvironment):
             agent=agent,
             agent_command=agent_command,
         )
-        spec = spec_of(arguments)
-        # A channel per call: the tool runs in whichever event loop serves the request.
-        async with AsyncRolloutClient(
-            self._upstream.target, token=self._upstream.token or ""
-        ) as client:
-            rollout = await client.run(spec)
+        # A bad argument, or a call the server refused, is the caller's tool error (FastMCP
+        # sends its message, logged without a traceback); a rollout that failed is a result.
+        try:
+            spec = spec_of(arguments)
+            # A channel per call: the tool runs in whichever event loop serves the request.
+            async with AsyncRolloutClient(
+                self._upstream.target, token=self._upstream.token or ""
+            ) as client:
+                rollout = await client.run(spec)
+        except (ValueError, RolloutError) as exc:
+            raise ToolError(str(exc)) from exc
         result = result_of(rollout, mode)
         self._state.rollouts_completed += 1
         self._state.last_reward = result.reward
