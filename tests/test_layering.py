@@ -2,7 +2,8 @@
 
     level  rooms                                        what they are
     10     server                                       wires everything and serves
-    9      dashboard                                    the web dashboard, on the API
+    9      dashboard, openenv                           the web dashboard, on the API; the
+                                                        OpenEnv front door, a gRPC client
     8      api                                          the gRPC edge: proto <-> domain
     7      engine                                       the lifecycle, the manager, groups
     6      registry                                     name -> backend or harness (lazy)
@@ -42,7 +43,7 @@ LEVELS: tuple[tuple[str, ...], ...] = (
     ("registry",),
     ("engine",),
     ("api",),
-    ("dashboard",),
+    ("dashboard", "openenv"),
     ("server",),
 )
 LEVEL_OF = {room: level for level, rooms in enumerate(LEVELS) for room in rooms}
@@ -102,6 +103,18 @@ def test_a_room_imports_only_lower_levels(room: str) -> None:
         if _room(imported) not in ("", room) and LEVEL_OF[_room(imported)] >= LEVEL_OF[room]
     )
     assert not upward, f"{room} is on level {LEVEL_OF[room]}"
+
+
+def test_the_openenv_front_door_imports_no_other_room() -> None:
+    """It reaches the server over gRPC (rollout_client) like any caller, never in-process."""
+    reached = sorted(
+        f"{name} imports {imported}"
+        for name, imported_modules in GRAPH.items()
+        if _room(name) == "openenv"
+        for imported in imported_modules
+        if _room(imported) != "openenv"
+    )
+    assert not reached
 
 
 def test_no_module_imports_itself_through_others() -> None:

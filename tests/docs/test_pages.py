@@ -26,6 +26,8 @@ RUN_BY = {
     "python": "test_examples.py",
     "session-python": "test_examples.py",
     "member-seed": "test_pages.py",
+    "openenv-serve": "../openenv/test_docs.py",
+    "openenv-run-rollout": "../openenv/test_docs.py",
 }
 """Each marked example and the module whose tests run it."""
 
