@@ -14,6 +14,9 @@ a terminal could act on as a visible escape instead:
 | isolates (U+061C, U+200E-U+200F, U+202A-U+202E,      |                     |
 | U+2066-U+2069)                                       |                     |
 
+JSON the CLI writes (`inert_json`) keeps its data: json escapes C0 controls itself, and
+the rest of the table is written as JSON's own `\\u` escapes, which decode to the same text.
+
 A carriage return that ends a line (`\\r\\n`, or one at the end of the text) is dropped: it
 moves nothing a newline does not. A backslash is left as it is, so the agent can print a
 text that reads like an escape, never one a terminal acts on.
@@ -23,12 +26,11 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["inert"]
+__all__ = ["inert", "inert_json"]
 
-_ACTIVE = re.compile(
-    "(?P<line_end>\r(?=\n|\\Z))"
-    "|[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
-)
+_BEYOND_C0 = "\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+"""DEL, the C1 controls and the bidirectional marks: what a terminal acts on past C0."""
+_ACTIVE = re.compile(f"(?P<line_end>\r(?=\n|\\Z))|[\x00-\x08\x0b-\x1f{_BEYOND_C0}]")
 
 
 def _visible(match: re.Match[str]) -> str:
@@ -41,3 +43,12 @@ def _visible(match: re.Match[str]) -> str:
 def inert(text: str) -> str:
     """`text` with every character a terminal acts on (but tab and newline) made visible."""
     return _ACTIVE.sub(_visible, text)
+
+
+_JSON_ACTIVE = re.compile(f"[{_BEYOND_C0}]")
+
+
+def inert_json(text: str) -> str:
+    """JSON text (from `json.dumps`, which escapes C0 controls) with the other characters a
+    terminal acts on written as `\\uXXXX`: the same document, safe to print."""
+    return _JSON_ACTIVE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from rollout_client.inert import inert
+from rollout_client.inert import inert, inert_json
 
 
 @pytest.mark.parametrize(
@@ -22,3 +24,11 @@ from rollout_client.inert import inert
 )
 def test_inert(text: str, shown: str) -> None:
     assert inert(text) == shown
+
+
+def test_json_keeps_its_data_and_no_character_a_terminal_acts_on() -> None:
+    document = {"text": "a\x1b]52;c;x\x07b\x9bc\u202ed\x7f"}
+    text = inert_json(json.dumps(document, ensure_ascii=False))
+
+    assert json.loads(text) == document
+    assert not any(char in text for char in "\x1b\x07\x9b\u202e\x7f")

@@ -15,6 +15,7 @@ from rollout_client.cli_connection import Connection, with_connection
 from rollout_client.exits import fail
 from rollout_client.export.atif import to_atif
 from rollout_client.export.train import to_train_records
+from rollout_client.inert import inert_json
 
 __all__ = ["ExportFormat", "export", "render"]
 
@@ -29,7 +30,7 @@ class ExportFormat(enum.StrEnum):
 def render(rollout: pb.Rollout, export_format: ExportFormat) -> str:
     """The file's text: ATIF as one indented JSON document, training records as JSONL."""
     if export_format is ExportFormat.ATIF:
-        return json.dumps(to_atif(rollout), indent=2, ensure_ascii=False) + "\n"
+        return inert_json(json.dumps(to_atif(rollout), indent=2, ensure_ascii=False)) + "\n"
     records = to_train_records(rollout)
     return "".join(json.dumps(record, separators=(",", ":")) + "\n" for record in records)
 
