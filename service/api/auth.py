@@ -24,7 +24,7 @@ import hmac
 import logging
 import re
 import stat
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +35,14 @@ import grpc
 from service.config import Settings
 from service.errors import ConfigError
 
-__all__ = ["BearerAuthInterceptor", "TokenTable", "caller_tenant", "load_tokens"]
+__all__ = [
+    "BearerAuthInterceptor",
+    "TokenTable",
+    "Unauthenticated",
+    "authenticate",
+    "caller_tenant",
+    "load_tokens",
+]
 
 if TYPE_CHECKING:
     Handler = grpc.RpcMethodHandler[Any, Any]
@@ -128,8 +135,24 @@ def _parse_entry(where: str, line: str) -> tuple[str, str | None]:
     return token, tenant
 
 
-class _Unauthenticated(Exception):
+class Unauthenticated(Exception):
     """Why a call's credentials were refused (a message safe to send back)."""
+
+
+def authenticate(tokens: TokenTable, authorization: Sequence[str]) -> str | None:
+    """The tenant (None: admin) of a call whose `authorization` values are these;
+    Unauthenticated unless they are one `Bearer <token>` of `tokens`."""
+    if not authorization:
+        raise Unauthenticated(
+            "missing bearer token: send the metadata `authorization: Bearer <token>`"
+        )
+    scheme, _, token = authorization[0].partition(" ")
+    if len(authorization) > 1 or scheme.lower() != "bearer" or not token.strip():
+        raise Unauthenticated("the authorization metadata must be one `Bearer <token>`")
+    accepted, tenant = tokens.lookup(token.strip())
+    if not accepted:
+        raise Unauthenticated("invalid bearer token")
+    return tenant
 
 
 class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
@@ -151,27 +174,16 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
     ) -> Handler | None:
         if handler_call_details.method.startswith(self._open):
             return await continuation(handler_call_details)
+        metadata = handler_call_details.invocation_metadata or ()
         try:
-            tenant = self._authenticate(handler_call_details.invocation_metadata or ())
-        except _Unauthenticated as exc:
+            tenant = authenticate(
+                self._tokens, [str(value) for key, value in metadata if key == "authorization"]
+            )
+        except Unauthenticated as exc:
             handler = await continuation(handler_call_details)
             return None if handler is None else _refusal(handler, str(exc))
         _tenant.set(tenant)
         return await continuation(handler_call_details)
-
-    def _authenticate(self, metadata: Iterable[tuple[str, str | bytes]]) -> str | None:
-        values = [value for key, value in metadata if key == "authorization"]
-        if not values:
-            raise _Unauthenticated(
-                "missing bearer token: send the metadata `authorization: Bearer <token>`"
-            )
-        scheme, _, token = str(values[0]).partition(" ")
-        if len(values) > 1 or scheme.lower() != "bearer" or not token.strip():
-            raise _Unauthenticated("the authorization metadata must be one `Bearer <token>`")
-        accepted, tenant = self._tokens.lookup(token.strip())
-        if not accepted:
-            raise _Unauthenticated("invalid bearer token")
-        return tenant
 
 
 def _refusal(handler: Handler, message: str) -> Handler:
