@@ -7,6 +7,7 @@ flag), the value and what is expected, never pydantic's traceback.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,10 @@ __all__ = ["Settings", "load_settings"]
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+_HOST_NAME = re.compile(
+    r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9.])?|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*"
+)
+"""A DNS name or IPv4 address, or an IPv6 address (without brackets)."""
 
 
 def _default_state_dir() -> Path:
@@ -237,6 +242,9 @@ class Settings(BaseSettings):
     """Prometheus scrape endpoint: PORT (on 127.0.0.1) or HOST:PORT; empty: off."""
     dashboard_listen: str = ""
     """Web dashboard (HTTP, HTTPS with the API's tls_* files): HOST:PORT; empty: off."""
+    dashboard_hosts: list[str] = []
+    """Host names the dashboard answers besides its listen address's (a JSON list: its DNS
+    names, a reverse proxy's); any other Host header is refused (DNS rebinding)."""
     health_listen: str = ""
     """Plaintext HOST:PORT serving only grpc.health.v1, for probes without TLS; empty: off."""
 
@@ -269,6 +277,17 @@ class Settings(BaseSettings):
         _, colon, port = value.rpartition(":")
         if not colon or not port.isdigit() or int(port) > 65535:
             raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:0 (port 0 picks a free one)")
+        return value
+
+    @field_validator("dashboard_hosts")
+    @classmethod
+    def _host_names(cls, value: list[str]) -> list[str]:
+        for i, name in enumerate(value):
+            if not _HOST_NAME.fullmatch(name):
+                raise ValueError(
+                    f"[{i}] is {excerpt(name)}: expected a host name or IP address, no port "
+                    "(e.g. dashboard.example.com)"
+                )
         return value
 
     @field_validator("database_url")

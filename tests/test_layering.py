@@ -9,8 +9,8 @@
     5      agents, proxy, verifier, harbor              each on its own: never one another
     4      sandboxes                                    the `Sandbox` protocol and backends
     3      images, store, telemetry                     what a sandbox, the engine, ... use
-    2      config, listen_address, file_lock, memory,   settings and small host facilities
-           user_namespace
+    2      config, listen_address, listen_host,         settings and small host facilities
+           file_lock, memory, user_namespace
     1      errors                                       the one exception hierarchy
     0      models                                       the pydantic domain: imports nothing
 
@@ -35,7 +35,7 @@ SERVICE = Path(service.__file__).parent
 LEVELS: tuple[tuple[str, ...], ...] = (
     ("models",),
     ("errors",),
-    ("config", "listen_address", "file_lock", "memory", "user_namespace"),
+    ("config", "listen_address", "listen_host", "file_lock", "memory", "user_namespace"),
     ("images", "store", "telemetry"),
     ("sandboxes",),
     ("agents", "proxy", "verifier", "harbor"),
