@@ -67,3 +67,17 @@ def test_a_state_dir_overlays_cannot_mount_from_is_named(monkeypatch: pytest.Mon
         ConfigError, match=r"^ROLLOUT_STATE_DIR is '/srv/rollout:state': local sandboxes mount"
     ):
         load_settings([])
+
+
+def test_dashboard_hosts_are_names_without_ports(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROLLOUT_DASHBOARD_HOSTS", '["dash.example.com", "10.0.0.5", "::1"]')
+    assert load_settings([]).dashboard_hosts == ["dash.example.com", "10.0.0.5", "::1"]
+
+    monkeypatch.setenv("ROLLOUT_DASHBOARD_HOSTS", '["dash.example.com", "evil.test:8080"]')
+    with pytest.raises(ConfigError) as raised:
+        load_settings([])
+
+    assert "ROLLOUT_DASHBOARD_HOSTS" in str(raised.value)
+    assert "[1] is 'evil.test:8080': expected a host name or IP address, no port" in str(
+        raised.value
+    )
