@@ -10,8 +10,8 @@
     5      agents, proxy, verifier, harbor              each on its own: never one another
     4      sandboxes                                    the `Sandbox` protocol and backends
     3      images, store, telemetry                     what a sandbox, the engine, ... use
-    2      config, listen_address, listen_host,         settings and small host facilities
-           file_lock, memory, user_namespace, host_python
+    2      config, listen_address, file_lock, memory,   settings and small host facilities
+           user_namespace, host_python
     1      errors                                       the one exception hierarchy
     0      models                                       the pydantic domain: imports nothing
 
@@ -36,15 +36,7 @@ SERVICE = Path(service.__file__).parent
 LEVELS: tuple[tuple[str, ...], ...] = (
     ("models",),
     ("errors",),
-    (
-        "config",
-        "listen_address",
-        "listen_host",
-        "file_lock",
-        "memory",
-        "user_namespace",
-        "host_python",
-    ),
+    ("config", "listen_address", "file_lock", "memory", "user_namespace", "host_python"),
     ("images", "store", "telemetry"),
     ("sandboxes",),
     ("agents", "proxy", "verifier", "harbor"),

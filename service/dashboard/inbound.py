@@ -6,7 +6,7 @@ has looked at the caller first: a 59 MiB JSON body without a token was parsed fo
 this order, each step refusing with the Connect error in brackets:
 
     form             what the content type and HTTP method say           HTTP 415 / 405
-    Host header      a name of this dashboard (`listen_host`)            [permission_denied]
+    Host header      a name of this dashboard (`names_listener`)         [permission_denied]
     bearer token     from the headers, when tokens are set (`api.auth`)  [unauthenticated]
     Content-Length   over `max_bytes`: refused before a byte is read     [resource_exhausted]
     body             read to `max_bytes` at most                         [resource_exhausted]
@@ -53,7 +53,7 @@ from service.dashboard.decode import (
     too_large,
 )
 from service.errors import excerpt
-from service.listen_host import host_allowed
+from service.listen_address import names_listener
 
 __all__ = ["REQUEST_MAX_BYTES", "CallGate", "ReadCall", "Refusal"]
 
@@ -97,8 +97,11 @@ class ReadCall:
 class CallGate:
     """What a call to the dashboard must pass: its Host, its token, the size of its message."""
 
-    names: frozenset[str]
-    """Host names the dashboard answers besides addresses (`listen_host.host_allowed`)."""
+    listen_host: str
+    """dashboard_listen's host: the names and addresses it stands for are the dashboard's
+    (`listen_address.names_listener`)."""
+    names: tuple[str, ...]
+    """dashboard_hosts: the names it answers besides those."""
     tokens: TokenTable
     max_bytes: int
     """Bytes of a request's body, and of its message inflated."""
@@ -131,9 +134,7 @@ class CallGate:
 
     def host_allowed(self, scope: Scope) -> bool:
         """Whether the request's Host is a name of this dashboard."""
-        server = scope.get("server")
-        local = server[0] if server else None
-        return host_allowed(_header_values(scope, b"host"), local, self.names)
+        return names_listener(_header_values(scope, b"host"), self.listen_host, self.names)
 
     def _judge(self, scope: Scope) -> None:
         if not self.host_allowed(scope):

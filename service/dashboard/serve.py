@@ -9,7 +9,6 @@ port 0 reports the port it got.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import shutil
 import socket
@@ -29,7 +28,6 @@ from service.dashboard.inbound import REQUEST_MAX_BYTES, CallGate
 from service.dashboard.site import DashboardSite
 from service.errors import ConfigError
 from service.listen_address import bind, host_and_port
-from service.listen_host import host_name
 
 __all__ = ["Dashboard"]
 
@@ -66,7 +64,8 @@ class Dashboard:
         if not settings.dashboard_listen:
             return None
         check_dashboard_exposure(settings, encrypted=encrypted, authenticated=authenticated)
-        return cls(settings, _bind(settings.dashboard_listen), tokens)
+        host, port = _host_and_port(settings.dashboard_listen)
+        return cls(settings, bind(host, port, _SETTING), tokens)
 
     @property
     def api_address(self) -> str:
@@ -94,7 +93,8 @@ class Dashboard:
         config = self._config(self._listener.detach())
         self._listener = None
         gate = CallGate(
-            names=_host_names(self._settings),
+            listen_host=_host_and_port(self._settings.dashboard_listen)[0],
+            names=tuple(self._settings.dashboard_hosts),
             tokens=self._tokens,
             max_bytes=min(limit, REQUEST_MAX_BYTES),
             executor=self._decoding,
@@ -135,21 +135,8 @@ class Dashboard:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
 
 
-def _host_names(settings: Settings) -> frozenset[str]:
-    """The names a Host may give besides addresses: `dashboard_hosts`, and the listen
-    address's host when it is a name."""
-    names = {host_name(name) for name in settings.dashboard_hosts}
-    parsed = host_and_port(settings.dashboard_listen)
-    if parsed is not None and parsed[0] is not None:
-        try:
-            ipaddress.ip_address(parsed[0])
-        except ValueError:
-            names.add(host_name(parsed[0]))
-    return frozenset(names)
-
-
-def _bind(listen: str) -> socket.socket:
+def _host_and_port(listen: str) -> tuple[str, int]:
     parsed = host_and_port(listen)
     if parsed is None or parsed[0] is None or parsed[1] > 65535:
         raise ConfigError(f"{_SETTING} is {listen!r}: expected HOST:PORT (e.g. 127.0.0.1:8080)")
-    return bind(parsed[0], parsed[1], _SETTING)
+    return parsed[0], parsed[1]
