@@ -6,6 +6,7 @@ flag), the value and what is expected, never pydantic's traceback.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Sequence
@@ -37,7 +38,19 @@ __all__ = ["Settings", "load_settings"]
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-_HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?")
+_HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9.])?")
+"""A DNS name (a trailing dot allowed) or an IPv4 address."""
+
+
+def _is_host_name(name: str) -> bool:
+    """A DNS name or an IP address (IPv6 without brackets): a name a Host header may give."""
+    if _HOST_NAME.fullmatch(name):
+        return True
+    try:
+        ipaddress.IPv6Address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def _default_state_dir() -> Path:
@@ -275,6 +288,9 @@ class Settings(BaseSettings):
     tokens for scrapes alone, not the API's: they cross in plain HTTP. Unset: none needed."""
     dashboard_listen: str = ""
     """Web dashboard (HTTP, HTTPS with the API's tls_* files): HOST:PORT; empty: off."""
+    dashboard_hosts: list[str] = []
+    """Host header names the dashboard answers besides its own address (a JSON list: its DNS
+    names, a reverse proxy's); any other name is refused (DNS rebinding)."""
     health_listen: str = ""
     """Plaintext HOST:PORT serving only grpc.health.v1, for probes without TLS; empty: off."""
 
@@ -309,14 +325,14 @@ class Settings(BaseSettings):
             raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:0 (port 0 picks a free one)")
         return value
 
-    @field_validator("metrics_hosts")
+    @field_validator("metrics_hosts", "dashboard_hosts")
     @classmethod
     def _host_names(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if not _HOST_NAME.fullmatch(name):
+        for i, name in enumerate(value):
+            if not _is_host_name(name):
                 raise ValueError(
-                    f"{excerpt(name)} is not a host name: expected letters, digits, '.' "
-                    "and '-' (no port, no scheme)"
+                    f"[{i}] is {excerpt(name)}: expected a host name or IP address, no port "
+                    "or scheme (e.g. rollout.example.internal)"
                 )
         return value
 

@@ -11,17 +11,20 @@ recovery of another server's rollouts) and names the holder when this user can s
 
 Only the process name (`comm`) is shown: a command line may carry secrets.
 
-And whether an HTTP request's Host header names a listener (`names_listener`): a web page
-whose site name its owner made resolve to this host (DNS rebinding) reaches a listener from
-the browser of anyone on this host or network, and the Host header is what still names that
-site. Accepted, the port not compared:
+And whether an HTTP request's Host header names a listener (`names_listener`), the one rule
+of the HTTP listeners (the dashboard, the Prometheus endpoint): a web page whose site name
+its owner made resolve to this host (DNS rebinding) reaches a listener from the browser of
+anyone on this host or network, and the Host header is what still names that site. A request
+must carry exactly one Host, HOST or HOST:PORT ([IPV6]:PORT), compared without its port, in
+lower case, without a trailing dot; accepted:
 
     the listen host itself          127.0.0.1 for 127.0.0.1:9464, a name for NAME:9464
     localhost                       beside a loopback address (browsers resolve it
                                     themselves, never through DNS)
     any IP address                  beside a wildcard address (0.0.0.0, ::): an address
                                     cannot be rebound, only a name can
-    a name of `names`               e.g. the DNS name Prometheus scrapes by
+    a name of `names`               the listener's own setting (ROLLOUT_METRICS_HOSTS,
+                                    ROLLOUT_DASHBOARD_HOSTS): e.g. a DNS name it is reached by
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import socket
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 from service.errors import ConfigError
@@ -52,10 +55,11 @@ def host_and_port(listen: str) -> tuple[str | None, int] | None:
     return host.removeprefix("[").removesuffix("]") or None, int(port)
 
 
-def names_listener(host_header: str, listen_host: str, names: Collection[str]) -> bool:
-    """Whether a Host header (HOST, HOST:PORT, [IPV6]:PORT) names the listener on
-    `listen_host` or one of `names` (see the module's docstring)."""
-    host = _host_of(host_header)
+def names_listener(hosts: Sequence[str], listen_host: str, names: Collection[str]) -> bool:
+    """Whether a request whose Host header values are `hosts` (exactly one: HOST, HOST:PORT,
+    [IPV6]:PORT) names the listener on `listen_host` or one of `names` (see the module's
+    docstring)."""
+    host = _host_of(hosts[0]) if len(hosts) == 1 else ""
     if not host:
         return False
     listen = _normal(listen_host)

@@ -76,7 +76,10 @@ async def serve(settings: Settings) -> None:
     # Before anything opens: each of these may refuse.
     security = _ApiSecurity.from_settings(settings)
     dashboard = Dashboard.open(
-        settings, encrypted=security.credentials is not None, authenticated=security.authenticated
+        settings,
+        encrypted=security.credentials is not None,
+        authenticated=security.authenticated,
+        tokens=security.tokens,
     )
     check_proxy_exposure(settings)
     check_metrics_exposure(settings)

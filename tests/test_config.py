@@ -77,10 +77,30 @@ def test_a_state_dir_overlays_cannot_mount_from_is_named(monkeypatch: pytest.Mon
         load_settings([])
 
 
-@pytest.mark.parametrize("name", ["a.example:9464", "http://a.example", "", "a b", "-a"])
-def test_a_metrics_host_that_is_no_name_is_named(
-    monkeypatch: pytest.MonkeyPatch, name: str
+HOSTS_SETTINGS = ("ROLLOUT_METRICS_HOSTS", "ROLLOUT_DASHBOARD_HOSTS")
+
+
+@pytest.mark.parametrize("setting", HOSTS_SETTINGS)
+def test_host_names_are_names_or_addresses(monkeypatch: pytest.MonkeyPatch, setting: str) -> None:
+    names = ["rollout.example.internal", "Dash.Example.", "10.0.0.5", "::1"]
+    monkeypatch.setenv(setting, json.dumps(names))
+
+    settings = load_settings([])
+
+    assert settings.model_dump()[setting.removeprefix("ROLLOUT_").lower()] == names
+
+
+@pytest.mark.parametrize("setting", HOSTS_SETTINGS)
+@pytest.mark.parametrize(
+    "name", ["a.example:9464", "[::1]", "http://a.example", "", "a b", "-a", "ab:80"]
+)
+def test_a_host_that_is_no_name_is_named(
+    monkeypatch: pytest.MonkeyPatch, setting: str, name: str
 ) -> None:
-    monkeypatch.setenv("ROLLOUT_METRICS_HOSTS", json.dumps(["ok.example", name]))
-    with pytest.raises(ConfigError, match=r"ROLLOUT_METRICS_HOSTS is .* is not a host name"):
+    monkeypatch.setenv(setting, json.dumps(["ok.example", name]))
+
+    with pytest.raises(ConfigError) as raised:
         load_settings([])
+
+    assert str(raised.value).startswith(f"{setting} is ")
+    assert f"[1] is {name!r}: expected a host name or IP address, no port" in str(raised.value)

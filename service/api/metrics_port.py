@@ -145,7 +145,7 @@ class MetricsEndpoint:
         host = request.headers.get(b"host")
         if host is None:
             return 400, b"a request must name its host (the Host header)\n"
-        if not names_listener(host.decode("latin-1"), self._host, self._names):
+        if not names_listener([host.decode("latin-1")], self._host, self._names):
             return 421, (
                 b"the Host header names no address of this endpoint: scrape it by its "
                 b"address, or add the name to ROLLOUT_METRICS_HOSTS\n"

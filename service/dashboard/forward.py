@@ -26,7 +26,7 @@ from grpc_status import rpc_status
 from protobuf.wkt import Any as AnyDetail
 from rollout.v1 import rollout_pb2 as pb
 
-__all__ = ["READ_METHODS", "SERVICE_PATH", "forwarding_endpoints"]
+__all__ = ["READ_METHODS", "SERVICE_PATH", "forwarding_endpoints", "read_requests"]
 
 _SERVICE = pb.DESCRIPTOR.services_by_name["RolloutService"]
 SERVICE_PATH = f"/{_SERVICE.full_name}/"
@@ -68,6 +68,17 @@ def forwarding_endpoints(channel: grpc.aio.Channel) -> Mapping[str, Any]:
             )
             endpoints[path] = Endpoint.unary(info, _unary(unary))
     return endpoints
+
+
+def read_requests() -> Mapping[str, tuple[type[Message], bool]]:
+    """URL path -> the request message class of that method of READ_METHODS, and whether
+    the method streams its responses."""
+    requests: dict[str, tuple[type[Message], bool]] = {}
+    for name in READ_METHODS:
+        method = _SERVICE.methods_by_name[name]
+        request_class = message_factory.GetMessageClass(method.input_type)
+        requests[f"{SERVICE_PATH}{name}"] = (request_class, method.server_streaming)
+    return requests
 
 
 def _method_info(method: MethodDescriptor) -> MethodInfo[Any, Any]:

@@ -14,14 +14,17 @@ import shutil
 import socket
 import ssl
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
 
+from service.api.auth import TokenTable
 from service.api.transport import check_dashboard_exposure
 from service.config import Settings
+from service.dashboard.inbound import REQUEST_MAX_BYTES, CallGate
 from service.dashboard.site import DashboardSite
 from service.errors import ConfigError
 from service.listen_address import bind, host_and_port
@@ -32,27 +35,37 @@ log = logging.getLogger(__name__)
 
 _SETTING = "ROLLOUT_DASHBOARD_LISTEN"
 _STOP_GRACE_S = 1.0
+_DECODING_THREADS = 1
+"""Requests are inflated and decoded here, never on the event loop, nor on the loop's default
+executor (sandboxes use it): one thread, so that decoding takes at most one core (and half
+of the GIL) whatever the dashboard is sent."""
 
 
 class Dashboard:
     """The web dashboard of one server."""
 
-    def __init__(self, settings: Settings, listener: socket.socket) -> None:
+    def __init__(self, settings: Settings, listener: socket.socket, tokens: TokenTable) -> None:
         self._settings = settings
         self._listener: socket.socket | None = listener
+        self._tokens = tokens
+        self._decoding = ThreadPoolExecutor(_DECODING_THREADS, "dashboard-decode")
         self._socket_dir: Path | None = None
         self._channel: grpc.aio.Channel | None = None
         self._stopping = asyncio.Event()
         self._serving: asyncio.Task[None] | None = None
 
     @classmethod
-    def open(cls, settings: Settings, *, encrypted: bool, authenticated: bool) -> Dashboard | None:
+    def open(
+        cls, settings: Settings, *, encrypted: bool, authenticated: bool, tokens: TokenTable
+    ) -> Dashboard | None:
         """The bound dashboard when `dashboard_listen` is set; ConfigError when it may not or
-        cannot listen there."""
+        cannot listen there. With `tokens`, a call without one of them is refused before its
+        body is read (the API judges it again)."""
         if not settings.dashboard_listen:
             return None
         check_dashboard_exposure(settings, encrypted=encrypted, authenticated=authenticated)
-        return cls(settings, _bind(settings.dashboard_listen))
+        host, port = _host_and_port(settings.dashboard_listen)
+        return cls(settings, bind(host, port, _SETTING), tokens)
 
     @property
     def api_address(self) -> str:
@@ -79,7 +92,14 @@ class Dashboard:
         self._listener.listen()
         config = self._config(self._listener.detach())
         self._listener = None
-        site = DashboardSite(self._channel, read_max_bytes=limit)
+        gate = CallGate(
+            listen_host=_host_and_port(self._settings.dashboard_listen)[0],
+            names=tuple(self._settings.dashboard_hosts),
+            tokens=self._tokens,
+            max_bytes=min(limit, REQUEST_MAX_BYTES),
+            executor=self._decoding,
+        )
+        site = DashboardSite(self._channel, gate)
         self._serving = asyncio.create_task(
             serve(site, config, shutdown_trigger=self._stopping.wait)  # type: ignore[arg-type]
         )
@@ -110,12 +130,13 @@ class Dashboard:
             await self._serving
         if self._listener is not None:
             self._listener.close()
+        self._decoding.shutdown(wait=False, cancel_futures=True)
         if self._socket_dir is not None:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
 
 
-def _bind(listen: str) -> socket.socket:
+def _host_and_port(listen: str) -> tuple[str, int]:
     parsed = host_and_port(listen)
     if parsed is None or parsed[0] is None or parsed[1] > 65535:
         raise ConfigError(f"{_SETTING} is {listen!r}: expected HOST:PORT (e.g. 127.0.0.1:8080)")
-    return bind(parsed[0], parsed[1], _SETTING)
+    return parsed[0], parsed[1]

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from connectrpc.compat import google_protobuf_codecs
 from connectrpc.errors import ConnectError
 from connectrpc.server import ConnectASGIApplication
 
-from service.dashboard.forward import SERVICE_PATH, forwarding_endpoints
+from service.dashboard.decode import decoded_codecs
+from service.dashboard.forward import SERVICE_PATH, forwarding_endpoints, read_requests
+from service.dashboard.inbound import CallGate, Refusal
 
 __all__ = ["STATIC_DIR", "DashboardSite"]
 
@@ -45,6 +46,9 @@ _SECURITY_HEADERS = [
     (b"referrer-policy", b"no-referrer"),
     (b"cache-control", b"no-cache"),
 ]
+
+
+_WRONG_HOST = b"this Host is not a name of this dashboard (ROLLOUT_DASHBOARD_HOSTS)\n"
 
 
 @dataclass(frozen=True)
@@ -75,15 +79,17 @@ class _ForwardingApplication(ConnectASGIApplication[grpc.aio.Channel]):
             service=channel,
             endpoints=forwarding_endpoints,
             read_max_bytes=read_max_bytes,
-            codecs=google_protobuf_codecs(),
+            codecs=decoded_codecs(),  # `inbound` decoded the request before
         )
 
 
 class DashboardSite:
     """The ASGI application hypercorn serves."""
 
-    def __init__(self, channel: grpc.aio.Channel, read_max_bytes: int) -> None:
-        self._connect = _ForwardingApplication(channel, read_max_bytes)
+    def __init__(self, channel: grpc.aio.Channel, gate: CallGate) -> None:
+        self._connect = _ForwardingApplication(channel, gate.max_bytes)
+        self._gate = gate
+        self._requests = read_requests()
         self._assets = _load_assets(STATIC_DIR)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -113,15 +119,31 @@ class DashboardSite:
             return message
 
         try:
-            await self._connect(scope, receive_until_gone, send)
+            await self._forward(scope, receive_until_gone, send)
         except (asyncio.CancelledError, ConnectError):  # connectrpc re-raises a cancellation
             if not gone:
                 raise
             call.uncancel()
 
+    async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A read method's call once `inbound` has judged it and decoded its request; any
+        other path is connectrpc's 404 (it reads no body for one)."""
+        request = self._requests.get(scope["path"])
+        if request is None:
+            await self._connect(scope, receive, send)
+            return
+        read = await self._gate.read(scope, receive, *request)
+        if isinstance(read, Refusal):
+            await _refuse(send, read)
+            return
+        with read.bound():
+            await self._connect(read.scope, _replay(read.body, receive), send)
+
     async def _static(self, scope: Scope, send: Send) -> None:
         asset = self._assets.get(scope["path"])
-        if scope["method"] not in ("GET", "HEAD") or asset is None:
+        if not self._gate.host_allowed(scope):
+            status, headers, body = 403, [(b"content-type", b"text/plain")], _WRONG_HOST
+        elif scope["method"] not in ("GET", "HEAD") or asset is None:
             status, headers, body = 404, [(b"content-type", b"text/plain")], b"not found\n"
         else:
             status, headers, body = 200, [(b"content-type", asset.content_type)], asset.body
@@ -129,6 +151,27 @@ class DashboardSite:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         body = b"" if scope["method"] == "HEAD" else body
         await send({"type": "http.response.body", "body": body})
+
+
+async def _refuse(send: Send, refusal: Refusal) -> None:
+    headers = [*refusal.headers, (b"content-length", b"0")]
+    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """`receive` for connectrpc: `body` as the whole request, then what the client sends
+    (its going away)."""
+    replayed = False
+
+    async def replay() -> MutableMapping[str, Any]:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
