@@ -32,7 +32,10 @@ BENCHES = (
         ["bench_opencode_start.py"],
     ),
     ("e2b backend (fake envd) vs local", ["bench_e2b.py"]),
-    ("OpenEnv front door: run_rollout vs the RunRollout it wraps", ["bench_openenv.py"]),
+    (
+        "OpenEnv front door: a terminal step vs its Exec, run_rollout vs its RunRollout",
+        ["bench_openenv.py"],
+    ),
     ("image store: base, cold build, cached rebuild", ["bench_images.py"]),
     ("sandboxes on an image vs on the host root", ["bench_image_sandbox.py"]),
     ("image builds: rootless vs root", ["bench_rootless_build.py"]),

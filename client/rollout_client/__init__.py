@@ -48,7 +48,7 @@ from rollout_client.messages import (
     parse_view,
     to_spec,
 )
-from rollout_client.results import reward_of, status_name
+from rollout_client.results import ExecOutcome, reward_of, session_status_name, status_name
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -56,6 +56,7 @@ __all__ = [
     "AsyncRolloutClient",
     "CallCancelledError",
     "DeadlineExceededError",
+    "ExecOutcome",
     "FieldViolation",
     "InvalidArgumentError",
     "NotFoundError",
@@ -73,6 +74,7 @@ __all__ = [
     "parse_status",
     "parse_view",
     "reward_of",
+    "session_status_name",
     "status_name",
     "tls_credentials",
     "to_spec",

@@ -19,6 +19,7 @@ from rollout_client.batch.runner import BatchOptions, BatchSource, open_batch
 from rollout_client.connection import auth_metadata, default_target
 from rollout_client.errors import translate_errors
 from rollout_client.messages import GroupStatusLike, SpecLike, StatusLike, ViewLike
+from rollout_client.results import ExecOutcome
 from rollout_client.specfile import SpecOverrides
 
 __all__ = ["AsyncRolloutClient"]
@@ -356,3 +357,156 @@ class AsyncRolloutClient:
         async with contextlib.aclosing(batch.results()) as results:
             async for result in results:
                 yield result
+
+    async def open_session(
+        self,
+        spec: SpecLike,
+        *,
+        copies: int = 0,
+        idle_timeout_s: float | None = None,
+        max_lifetime_s: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (a gRPC deadline, sent to the server)
+    ) -> Sequence[pb.Session]:
+        """Open `copies` sessions of `spec` (0: one), each READY or FAILED (docs/sessions.md).
+        It lasts as long as the setup, so it takes its own `timeout`, unbounded by default."""
+        request = messages.open_session_request(spec, copies, idle_timeout_s, max_lifetime_s)
+        with translate_errors():
+            response = await self._stub.OpenSession(
+                request, timeout=timeout, metadata=self._metadata
+            )
+            return list(response.sessions)
+
+    async def exec_stream(
+        self,
+        session_id: str,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        cwd: str = "",
+        env: Mapping[str, str] | None = None,
+        max_output_bytes: int = 0,
+        timeout: float | None = None,  # noqa: ASYNC109 (a gRPC deadline, sent to the server)
+    ) -> AsyncGenerator[pb.ExecResponse, None]:
+        """Run `command` in the session: its output chunks as they come, then its result.
+        `timeout_s` is the command's limit (the server kills it); `timeout` the call's.
+        Closing the iterator early (`aclose()`) cancels the call, which kills the command."""
+        request = messages.exec_request(session_id, command, timeout_s, cwd, env, max_output_bytes)
+        call = self._stub.Exec(request, timeout=timeout, metadata=self._metadata)
+        try:
+            with translate_errors():
+                async for item in call:
+                    yield item
+        finally:
+            call.cancel()
+
+    async def exec(
+        self,
+        session_id: str,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        cwd: str = "",
+        env: Mapping[str, str] | None = None,
+        max_output_bytes: int = 0,
+        timeout: float | None = None,  # noqa: ASYNC109 (a gRPC deadline, sent to the server)
+    ) -> ExecOutcome:
+        """`exec_stream` gathered: the command's stdout, stderr and result."""
+        outcome = ExecOutcome()
+        async for item in self.exec_stream(
+            session_id,
+            command,
+            timeout_s=timeout_s,
+            cwd=cwd,
+            env=env,
+            max_output_bytes=max_output_bytes,
+            timeout=timeout,
+        ):
+            outcome.add(item)
+        return outcome
+
+    async def read_file(
+        self, session_id: str, path: str, *, max_bytes: int = 0
+    ) -> pb.ReadFileResponse:
+        request = messages.read_file_request(session_id, path, max_bytes)
+        with translate_errors():
+            return await self._stub.ReadFile(request, timeout=self.timeout, metadata=self._metadata)
+
+    async def write_file(self, session_id: str, path: str, content: bytes) -> int:
+        """Write `content` at `path` in the session; the bytes written."""
+        request = messages.write_file_request(session_id, path, content)
+        with translate_errors():
+            return (
+                await self._stub.WriteFile(request, timeout=self.timeout, metadata=self._metadata)
+            ).size
+
+    async def list_files(
+        self, session_id: str, directory: str = "", *, max_entries: int = 0
+    ) -> pb.ListFilesResponse:
+        request = messages.list_files_request(session_id, directory, max_entries)
+        with translate_errors():
+            return await self._stub.ListFiles(
+                request, timeout=self.timeout, metadata=self._metadata
+            )
+
+    async def verify_session(
+        self,
+        session_id: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> pb.Session:
+        """End the session with its reward; returns it terminal. It lasts as long as the
+        verifier, so it takes its own `timeout`, unbounded by default."""
+        request = messages.verify_session_request(session_id)
+        with translate_errors():
+            return (
+                await self._stub.VerifySession(request, timeout=timeout, metadata=self._metadata)
+            ).session
+
+    async def close_session(self, session_id: str) -> pb.Session:
+        """End the session unverified; its sandbox is gone on return (an ended one is
+        returned as it is)."""
+        request = messages.close_session_request(session_id)
+        with translate_errors():
+            return (
+                await self._stub.CloseSession(
+                    request, timeout=self.timeout, metadata=self._metadata
+                )
+            ).session
+
+    async def get_session(self, session_id: str) -> pb.Session:
+        request = messages.get_session_request(session_id)
+        with translate_errors():
+            return (
+                await self._stub.GetSession(request, timeout=self.timeout, metadata=self._metadata)
+            ).session
+
+    async def list_sessions(
+        self,
+        *,
+        labels: Mapping[str, str] | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> pb.ListSessionsResponse:
+        """One page of sessions, newest first."""
+        request = messages.list_sessions_request(labels, page_size, page_token)
+        with translate_errors():
+            return await self._stub.ListSessions(
+                request, timeout=self.timeout, metadata=self._metadata
+            )
+
+    async def watch_session(
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> AsyncGenerator[pb.RolloutEvent, None]:
+        """The session's events after `after_seq`, replayed then live, until it ends."""
+        request = messages.watch_session_request(session_id, after_seq)
+        call = self._stub.WatchSession(request, timeout=timeout, metadata=self._metadata)
+        try:
+            with translate_errors():
+                async for response in call:
+                    yield response.event
+        finally:
+            call.cancel()

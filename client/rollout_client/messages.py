@@ -37,19 +37,29 @@ __all__ = [
     "ViewLike",
     "cancel_request",
     "channel_options",
+    "close_session_request",
+    "exec_request",
     "get_request",
+    "get_session_request",
     "group_spec",
+    "list_files_request",
     "list_groups_request",
     "list_request",
+    "list_sessions_request",
     "model_call_selector",
+    "open_session_request",
     "parse_group_status",
     "parse_network",
     "parse_status",
     "parse_view",
+    "read_file_request",
     "run_request",
     "start_request",
     "to_spec",
+    "verify_session_request",
     "watch_request",
+    "watch_session_request",
+    "write_file_request",
 ]
 
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -271,3 +281,77 @@ def model_call_selector(
     if labels:
         return pb.ModelCallSelector(labels=pb.LabelSelector(labels=dict(labels)))
     return pb.ModelCallSelector(endpoint=pb.EndpointSelector(base_url=base_url, model=model))
+
+
+def _duration(seconds: float | None) -> duration_pb2.Duration | None:
+    if seconds is None:
+        return None
+    message = duration_pb2.Duration()
+    message.FromNanoseconds(round(seconds * 1e9))
+    return message
+
+
+def open_session_request(
+    spec: SpecLike,
+    copies: int = 0,
+    idle_timeout_s: float | None = None,
+    max_lifetime_s: float | None = None,
+) -> pb.OpenSessionRequest:
+    return pb.OpenSessionRequest(
+        spec=to_spec(spec),
+        copies=copies,
+        idle_timeout=_duration(idle_timeout_s),
+        max_lifetime=_duration(max_lifetime_s),
+    )
+
+
+def exec_request(
+    session_id: str,
+    command: str,
+    timeout_s: float | None = None,
+    cwd: str = "",
+    env: Mapping[str, str] | None = None,
+    max_output_bytes: int = 0,
+) -> pb.ExecRequest:
+    return pb.ExecRequest(
+        session_id=session_id,
+        command=command,
+        timeout=_duration(timeout_s),
+        cwd=cwd,
+        env=env,
+        max_output_bytes=max_output_bytes,
+    )
+
+
+def read_file_request(session_id: str, path: str, max_bytes: int) -> pb.ReadFileRequest:
+    return pb.ReadFileRequest(session_id=session_id, path=path, max_bytes=max_bytes)
+
+
+def write_file_request(session_id: str, path: str, content: bytes) -> pb.WriteFileRequest:
+    return pb.WriteFileRequest(session_id=session_id, path=path, content=content)
+
+
+def list_files_request(session_id: str, directory: str, max_entries: int) -> pb.ListFilesRequest:
+    return pb.ListFilesRequest(session_id=session_id, directory=directory, max_entries=max_entries)
+
+
+def verify_session_request(session_id: str) -> pb.VerifySessionRequest:
+    return pb.VerifySessionRequest(session_id=session_id)
+
+
+def close_session_request(session_id: str) -> pb.CloseSessionRequest:
+    return pb.CloseSessionRequest(session_id=session_id)
+
+
+def get_session_request(session_id: str) -> pb.GetSessionRequest:
+    return pb.GetSessionRequest(session_id=session_id)
+
+
+def list_sessions_request(
+    labels: Mapping[str, str] | None, page_size: int, page_token: str
+) -> pb.ListSessionsRequest:
+    return pb.ListSessionsRequest(labels=labels, page_size=page_size, page_token=page_token)
+
+
+def watch_session_request(session_id: str, after_seq: int) -> pb.WatchSessionRequest:
+    return pb.WatchSessionRequest(session_id=session_id, after_seq=after_seq)

@@ -5,20 +5,22 @@
     verify(id)                 -> Verified(reward, ...)             VerifySession
     close(id)                                                       CloseSession
 
-Its implementation calls the sessions RPCs named on the right, through rollout_client; they
-are not on this branch yet, so neither is that binding (docs/openenv.md#the-terminal-environment).
-Synchronous on purpose: OpenEnv's server runs a session's sync calls on a thread of that
-session's own, and closes an environment from a thread, where an asyncio channel cannot go.
+`RolloutSessions` is its binding: the sessions RPCs named on the right, through
+rollout_client's blocking client. Synchronous on purpose: OpenEnv's server runs a session's
+sync calls on a thread of that session's own, and closes an environment from a thread, where
+an asyncio channel cannot go.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from rollout.v1 import rollout_pb2 as pb
+from rollout_client import NotFoundError, RolloutClient, session_status_name
 
-__all__ = ["Executed", "Opened", "Sessions", "Verified"]
+__all__ = ["Executed", "Opened", "RolloutSessions", "SessionFailedError", "Sessions", "Verified"]
 
 
 @dataclass(frozen=True)
@@ -68,3 +70,67 @@ class Sessions(Protocol):
     def close(self, session_id: str) -> None:
         """End the session and kill its sandbox (a session already gone is no error)."""
         ...
+
+
+class SessionFailedError(RuntimeError):
+    """A session that did not open (its setup failed, say): `"<KIND>: <message>"`."""
+
+
+class RolloutSessions:
+    """`Sessions` over one rollout-service's sessions RPCs. One blocking client (a channel is
+    safe across threads) serves every environment of the front door."""
+
+    def __init__(self, client: RolloutClient) -> None:
+        self._client = client
+
+    def open(self, spec: pb.RolloutSpec) -> Opened:
+        (session,) = self._client.open_session(spec)
+        if session.status != pb.SESSION_STATUS_READY:
+            raise SessionFailedError(
+                f"the session did not open ({session_status_name(session.status)}): "
+                + _error_of(session.result)
+            )
+        return Opened(session_id=session.id, instruction=session.spec.task.instruction)
+
+    def exec(self, session_id: str, command: str, timeout_s: float | None) -> Executed:
+        ran = self._client.exec(session_id, command, timeout_s=timeout_s)
+        duration = ran.result.duration.ToNanoseconds() / 1e9 if ran.result is not None else 0.0
+        return Executed(
+            exit_code=ran.exit_code,
+            stdout=ran.stdout.decode(errors="replace"),
+            stderr=ran.stderr.decode(errors="replace"),
+            timed_out=ran.timed_out,
+            duration_s=duration,
+        )
+
+    def verify(self, session_id: str) -> Verified:
+        result = self._client.verify_session(session_id).result
+        failed = result.HasField("error") and result.error.kind != pb.ERROR_KIND_UNSPECIFIED
+        return Verified(
+            reward=result.reward if result.HasField("reward") else None,
+            error_kind=pb.ErrorKind.Name(result.error.kind).removeprefix("ERROR_KIND_")
+            if failed
+            else None,
+            error=_error_of(result) if failed else None,
+            verify_results=[
+                Executed(
+                    exit_code=command.exit_code,
+                    stdout=command.stdout,
+                    stderr=command.stderr,
+                    timed_out=command.timed_out,
+                    duration_s=command.duration.ToNanoseconds() / 1e9,
+                )
+                for command in result.verify_results
+            ],
+        )
+
+    def close(self, session_id: str) -> None:
+        # Gone already (reaped, or another tenant's id): nothing is left to kill.
+        with contextlib.suppress(NotFoundError):
+            self._client.close_session(session_id)
+
+
+def _error_of(result: pb.RolloutResult) -> str:
+    """`"<KIND>: <message>"`, as opencode_env's results say a rollout's error."""
+    kind = pb.ErrorKind.Name(result.error.kind).removeprefix("ERROR_KIND_")
+    return f"{kind}: {result.error.message}"

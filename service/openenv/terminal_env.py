@@ -64,7 +64,11 @@ class TerminalEnvironment(Environment):
             verified = self._sessions.verify(session_id)
             self._state.session_id, self._state.verified = None, True
             return TerminalObservation(
-                session_id=session_id, done=True, reward=verified.reward, error=verified.error
+                session_id=session_id,
+                done=True,
+                reward=verified.reward,
+                error=verified.error,
+                error_kind=verified.error_kind,
             )
         ran = self._sessions.exec(session_id, action.command, action.timeout_s or timeout_s)
         self._state.last_exit_code = ran.exit_code

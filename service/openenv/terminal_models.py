@@ -31,7 +31,12 @@ class TerminalObservation(Observation):
     stderr: str = ""
     exit_code: int | None = Field(default=None, description="the command's exit code")
     timed_out: bool = False
-    error: str | None = Field(default=None, description="why verification failed, if it did")
+    error: str | None = Field(
+        default=None, description='why verification failed, if it did: "<KIND>: <message>"'
+    )
+    error_kind: str | None = Field(
+        default=None, description="TAMPERED, VERIFIER, SANDBOX, ...: score it, or retry it"
+    )
 
 
 class TerminalState(State):

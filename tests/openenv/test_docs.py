@@ -1,6 +1,6 @@
 """docs/openenv.md's examples, run as written: the serve block in front of a real server (its
-port made free by a later --listen), the Python example against it, opencode's model played by
-the scripted upstream."""
+port made free by a later --listen), the Python examples against it (run_rollout with
+opencode's model played by the scripted upstream, and the terminal)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,22 @@ def door(rollout_server: ServerProcess, tmp_path: Path) -> Iterator[ServerProces
     assert "Traceback" not in served.text(), served.text()
 
 
+async def run_example(name: str, env: dict[str, str]) -> str:
+    """The block's stdout, run as a script in the repository with `env`."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        BLOCKS[name].code,
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await process.communicate()
+    assert process.returncode == 0, stderr.decode()
+    return stdout.decode().strip()
+
+
 @pytest.mark.opencode
 async def test_the_run_rollout_example_prints_what_its_page_says(door: ServerProcess) -> None:
     async with FakeUpstream(api_key=KEY, model=MODEL) as upstream:
@@ -48,16 +64,11 @@ async def test_the_run_rollout_example_prints_what_its_page_says(door: ServerPro
             "ENDPOINT_MODEL": MODEL,
             "ENDPOINT_KEY": KEY,
         }
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            BLOCKS["openenv-run-rollout"].code,
-            cwd=ROOT,
-            env=env,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        stdout, stderr = await process.communicate()
-    assert process.returncode == 0, stderr.decode()
-    assert stdout.decode().strip() == claimed_output(BLOCKS["openenv-run-rollout"])
+        printed = await run_example("openenv-run-rollout", env)
+    assert printed == claimed_output(BLOCKS["openenv-run-rollout"])
     assert "OpenEnv front door listening on http://127.0.0.1:" in door.text()
+
+
+async def test_the_terminal_example_prints_what_its_page_says(door: ServerProcess) -> None:
+    printed = await run_example("openenv-terminal", {**os.environ, "OPENENV_URL": door.target})
+    assert printed == claimed_output(BLOCKS["openenv-terminal"])

@@ -1,5 +1,5 @@
 """The terminal's reset arguments and actions, read as the session spec and commands they mean.
-(The environment itself waits for the sessions RPCs: docs/openenv.md#the-terminal-environment.)"""
+(The environment itself, through the real server: tests/openenv/test_terminal_env.py.)"""
 
 from __future__ import annotations
 
