@@ -87,7 +87,7 @@ def command_line(command: pb.CommandResult) -> Text:
     line = Text.assemble(
         (f"{stage}[{command.index}] ", "dim"),
         ("ok  " if ok else "FAIL", "green" if ok else "red"),
-        f" {inert(command.command)}",
+        f" {inert(command.display_command or command.command)}",
         (f"  exit {command.exit_code} in {seconds(command.duration)}", "dim"),
     )
     if command.timed_out:

@@ -199,6 +199,7 @@ def _command_to_proto(result: CommandResult) -> pb.CommandResult:
         stderr_bytes=result.stderr_bytes,
         duration=duration(result.duration_s),
         timed_out=result.timed_out,
+        display_command=result.display_command,
     )
 
 

@@ -185,6 +185,7 @@ class Verification:
             timeout_s=self._timeout_s,
             env=task.env | task.verifier_env | VERIFIER_ENV,
             wrap=functools.partial(in_workdir, task.workdir),
+            display=task.verify_display,
             on_result=self._on_result,
             stop_on_failure=False,
         )

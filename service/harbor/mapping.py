@@ -52,6 +52,7 @@ from service.sandboxes.base import VERIFIER_DIR
 
 __all__ = [
     "HARBOR_VERIFY",
+    "HARBOR_VERIFY_DISPLAY",
     "dockerfile_from",
     "dockerfile_user",
     "dockerfile_workdir",
@@ -65,6 +66,8 @@ HARBOR_VERIFY = (
     # Everything the agent started is dead by now; /logs goes whatever it left there.
     f"rm -rf /logs && mkdir -p /logs && ln -s {VERIFIER_DIR} /logs/verifier && bash /tests/test.sh"
 )
+HARBOR_VERIFY_DISPLAY = "bash /tests/test.sh"
+"""The verify step as a Harbor task writes it (tests/test.sh), shown in place of the wrapper."""
 _CANARY = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)
 _TEMPLATE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
 
@@ -159,6 +162,7 @@ def resolve_spec(
     task = TaskSpec(
         instruction=_instruction(_text(tree, "instruction.md")),
         verify=(HARBOR_VERIFY,),
+        verify_display=(HARBOR_VERIFY_DISPLAY,),
         verifier_files={f"/tests/{p}": data for p, data in tests.items()},
         solution_files=solution,
         file_modes={key: f"{mode:o}" for key, mode in modes.items() if mode != 0o644},

@@ -98,6 +98,8 @@ class CommandResult(BaseModel):
     stderr_bytes: int = 0
     duration_s: float = 0.0
     timed_out: bool = False
+    display_command: str = ""
+    """The command as the task wrote it when `command` is a wrapper around it; "" if not."""
 
     @property
     def passed(self) -> bool:

@@ -61,6 +61,9 @@ class TaskSpec(_Model):
     """Shell commands run before the agent; the first failure stops the rollout."""
     verify: tuple[str, ...] = ()
     """Shell commands run after the agent; each exit 0 counts as passed."""
+    verify_display: tuple[str, ...] = ()
+    """How each verify command is shown (its result's `display_command`) when it is a wrapper
+    around what the task wrote (a Harbor task's `bash /tests/test.sh`); () shows them as run."""
     files: dict[str, bytes] = Field(default_factory=dict)
     """Workdir-relative files staged before setup."""
     verifier_files: dict[str, bytes] = Field(default_factory=dict)

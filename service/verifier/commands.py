@@ -18,11 +18,13 @@ async def run_commands(
     timeout_s: float,
     env: Mapping[str, str] | None = None,
     wrap: Callable[[str], str] | None = None,
+    display: Sequence[str] = (),
     on_result: Callable[[CommandResult], None],
     stop_on_failure: bool,
 ) -> list[CommandResult]:
     """Run each command with its own budget (`wrap`ped, e.g. to enter the task's workdir,
-    with `env` added to the sandbox's); report each result as it finishes."""
+    with `env` added to the sandbox's); report each result as it finishes. `display` is how
+    each command is shown, where it differs from the command."""
     results: list[CommandResult] = []
     for index, command in enumerate(commands):
         run = command if wrap is None else wrap(command)
@@ -38,6 +40,7 @@ async def run_commands(
             stderr_bytes=outcome.stderr_bytes,
             duration_s=outcome.duration_s,
             timed_out=outcome.timed_out,
+            display_command=display[index] if index < len(display) else "",
         )
         results.append(result)
         on_result(result)

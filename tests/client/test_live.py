@@ -64,6 +64,15 @@ def test_a_verify_command_shows_the_tail_of_what_the_tests_printed() -> None:
     ], "setup output stays out of the way"
 
 
+def test_a_wrapped_command_shows_as_the_task_wrote_it() -> None:
+    command = pb.CommandResult(
+        stage=pb.COMMAND_STAGE_VERIFY,
+        command="rm -rf /logs && mkdir -p /logs && bash /tests/test.sh",
+        display_command="bash /tests/test.sh",
+    )
+    assert command_line(command).plain == "verify[0] ok   bash /tests/test.sh  exit 0 in 0s"
+
+
 def test_output_chunks_are_joined_into_lines_and_flushed_at_the_end() -> None:
     view = EventView()
     stdout = pb.AGENT_OUTPUT_KIND_STDOUT

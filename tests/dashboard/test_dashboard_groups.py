@@ -104,6 +104,48 @@ async def test_a_group_appears_on_the_groups_page_and_finishes_there(
         await expect(page.locator("#members tbody tr[data-status=SUCCEEDED]")).to_have_count(2)
 
 
+async def test_the_group_page_counts_a_member_that_ended_while_another_runs(
+    dashboard_server: ServerProcess,
+    stub: pb_grpc.RolloutServiceAsyncStub,
+    upstream: FakeUpstream,
+) -> None:
+    # The first model call is answered, the second held: one member ends while the other
+    # waits in its call, so the group is RUNNING with one member counted.
+    upstream.script(Reply(text="a quick answer"), Reply(text="a held answer", hold=True))
+    member = pb.RolloutSpec(
+        task=pb.Task(instruction="answer", verify=["test -s reply.txt"]),
+        agent=pb.Agent(name="command", command=call_model_then("true")),
+        endpoint=pb.Endpoint(base_url=upstream.base_url, api_key=KEY, model=MODEL),
+        labels={"suite": uuid.uuid4().hex},
+    )
+    async with chromium() as browser:
+        page = await browser.new_page()
+        started = await stub.StartGroup(pb.StartGroupRequest(spec=pb.GroupSpec(spec=member, n=2)))
+        group_id = started.group.id
+        await page.goto(f"{dashboard_url(dashboard_server)}#/group/{group_id}")
+        await expect(page.locator("#status")).to_have_text("RUNNING")
+
+        await upstream.wait_for_requests(2)
+        ended = page.locator("#members tbody tr[data-status=SUCCEEDED]")
+        await expect(ended).to_have_count(1)
+        await expect(ended.locator(".counted")).to_have_text("yes")
+        await expect(ended.locator(".reward")).to_have_text("1.000")
+        await expect(page.locator("#stats")).to_have_text(
+            "1 counted, mean reward 1.000 (stddev 0.000), 0 refills"
+        )
+        held = page.locator("#members tbody tr[data-status=RUNNING]")
+        await expect(held).to_have_count(1)
+        await expect(held.locator(".counted")).to_have_text("no")
+        assert await page.locator("#status").text_content() == "RUNNING"
+        upstream.release()
+
+        await expect(page.locator("#status")).to_have_text("COMPLETED", timeout=60_000)
+        await expect(page.locator("#members tbody tr[data-status=SUCCEEDED]")).to_have_count(2)
+        await expect(page.locator("#stats")).to_have_text(
+            "2 counted, mean reward 1.000 (stddev 0.000), 0 refills"
+        )
+
+
 async def test_a_bad_page_token_comes_over_connect_with_its_bad_request_details(
     dashboard_server: ServerProcess,
 ) -> None:

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -176,3 +177,27 @@ async def test_the_session_example_prints_what_its_page_says(
 
     assert ran.code == 0, ran
     assert ran.stdout.splitlines() == ["output: 42", "VERIFIED 1.0"], ran
+
+
+@pytest.mark.opencode
+async def test_the_batch_block_runs_the_example_dataset_on_a_default_server(
+    server: ServerProcess, upstream: FakeUpstream
+) -> None:
+    # The model only says "Done." (reward 0): what counts is that every rollout ran and was
+    # scored on a server at its defaults, none rejected for a build it will not make.
+    output = ROOT / "runs" / "harbor-dataset"
+    shutil.rmtree(output, ignore_errors=True)
+    try:
+        ran = await _run(BLOCKS["batch"], server, upstream)
+
+        assert ran.code == 0, ran
+        lines = (output / "results.jsonl").read_text().splitlines()
+        results = [json.loads(line) for line in lines]
+        assert sorted({r["task"] for r in results}) == ["hello", "sum"]
+        assert len(results) == 8
+        assert {r["outcome"] for r in results} == {"scored"}, results
+        assert re.search(r"all\s*│\s*8/8", ran.stdout), ran.stdout
+    finally:
+        shutil.rmtree(output, ignore_errors=True)
+        if not any(output.parent.iterdir()):
+            output.parent.rmdir()

@@ -25,6 +25,7 @@ RUN_BY = {
     "spec-file": "test_examples.py",
     "python": "test_examples.py",
     "session-python": "test_examples.py",
+    "batch": "test_examples.py",
     "member-seed": "test_pages.py",
     "openenv-serve": "../openenv/test_docs.py",
     "openenv-run-rollout": "../openenv/test_docs.py",

@@ -9,6 +9,7 @@ spec has no `harbor_task`, and no agent is called "oracle".
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import tarfile
@@ -22,8 +23,11 @@ import pytest
 from google.protobuf import json_format
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
+from rollout_client.cli import app
+from typer.testing import CliRunner
 
 from service.config import Settings
+from service.harbor.mapping import HARBOR_VERIFY
 from service.images import ImageStore
 from tests.server_process import ServerProcess
 
@@ -157,6 +161,26 @@ async def test_multi_dimensional_reward_json(harbor_stub: pb_grpc.RolloutService
 
 async def test_a_solution_that_needs_root(harbor_stub: pb_grpc.RolloutServiceAsyncStub) -> None:
     await _rewards(harbor_stub, harborTask={"path": "needs_root"})
+
+
+def test_rollout_run_shows_the_verify_step_as_the_task_wrote_it(
+    harbor_server: ServerProcess,
+) -> None:
+    # The service runs test.sh inside a wrapper linking /logs/verifier to its own verifier
+    # directory; the result and `rollout run` show the step the task wrote.
+    argv = ["run", "--harbor-task", "multi_reward", "--agent", "command", "--agent-command", "true"]
+    ran = CliRunner().invoke(app, [*argv, "--json", "--target", harbor_server.target])
+    assert ran.exit_code == 0, ran.output
+    [verify] = json.loads(ran.stdout)["result"]["verifyResults"]
+    assert verify["displayCommand"] == "bash /tests/test.sh"
+    assert verify["command"] == HARBOR_VERIFY
+
+    shown = CliRunner().invoke(app, [*argv, "--target", harbor_server.target])
+    assert shown.exit_code == 0, shown.output
+    lines = [line for line in shown.stdout.splitlines() if "verify[0]" in line]
+    assert lines, shown.stdout  # the live line, then the summary's
+    assert all("verify[0] ok   bash /tests/test.sh  exit 0" in line for line in lines), lines
+    assert "rm -rf /logs" not in shown.stdout
 
 
 async def test_an_uploaded_archive_runs_like_the_directory(

@@ -664,7 +664,7 @@ class PhaseTimings(_message.Message):
     def __init__(self, queued: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., creating_sandbox: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., preparing_agent: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., setup: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., agent: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., verifying: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., collecting: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., teardown: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., total: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., paused: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class CommandResult(_message.Message):
-    __slots__ = ("stage", "index", "command", "exit_code", "stdout", "stderr", "stdout_bytes", "stderr_bytes", "duration", "timed_out")
+    __slots__ = ("stage", "index", "command", "exit_code", "stdout", "stderr", "stdout_bytes", "stderr_bytes", "duration", "timed_out", "display_command")
     STAGE_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
@@ -675,6 +675,7 @@ class CommandResult(_message.Message):
     STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
     DURATION_FIELD_NUMBER: _ClassVar[int]
     TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
+    DISPLAY_COMMAND_FIELD_NUMBER: _ClassVar[int]
     stage: CommandStage
     index: int
     command: str
@@ -685,7 +686,8 @@ class CommandResult(_message.Message):
     stderr_bytes: int
     duration: _duration_pb2.Duration
     timed_out: bool
-    def __init__(self, stage: _Optional[_Union[CommandStage, str]] = ..., index: _Optional[int] = ..., command: _Optional[str] = ..., exit_code: _Optional[int] = ..., stdout: _Optional[str] = ..., stderr: _Optional[str] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., timed_out: _Optional[bool] = ...) -> None: ...
+    display_command: str
+    def __init__(self, stage: _Optional[_Union[CommandStage, str]] = ..., index: _Optional[int] = ..., command: _Optional[str] = ..., exit_code: _Optional[int] = ..., stdout: _Optional[str] = ..., stderr: _Optional[str] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., timed_out: _Optional[bool] = ..., display_command: _Optional[str] = ...) -> None: ...
 
 class Turn(_message.Message):
     __slots__ = ("index", "trainable", "requested_model", "request_messages", "request_message_offset", "tools", "tools_hash", "completion_text", "reasoning_text", "tool_calls", "finish_reason", "prompt_token_ids", "completion_token_ids", "logprobs", "completion_tokens", "top_logprobs", "token_ids_present", "usage", "latency", "time_to_first_token", "upstream_status", "upstream_error", "stream", "start_time", "incomplete", "logprobs_present", "usage_counted", "unparsed", "raw_request", "dialect", "translated", "body_cut", "body_bytes_dropped", "policy_version_start", "policy_version_end", "upstream_weight_version", "paused", "sampling", "sampling_stripped")

@@ -36,7 +36,7 @@ function commandBlock(command: CommandResult): HTMLElement {
   return h(
     "div",
     { class: "command" },
-    h("h3", {}, `${stage} ${command.index}: `, h("code", {}, command.command), ` (${exit})`),
+    h("h3", {}, `${stage} ${command.index}: `, h("code", {}, command.displayCommand || command.command), ` (${exit})`),
     command.stdout ? h("pre", { class: "stdout" }, command.stdout) : null,
     command.stderr ? h("pre", { class: "stderr" }, command.stderr) : null,
   );
