@@ -25,7 +25,7 @@ BUF_INSTALL = mkdir -p .tools && npm install --no-audit --no-fund --loglevel=err
   grep -vE '^npm error( *$$|  | *[{}]$$)' $(BUF_LOG) | sed 's/^/  /'; \
   echo "  (a TLS proxy: point npm_config_cafile at its CA; the whole log: $(BUF_LOG))"; false; }
 
-.PHONY: install run test test-real-model proto proto-check lint bench clean base-image web
+.PHONY: install harbor-venv run test test-real-model proto proto-check lint bench clean base-image web
 
 install: $(STAMP)
 
@@ -61,8 +61,24 @@ run: install
 # file, with its module-scoped server, stays on one worker. `make test TEST_WORKERS=0` runs
 # the suite in one process.
 TEST_WORKERS ?= 2
-test: install
+test: install harbor-venv
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+# Harbor's own released CLI, in a venv of its own (Harbor needs Python 3.12+; this project's
+# .venv may be 3.11), with this client installed into it: tests/harbor/test_environment.py runs
+# `harbor run` through it. Without a Python 3.12 those tests skip, saying so.
+HARBOR_VENV := .harbor-venv
+HARBOR_VERSION := 0.25.*
+HARBOR_PYTHON ?= $(shell for p in python3.13 python3.12 $(wildcard /root/.pyenv/versions/3.1[23]*/bin/python3); do \
+  command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null \
+  && { command -v $$p; break; }; done)
+harbor-venv: $(HARBOR_VENV)/installed.stamp
+
+$(HARBOR_VENV)/installed.stamp: client/pyproject.toml
+	@if [ -z "$(HARBOR_PYTHON)" ]; then echo "no Python 3.12+: Harbor's tests will skip"; else \
+	  $(HARBOR_PYTHON) -m venv $(HARBOR_VENV) && \
+	  $(HARBOR_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+	    'harbor==$(HARBOR_VERSION)' -e './client[harbor]' && touch $@; fi
 
 # A real model (SmolLM2-135M on llama-cpp-python's server) through the service. The server is
 # built once into ~/.cache/rollout-service-build (about 7 minutes on 2 cores), then reused.
