@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -321,71 +320,6 @@ class AsyncRolloutClient:
             return await self._stub.ResumeModelCalls(
                 request, timeout=self.timeout, metadata=self._metadata
             )
-
-    async def open_session(
-        self, spec: pb.RolloutSpec, *, idle_timeout_s: float = 0, max_lifetime_s: float = 0
-    ) -> pb.Session:
-        """Open one session of `spec` (docs/sessions.md): READY, or FAILED with its error.
-        A zero timeout is the server's default."""
-        request = pb.OpenSessionRequest(spec=spec)
-        if idle_timeout_s:
-            request.idle_timeout.FromTimedelta(datetime.timedelta(seconds=idle_timeout_s))
-        if max_lifetime_s:
-            request.max_lifetime.FromTimedelta(datetime.timedelta(seconds=max_lifetime_s))
-        with translate_errors():
-            response = await self._stub.OpenSession(request, metadata=self._metadata)
-        return response.sessions[0]
-
-    async def exec(
-        self, request: pb.ExecRequest
-    ) -> AsyncGenerator[pb.ExecOutput | pb.ExecResult, None]:
-        """A command's output chunks as they come, then its result, last."""
-        call = self._stub.Exec(request, metadata=self._metadata)
-        try:
-            with translate_errors():
-                async for item in call:
-                    yield item.output if item.HasField("output") else item.result
-        finally:
-            call.cancel()
-
-    async def read_file(
-        self, session_id: str, path: str, *, max_bytes: int = 0
-    ) -> pb.ReadFileResponse:
-        request = pb.ReadFileRequest(session_id=session_id, path=path, max_bytes=max_bytes)
-        with translate_errors():
-            return await self._stub.ReadFile(request, timeout=self.timeout, metadata=self._metadata)
-
-    async def write_file(self, session_id: str, path: str, content: bytes) -> int:
-        """Write a file of a session; the bytes written."""
-        request = pb.WriteFileRequest(session_id=session_id, path=path, content=content)
-        with translate_errors():
-            response = await self._stub.WriteFile(
-                request, timeout=self.timeout, metadata=self._metadata
-            )
-        return response.size
-
-    async def list_files(
-        self, session_id: str, directory: str = "", *, max_entries: int = 0
-    ) -> pb.ListFilesResponse:
-        request = pb.ListFilesRequest(
-            session_id=session_id, directory=directory, max_entries=max_entries
-        )
-        with translate_errors():
-            return await self._stub.ListFiles(
-                request, timeout=self.timeout, metadata=self._metadata
-            )
-
-    async def verify_session(self, session_id: str) -> pb.Session:
-        """End the session with its reward (the rollout's own verification)."""
-        request = pb.VerifySessionRequest(session_id=session_id)
-        with translate_errors():
-            return (await self._stub.VerifySession(request, metadata=self._metadata)).session
-
-    async def close_session(self, session_id: str) -> pb.Session:
-        """End the session unverified; its sandbox is gone when this returns."""
-        request = pb.CloseSessionRequest(session_id=session_id)
-        with translate_errors():
-            return (await self._stub.CloseSession(request, metadata=self._metadata)).session
 
     async def batch(
         self,

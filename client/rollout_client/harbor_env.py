@@ -28,7 +28,6 @@ import asyncio
 import json
 import os
 import shlex
-from datetime import timedelta
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -140,7 +139,9 @@ class RolloutEnvironment(BaseEnvironment):
                 f"(no connection in {_CONNECT_TIMEOUT_S:.0f}s): is the server running?"
             )
         try:
-            session = await client.open_session(self._spec(), idle_timeout_s=self._idle_timeout_s)
+            [session] = await client.open_session(
+                self._spec(), idle_timeout_s=self._idle_timeout_s or None
+            )
         except RolloutError as exc:
             raise SessionEnvironmentError(f"opening a session at {client.target}: {exc}") from exc
         self._session = session
@@ -244,19 +245,18 @@ class RolloutEnvironment(BaseEnvironment):
     async def _run(
         self, command: str, cwd: str | None, env: dict[str, str], timeout_sec: float | None
     ) -> ExecResult:
-        request = pb.ExecRequest(
-            session_id=self._session_id(), command=command, cwd=cwd or "", env=env
-        )
-        if timeout_sec:
-            request.timeout.FromTimedelta(timedelta(seconds=timeout_sec))
         out: dict[int, list[bytes]] = {pb.EXEC_STREAM_STDOUT: [], pb.EXEC_STREAM_STDERR: []}
         callback = self._output_callback()
         result = pb.ExecResult()
+        calls = self._connected().exec_stream(
+            self._session_id(), command, timeout_s=timeout_sec or None, cwd=cwd or "", env=env
+        )
         try:
-            async for item in self._connected().exec(request):
-                if isinstance(item, pb.ExecResult):
-                    result = item
+            async for response in calls:
+                if response.HasField("result"):
+                    result = response.result
                     continue
+                item = response.output
                 out[item.stream].append(item.data)
                 if callback is not None:
                     stream = "stdout" if item.stream == pb.EXEC_STREAM_STDOUT else "stderr"
