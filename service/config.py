@@ -79,6 +79,11 @@ class Settings(BaseSettings):
 
     listen: str = "127.0.0.1:50051"
     """gRPC listen address (host:port; port 0 picks a free one)."""
+    advertise_address: str = ""
+    """HOST:PORT the other servers sharing database_url reach this server's API at, to forward
+    the calls of a session this server holds. Empty: the listen address with its bound port
+    when its host is one other hosts can name (not 0.0.0.0 or [::]), else none (those calls
+    are then FAILED_PRECONDITION naming this server)."""
     listen_reuse_port: bool = False
     """Share the listen port with other servers that set this too (SO_REUSEPORT: the kernel
     splits clients between them). Off: a port in use stops the server at start."""

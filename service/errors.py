@@ -4,7 +4,8 @@
     ├── SpecError            bad input; INVALID_ARGUMENT with one violation per field
     ├── NotFoundError        NOT_FOUND
     ├── SessionStateError    FAILED_PRECONDITION: the session is not READY (ended, verifying,
-    │                        or held by another server)
+    │   │                    or held by another server)
+    │   └── SessionElsewhereError  another live server holds it (the API forwards the call)
     ├── RequestConflictError ALREADY_EXISTS: the request_id names a rollout of another spec
     ├── CapacityError        RESOURCE_EXHAUSTED: running and queue slots are full, or a
     │                        tenant's standing versions and pauses are at their limit
@@ -47,6 +48,7 @@ __all__ = [
     "RolloutFailure",
     "RolloutServiceError",
     "SandboxError",
+    "SessionElsewhereError",
     "SessionStateError",
     "ShuttingDownError",
     "SpecError",
@@ -98,6 +100,16 @@ class NotFoundError(RolloutServiceError):
 class SessionStateError(RolloutServiceError):
     """A call a session cannot take in its state: it ended, is being verified or closed, or
     another server holds it."""
+
+
+class SessionElsewhereError(SessionStateError):
+    """A live session another server sharing the store holds: `instance` names it, `address`
+    is where its API is reached ('' when it named none)."""
+
+    def __init__(self, message: str, *, instance: str, address: str) -> None:
+        super().__init__(message)
+        self.instance = instance
+        self.address = address
 
 
 class RequestConflictError(RolloutServiceError):

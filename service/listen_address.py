@@ -29,6 +29,7 @@ lower case, without a trailing dot; accepted:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import ipaddress
 import socket
@@ -37,7 +38,14 @@ from pathlib import Path
 
 from service.errors import ConfigError
 
-__all__ = ["bind", "bind_refusal", "ensure_free", "host_and_port", "names_listener"]
+__all__ = [
+    "advertised",
+    "bind",
+    "bind_refusal",
+    "ensure_free",
+    "host_and_port",
+    "names_listener",
+]
 
 _PROC = Path("/proc")
 _TCP_LISTEN = "0A"
@@ -53,6 +61,19 @@ def host_and_port(listen: str) -> tuple[str | None, int] | None:
     if not colon or not port.isdigit():
         return None
     return host.removeprefix("[").removesuffix("]") or None, int(port)
+
+
+def advertised(listen: str, port: int) -> str:
+    """Where other servers reach a listener on `listen` bound to `port`: HOST:PORT, or ''
+    when its host names no one address (every interface, or not TCP)."""
+    parsed = host_and_port(listen)
+    if parsed is None or parsed[0] is None:
+        return ""
+    host = parsed[0]
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(host).is_unspecified:
+            return ""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def names_listener(hosts: Sequence[str], listen_host: str, names: Collection[str]) -> bool:

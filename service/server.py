@@ -46,7 +46,7 @@ from service.engine.manager import RolloutManager
 from service.engine.model_access import ModelRouter
 from service.engine.sessions import SessionManager
 from service.errors import ConfigError, MissingDependencyError
-from service.listen_address import ensure_free
+from service.listen_address import advertised, ensure_free
 from service.memory import freeze_startup_objects, return_large_frees_to_the_os
 from service.proxy.server import CaptureProxy
 from service.store import new_store
@@ -136,6 +136,7 @@ async def serve(settings: Settings) -> None:
     if dashboard is not None:
         dashboard.attach(server)
     await server.start()
+    await store.advertise(settings.advertise_address or advertised(settings.listen, port))
     if health_port is not None:  # after the API, whose health ("") is SERVING from the start
         await health_port[0].start()
         health_host = settings.health_listen.rsplit(":", 1)[0]

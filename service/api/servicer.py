@@ -30,6 +30,7 @@ from service.api.inbound import (
 )
 from service.api.model_calls_in import selector_from_proto, version_from_proto
 from service.api.paging import GroupPageBuilder, RolloutPageBuilder
+from service.api.session_forward import SessionForwarder
 from service.api.session_methods import SessionMethods
 from service.api.watch import EncodedEvents, FallingBehind, write_events
 from service.engine.events import EventHub
@@ -61,6 +62,7 @@ class RolloutServicer(SessionMethods, pb_grpc.RolloutServiceServicer):  # type: 
         self._hub = hub
         self._groups = groups
         self._sessions = sessions
+        self._forwarder = SessionForwarder(sessions.settings)
         self._encoded_events = EncodedEvents(_ENCODED_EVENTS_BYTES)
 
     @translate_errors

@@ -18,6 +18,7 @@ from service.api.session_convert import (
     open_from_proto,
     session_to_proto,
 )
+from service.api.session_forward import SessionForwarder, forwarded, forwarded_stream
 from service.api.watch import EncodedEvents, FallingBehind, write_events
 from service.engine.events import EventHub
 from service.engine.sessions import SessionManager
@@ -35,9 +36,11 @@ def _session_id(value: str) -> str:
 
 
 class SessionMethods:
-    """Mixed into the servicer; needs its session manager, hub and encoded events."""
+    """Mixed into the servicer; needs its session manager, hub, encoded events and the
+    forwarder of calls on sessions another replica holds."""
 
     _sessions: SessionManager
+    _forwarder: SessionForwarder
     _hub: EventHub
     _encoded_events: EncodedEvents
 
@@ -49,6 +52,7 @@ class SessionMethods:
         return pb.OpenSessionResponse(sessions=[session_to_proto(r, slim=True) for r in opened])
 
     @translate_stream_errors
+    @forwarded_stream
     async def Exec(
         self, request: pb.ExecRequest, context: Context
     ) -> AsyncIterator[pb.ExecResponse]:
@@ -58,6 +62,7 @@ class SessionMethods:
             yield exec_item_to_proto(item)
 
     @translate_errors
+    @forwarded
     async def ReadFile(self, request: pb.ReadFileRequest, context: Context) -> pb.ReadFileResponse:
         session = await self._sessions.held(_session_id(request.session_id), caller_tenant())
         content, truncated = await session.read(request.path, request.max_bytes)
@@ -66,6 +71,7 @@ class SessionMethods:
         return pb.ReadFileResponse(found=True, content=content, truncated=truncated)
 
     @translate_errors
+    @forwarded
     async def WriteFile(
         self, request: pb.WriteFileRequest, context: Context
     ) -> pb.WriteFileResponse:
@@ -74,6 +80,7 @@ class SessionMethods:
         return pb.WriteFileResponse(size=len(request.content))
 
     @translate_errors
+    @forwarded
     async def ListFiles(
         self, request: pb.ListFilesRequest, context: Context
     ) -> pb.ListFilesResponse:
@@ -83,6 +90,7 @@ class SessionMethods:
         return pb.ListFilesResponse(files=files, truncated=truncated)
 
     @translate_errors
+    @forwarded
     async def VerifySession(
         self, request: pb.VerifySessionRequest, context: Context
     ) -> pb.VerifySessionResponse:
@@ -90,6 +98,7 @@ class SessionMethods:
         return pb.VerifySessionResponse(session=session_to_proto(await session.verify()))
 
     @translate_errors
+    @forwarded
     async def CloseSession(
         self, request: pb.CloseSessionRequest, context: Context
     ) -> pb.CloseSessionResponse:

@@ -54,7 +54,14 @@ from service.models import (
 from service.proxy.endpoints import ResolvedEndpoint
 from service.registry import BACKENDS, load_agent, load_backend
 from service.sandboxes.base import SandboxBackend
-from service.store.base import FencedError, Interrupted, RolloutPage, RolloutStore, TakeRollout
+from service.store.base import (
+    FencedError,
+    Holder,
+    Interrupted,
+    RolloutPage,
+    RolloutStore,
+    TakeRollout,
+)
 from service.telemetry.metrics import Metrics
 
 __all__ = ["Checked", "RolloutManager"]
@@ -557,6 +564,10 @@ class RolloutManager:
     def model_calls(self) -> ModelCalls:
         """Policy versions and pauses of the live rollouts' model calls (`model_calls`)."""
         return self._models.calls
+
+    async def holder(self, rollout_id: str) -> Holder | None:
+        """The live server sharing the store that runs this rollout, if another one does."""
+        return await self._store.holder(rollout_id)
 
     async def get(self, rollout_id: str, *, tenant: str | None = None) -> Rollout:
         live = self._live.get(rollout_id)

@@ -8,16 +8,23 @@ the end of a chunk that could begin a secret is held back until the next chunk (
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
+from typing import AnyStr, Generic, TypeVar
 
 from service.models import AgentOutput, AgentOutputKind
 from service.proxy.capture.record import REDACTED, scrub_text
 
-__all__ = ["REDACTED", "OutputScrubber"]
+__all__ = ["REDACTED", "ByteScrubber", "OutputScrubber", "kept_secrets"]
 
 _MIN_SECRET_CHARS = 8
 """Shorter "secrets" (a caller's placeholder key) would mangle ordinary output."""
 _RAW = (AgentOutputKind.STDOUT, AgentOutputKind.STDERR)
+K = TypeVar("K", bound=Hashable)
+
+
+def kept_secrets(secrets: Iterable[str]) -> tuple[str, ...]:
+    """The secrets worth scrubbing: each once, none too short to be one."""
+    return tuple(s for s in dict.fromkeys(secrets) if len(s) >= _MIN_SECRET_CHARS)
 
 
 class OutputScrubber:
@@ -25,7 +32,7 @@ class OutputScrubber:
 
     def __init__(self, emit: Callable[[AgentOutput], None], secrets: Iterable[str]) -> None:
         self._emit = emit
-        self.secrets = tuple(s for s in dict.fromkeys(secrets) if len(s) >= _MIN_SECRET_CHARS)
+        self.secrets = kept_secrets(secrets)
         self._held: dict[AgentOutputKind, str] = {}
 
     def __call__(self, output: AgentOutput) -> None:
@@ -35,7 +42,7 @@ class OutputScrubber:
         text = self._held.pop(output.kind, "") + output.text
         text = scrub_text(text, self.secrets)
         if output.kind in _RAW:
-            keep = self._partial_secret_at_end(text)
+            keep = _partial_secret_at_end(text, self.secrets)
             if keep:
                 text, self._held[output.kind] = text[:-keep], text[-keep:]
         if text:
@@ -47,12 +54,42 @@ class OutputScrubber:
             self._emit(AgentOutput(kind=kind, text=text))
         self._held.clear()
 
-    def _partial_secret_at_end(self, text: str) -> int:
-        """Length of the longest end of `text` that begins some secret."""
-        longest = 0
+
+class ByteScrubber(Generic[K]):
+    """The same for raw bytes of several streams (a session's Exec output, as it goes back
+    to its caller): `scrub` what came, `flush` each stream once it ended."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self.secrets = tuple(secret.encode() for secret in kept_secrets(secrets))
+        self._held: dict[K, bytes] = {}
+
+    def scrub(self, stream: K, data: bytes) -> bytes:
+        """What of `data` (after what was held of `stream`) can go now, secrets replaced."""
+        if not self.secrets:
+            return data
+        data = self._held.pop(stream, b"") + data
         for secret in self.secrets:
-            for size in range(min(len(secret) - 1, len(text)), longest, -1):
-                if secret.startswith(text[-size:]):
-                    longest = size
-                    break
-        return longest
+            data = data.replace(secret, _REDACTED_BYTES)
+        keep = _partial_secret_at_end(data, self.secrets)
+        if keep:
+            data, self._held[stream] = data[:-keep], data[-keep:]
+        return data
+
+    def flush(self) -> list[tuple[K, bytes]]:
+        """What was held back of each stream (it turned out to be no secret)."""
+        held, self._held = list(self._held.items()), {}
+        return held
+
+
+_REDACTED_BYTES = REDACTED.encode()
+
+
+def _partial_secret_at_end(text: AnyStr, secrets: tuple[AnyStr, ...]) -> int:
+    """Length of the longest end of `text` that begins some secret."""
+    longest = 0
+    for secret in secrets:
+        for size in range(min(len(secret) - 1, len(text)), longest, -1):
+            if secret.startswith(text[-size:]):
+                longest = size
+                break
+    return longest

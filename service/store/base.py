@@ -11,6 +11,7 @@ from service.models import Rollout, RolloutEvent, RolloutStatus
 __all__ = [
     "RESTARTED",
     "FencedError",
+    "Holder",
     "Interrupted",
     "LeaseLostHandler",
     "RolloutPage",
@@ -41,6 +42,15 @@ class Interrupted(NamedTuple):
 
     rollout: Rollout
     reason: str
+
+
+class Holder(NamedTuple):
+    """The live server that runs a rollout another server was asked about."""
+
+    instance: str
+    """Its ROLLOUT_INSTANCE_ID."""
+    address: str
+    """Where its API is reached ('': it named none)."""
 
 
 class FencedError(Exception):
@@ -123,6 +133,16 @@ class RolloutStore(Protocol):
 
     def on_cancel_request(self, handler: Callable[[str, str], None]) -> None:
         """Have `handler(rollout_id, reason)` cancel what other servers ask this one to."""
+        ...
+
+    async def advertise(self, address: str) -> None:
+        """Tell the servers sharing this store where this one's API is reached (a store no
+        other server shares: nothing)."""
+        ...
+
+    async def holder(self, rollout_id: str) -> Holder | None:
+        """The live server, another one sharing this store, that runs this unfinished
+        rollout; None if none does (a store no other server shares: always)."""
         ...
 
     def on_lease_lost(self, handler: LeaseLostHandler) -> None:

@@ -51,6 +51,7 @@ from service.models.group import Group, GroupStatus
 from service.store.base import (
     RESTARTED,
     FencedError,
+    Holder,
     Interrupted,
     LeaseLostHandler,
     RolloutPage,
@@ -109,6 +110,14 @@ _CANCEL_SQL = (
 of those pending wins) and notify that run (`cancel_channel`); one row if there is one. The
 payload is only read by servers from before the requests were taken from the table (a rolling
 upgrade)."""
+_HOLDER_SQL = (
+    "SELECT rollouts.instance, servers.address FROM rollouts"
+    " JOIN servers ON servers.owner = rollouts.owner"
+    " WHERE rollouts.id = %(id)s AND rollouts.status <> ALL(%(terminal)s)"
+    " AND rollouts.owner <> %(owner)s"
+    " AND servers.heartbeat_at > now() - make_interval(secs => %(lease_s)s)"
+)
+"""The live run (not this one) that runs an unfinished rollout: its instance and address."""
 _GROUP_CANCEL_SQL = (
     "WITH live AS (SELECT groups.owner FROM groups JOIN servers ON servers.owner = groups.owner"
     " WHERE groups.id = %(id)s AND groups.status = %(running)s AND groups.owner <> %(owner)s"
@@ -433,6 +442,22 @@ class PostgresStore:
         terminal = [status.value for status in TERMINAL_STATUSES]
         params = self._lease.params(id=rollout_id, reason=reason, terminal=terminal)
         return await self._ask_owner(_CANCEL_SQL, params)
+
+    async def advertise(self, address: str) -> None:
+        """Put where this run's API is reached in its lease, for replicas to forward to."""
+        if self._pool is None:
+            raise RuntimeError("store is not open")
+        await self._lease.advertise(self._pool, address)
+
+    async def holder(self, rollout_id: str) -> Holder | None:
+        """The live run, not this one, that runs this unfinished rollout (None: none)."""
+        terminal = [status.value for status in TERMINAL_STATUSES]
+        async with self._connection() as conn:
+            cursor = await conn.execute(
+                _HOLDER_SQL, self._lease.params(id=rollout_id, terminal=terminal)
+            )
+            row = await cursor.fetchone()
+        return None if row is None else Holder(instance=row[0], address=row[1])
 
     def on_cancel_request(self, handler: CancelHandler) -> None:
         """Have `handler` cancel the rollouts other servers ask this run to cancel (requests are

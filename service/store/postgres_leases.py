@@ -114,6 +114,8 @@ class Lease:
         self.lease_s = lease_s
         self.lost: set[str] = set()
         """The owner ids of the leases this run lost."""
+        self.address = ""
+        """Where this run's API is reached (`advertise`), kept by every lease it takes."""
         self._on_lost = on_lost
         self._on_expired = on_expired
         self._renewed_at = 0.0
@@ -150,6 +152,14 @@ class Lease:
             await self._disconnect()
             raise
         self._renewing = asyncio.create_task(self._keep(url), name="postgres-lease")
+
+    async def advertise(self, pool: AsyncConnectionPool, address: str) -> None:
+        """Name where this run's API is reached, in its lease row (and every later one)."""
+        self.address = address
+        async with pool.connection() as conn:
+            await conn.execute(
+                "UPDATE servers SET address = %s WHERE owner = %s", (address, self.owner)
+            )
 
     async def release(self, pool: AsyncConnectionPool) -> None:
         """Stop renewing and give the lease up: what this run left is orphaned at once."""
@@ -230,6 +240,6 @@ class Lease:
 
     async def _insert(self, conn: psycopg.AsyncConnection[Any], owner: str) -> None:
         await conn.execute(
-            "INSERT INTO servers (owner, server, heartbeat_at) VALUES (%s, %s, now())",
-            (owner, self.server),
+            "INSERT INTO servers (owner, server, address, heartbeat_at) VALUES (%s, %s, %s, now())",
+            (owner, self.server, self.address),
         )

@@ -23,7 +23,14 @@ from service.errors import NotFoundError
 from service.models import TERMINAL_STATUSES, Rollout, RolloutEvent, RolloutStatus
 from service.models.group import Group, GroupStatus
 from service.store import groups
-from service.store.base import RESTARTED, Interrupted, LeaseLostHandler, RolloutPage, TakeRollout
+from service.store.base import (
+    RESTARTED,
+    Holder,
+    Interrupted,
+    LeaseLostHandler,
+    RolloutPage,
+    TakeRollout,
+)
 from service.store.group_listing import GroupPage, sqlite_listed_group, sqlite_page_keys
 from service.store.listing import page_query
 from service.store.pages import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, read_page
@@ -171,6 +178,13 @@ class SqliteStore:
 
     def on_cancel_request(self, handler: Callable[[str, str], None]) -> None:
         """Nothing: no other server sends this one cancel requests."""
+
+    async def advertise(self, address: str) -> None:
+        """Nothing: no other server forwards calls to this one."""
+
+    async def holder(self, rollout_id: str) -> Holder | None:
+        """None: no other server runs a rollout of a SQLite file this one can reach."""
+        return None
 
     def on_lease_lost(self, handler: LeaseLostHandler) -> None:
         """Nothing: a server alone on its file holds no lease to lose."""

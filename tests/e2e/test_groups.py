@@ -7,12 +7,8 @@ The restart test lives in `test_groups_restart`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -28,7 +24,7 @@ from tests.e2e.group_support import (
     snapshots_left,
     start_group,
 )
-from tests.e2e.processes import eventually, processes_with
+from tests.e2e.processes import eventually, kill_sandbox_holder, processes_with
 from tests.e2e.specs import command_spec
 from tests.fakes.llm_upstream import FakeUpstream, Reply
 from tests.server_process import ServerProcess
@@ -132,7 +128,7 @@ async def test_a_member_whose_sandbox_dies_is_refilled_and_not_scored(
     spec = command_spec("sleep 3", verify=("true",))
     group = await start_group(group_stub, group_spec(spec, 8))
     victim = await _member_in_agent_phase(group_stub, group.id)
-    _kill_sandbox_holder(group_server.state_dir, victim.result.sandbox_id)
+    kill_sandbox_holder(group_server.state_dir, victim.result.sandbox_id)
     group = await run_to_end(group_stub, group.id)
     assert group.status == pb.GROUP_STATUS_COMPLETED, group
     assert group.stats.counted == 8
@@ -308,17 +304,3 @@ async def _member_in_agent_phase(
             request = pb.GetRolloutRequest(rollout_id=event.rollout_id)
             return (await stub.GetRollout(request)).rollout
     raise AssertionError("no member reached the agent phase")
-
-
-def _kill_sandbox_holder(state_dir: Path, sandbox_id: str) -> None:
-    """SIGKILL the bwrap that holds the sandbox's namespaces: the sandbox dies under the
-    rollout, as it would if the host killed it."""
-    needle = f"/sandboxes/{sandbox_id.removeprefix('local-')}/".encode()
-    killed = 0
-    for entry in Path("/proc").iterdir():
-        with contextlib.suppress(OSError, ValueError):
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            if Path(argv[0].decode()).name == "bwrap" and any(needle in a for a in argv):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed += 1
-    assert killed, f"no holder found for sandbox {sandbox_id} under {state_dir}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import signal
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -18,7 +18,7 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from tests.e2e.bad_request import violated_fields
-from tests.e2e.processes import eventually, processes_with
+from tests.e2e.processes import eventually, kill_namespace_holder, processes_with
 from tests.e2e.specs import command_spec
 from tests.fakes.llm_upstream import FakeUpstream
 from tests.server_process import ServerProcess
@@ -238,6 +238,56 @@ async def test_an_idle_session_is_reaped_with_nothing_left(stub: Stub) -> None:
     assert not processes_with(marker)
 
 
+async def test_a_session_past_its_lifetime_expires_though_busy_with_nothing_left(
+    stub: Stub,
+) -> None:
+    marker = f"lifetime-daemon-{uuid.uuid4().hex[:8]}"
+    session = await open_one(stub, max_lifetime=seconds(3))
+    await run(stub, session.id, _daemon(marker))
+    with pytest.raises(grpc.aio.AioRpcError) as caught:  # busy to the end: no idle expiry
+        await run(stub, session.id, "sleep 30", timeout=seconds(60))
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "EXPIRED: the command was killed" in (caught.value.details() or "")
+    assert (await events(stub, session.id))[-1].HasField("finished")  # followed to its end
+    got = (await stub.GetSession(pb.GetSessionRequest(session_id=session.id))).session
+    assert got.status == pb.SESSION_STATUS_EXPIRED
+    assert "max_lifetime" in got.result.error.message
+    finished = got.finish_time.ToDatetime() - got.create_time.ToDatetime()
+    assert finished.total_seconds() < 15
+    assert not processes_with(marker)
+
+
+async def test_a_sandbox_that_dies_under_a_session_fails_it_with_nothing_left(
+    stub: Stub,
+) -> None:
+    marker = f"dying-daemon-{uuid.uuid4().hex[:8]}"
+    session = await open_one(stub)
+    await run(stub, session.id, _daemon(marker))
+    await eventually(functools.partial(processes_with, marker))
+    kill_namespace_holder(marker)
+    await eventually(lambda: not processes_with(marker))
+
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await run(stub, session.id, "true")
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "lost its sandbox" in (caught.value.details() or "")
+    assert (await events(stub, session.id))[-1].HasField("finished")  # followed to its end
+    got = (await stub.GetSession(pb.GetSessionRequest(session_id=session.id))).session
+    assert got.status == pb.SESSION_STATUS_FAILED
+    assert got.result.error.kind == pb.ERROR_KIND_SANDBOX, got.result.error
+    calls: list[Awaitable[object]] = [
+        run(stub, session.id, "true"),
+        stub.ReadFile(pb.ReadFileRequest(session_id=session.id, path="notes.txt")),
+        stub.VerifySession(pb.VerifySessionRequest(session_id=session.id)),
+    ]
+    for call in calls:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await call
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    closed = (await stub.CloseSession(pb.CloseSessionRequest(session_id=session.id))).session
+    assert closed.status == pb.SESSION_STATUS_FAILED
+
+
 async def test_sessions_are_listed_with_their_labels(stub: Stub) -> None:
     label = uuid.uuid4().hex
     spec = task()
@@ -293,6 +343,32 @@ async def test_a_model_route_captures_a_turn(stub: Stub, upstream: FakeUpstream)
     closed = (await stub.CloseSession(pb.CloseSessionRequest(session_id=session.id))).session
     assert closed.result.turn_count == 1
     assert UPSTREAM_KEY not in str(closed)
+
+
+async def test_the_route_secret_never_comes_back_in_exec_output(
+    stub: Stub, upstream: FakeUpstream
+) -> None:
+    spec = task()
+    spec.endpoint.CopyFrom(
+        pb.Endpoint(base_url=upstream.base_url, api_key=UPSTREAM_KEY, model=UPSTREAM_MODEL)
+    )
+    session = await open_one(stub, spec)
+    token, _, _ = await run(stub, session.id, 'printf %s "$OPENAI_API_KEY" | wc -c')
+    assert int(token) >= 8  # a secret the scrubber keeps out
+    halves = (  # split across two chunks of output, on both streams
+        'printf %s "${OPENAI_API_KEY:0:5}"; sleep 0.3; echo "${OPENAI_API_KEY:5} done"; '
+        'printf %s "${OPENAI_API_KEY:0:5}" >&2; sleep 0.3; echo "${OPENAI_API_KEY:5}" >&2; '
+        "env"
+    )
+    out, err, result = await run(stub, session.id, halves)
+    assert result.exit_code == 0
+    assert out.startswith(b"[redacted] done\n")
+    assert err == b"[redacted]\n"
+    assert b"OPENAI_API_KEY=[redacted]" in out
+    assert UPSTREAM_KEY.encode() not in out + err
+    await stub.CloseSession(pb.CloseSessionRequest(session_id=session.id))
+    commands = [e.command for e in await events(stub, session.id) if e.HasField("command")]
+    assert commands[-1].stdout.startswith("[redacted] done")
 
 
 async def _until_turn(stub: Stub, session_id: str) -> list[pb.RolloutEvent]:

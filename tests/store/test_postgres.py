@@ -66,6 +66,7 @@ async def test_replicas_opening_a_fresh_database_together_migrate_it_once(
         ("0005.rollout-server",),
         ("0006.rollout-instance",),
         ("0007.group-cancel-requests",),
+        ("0008.server-address",),
     ]
     assert set(_TABLES) <= {name for (name,) in tables}
 

@@ -22,6 +22,7 @@ from typing import TypeVar
 from service.agents.command import model_env
 from service.config import Settings
 from service.engine.manager import RolloutManager
+from service.engine.output_scrub import ByteScrubber
 from service.engine.sessions.agent import CallerAgent
 from service.engine.sessions.requests import (
     CommandRequest,
@@ -196,7 +197,7 @@ class LiveSession:
         with self._acting() as sandbox:
             index = self.record.commands
             self.record.commands += 1
-            output = _BoundedOutput(bound)
+            output = _BoundedOutput(bound, self._secrets())
             running = asyncio.ensure_future(
                 sandbox.exec(line, timeout_s=timeout_s, env=env, on_output=output.feed)
             )
@@ -211,11 +212,19 @@ class LiveSession:
                     with contextlib.suppress(BaseException):
                         await running
             self._published(index, request.command, result)
+            if self.record.ending is not None:  # verified, closed or expired under it: the
+                status = session_status(self.rollout).value.upper()
+                raise SessionStateError(f"session {self.id} is {status}: the command was killed")
             yield ExecDone(index, result, output.dropped)
 
-    def _published(self, index: int, command: str, result: ExecResult) -> None:
+    def _secrets(self) -> list[str]:
+        """What the session's commands were handed that never goes back out: the model
+        route's token (or key)."""
         context = self._agent.context
-        secrets = [context.model.api_key] if context and context.model else []
+        return [context.model.api_key] if context and context.model else []
+
+    def _published(self, index: int, command: str, result: ExecResult) -> None:
+        secrets = self._secrets()
         self._rollouts.publish(
             self.id,
             CommandResult(
@@ -283,15 +292,20 @@ async def _file_call(call: Awaitable[T], field: str) -> T:
 
 
 class _BoundedOutput:
-    """A command's output between the sandbox's callback and the caller: at most `bound`
-    bytes kept (the rest counted), handed over in chunks of one stream."""
+    """A command's output between the sandbox's callback and the caller: the route's
+    secrets scrubbed (`ByteScrubber`: one split across chunks too), at most `bound` bytes
+    kept (the rest counted), handed over in chunks of one stream."""
 
-    def __init__(self, bound: int) -> None:
+    def __init__(self, bound: int, secrets: list[str]) -> None:
         self._room = bound
         self.dropped = 0
+        self._scrubber: ByteScrubber[OutputStream] = ByteScrubber(secrets)
         self._queue: asyncio.Queue[OutputChunk | None] = asyncio.Queue()
 
     def feed(self, stream: OutputStream, data: bytes) -> None:
+        self._keep(stream, self._scrubber.scrub(stream, data))
+
+    def _keep(self, stream: OutputStream, data: bytes) -> None:
         kept = data[: self._room]
         self._room -= len(kept)
         self.dropped += len(data) - len(kept)
@@ -299,6 +313,8 @@ class _BoundedOutput:
             self._queue.put_nowait(OutputChunk(stream, kept))
 
     def close(self) -> None:
+        for stream, held in self._scrubber.flush():
+            self._keep(stream, held)
         self._queue.put_nowait(None)
 
     async def chunks(self) -> AsyncIterator[OutputChunk]:

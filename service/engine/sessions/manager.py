@@ -8,8 +8,9 @@ as a group's members are (`groups.template`), the calls' way to the live session
 end of every session at shutdown (a session is never left for the grace period).
 
 A session lives in the memory of the server that opened it. Another server sharing the
-store sees its record, and refuses its calls with FAILED_PRECONDITION naming that server
-(docs/sessions.md: replicas).
+store sees its record; a call there that needs the sandbox raises SessionElsewhereError
+naming the holder and its address, which the API forwards the call to (docs/sessions.md:
+replicas).
 """
 
 from __future__ import annotations
@@ -33,7 +34,12 @@ from service.engine.sessions.live import LiveSession
 from service.engine.sessions.requests import OpenRequest, OpenTerms, checked_open
 from service.engine.sessions.status import session_status
 from service.engine.validation import resolved_timeouts
-from service.errors import NotFoundError, RolloutFailure, SessionStateError
+from service.errors import (
+    NotFoundError,
+    RolloutFailure,
+    SessionElsewhereError,
+    SessionStateError,
+)
 from service.models import (
     SESSION_AGENT,
     SESSION_LABEL,
@@ -152,7 +158,8 @@ class SessionManager:
 
     async def held(self, session_id: str, tenant: str | None) -> LiveSession:
         """The live session for a call: NOT_FOUND when it is no session of the tenant's,
-        FAILED_PRECONDITION when it ended or another server holds it."""
+        FAILED_PRECONDITION when it ended, SessionElsewhereError when another live server
+        holds it."""
         session = self._live.get(session_id)
         if session is not None and (tenant is None or session.rollout.tenant == tenant):
             return session
@@ -160,9 +167,18 @@ class SessionManager:
         if rollout.terminal:
             status = session_status(rollout).value.upper()
             raise SessionStateError(f"session {session_id} has ended ({status})")
-        raise SessionStateError(
-            f"session {session_id} is held by another server sharing this store: call the "
-            "server that opened it (docs/sessions.md#replicas)"
+        holder = await self._rollouts.holder(session_id)
+        if holder is None:  # its server is gone: the takeover ends it
+            raise SessionStateError(
+                f"session {session_id} is held by a server sharing this store that no longer "
+                "renews its lease; it is ending"
+            )
+        where = f" at {holder.address}" if holder.address else " (it advertises no address)"
+        raise SessionElsewhereError(
+            f"session {session_id} is held by server {holder.instance!r}{where}, another "
+            "server sharing this store (docs/sessions.md#restart-and-replicas)",
+            instance=holder.instance,
+            address=holder.address,
         )
 
     async def get(self, session_id: str, *, tenant: str | None) -> Rollout:
