@@ -167,6 +167,88 @@ class RolloutClient:
                 request, timeout=self.timeout, metadata=self._metadata
             ).rollout
 
+    def open_session(
+        self,
+        spec: SpecLike,
+        *,
+        copies: int = 0,
+        idle_timeout_s: float | None = None,
+        max_lifetime_s: float | None = None,
+        timeout: float | None = None,
+    ) -> Sequence[pb.Session]:
+        """Open `copies` sessions of `spec` (docs/sessions.md); each is READY, or FAILED with
+        its error. It lasts as long as setup, so it takes its own `timeout`, unbounded."""
+        request = messages.open_session_request(spec, copies, idle_timeout_s, max_lifetime_s)
+        with translate_errors():
+            response = self._stub.OpenSession(request, timeout=timeout, metadata=self._metadata)
+        return response.sessions
+
+    def exec(
+        self,
+        session_id: str,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        cwd: str = "",
+        env: Mapping[str, str] | None = None,
+        max_output_bytes: int = 0,
+    ) -> Generator[pb.ExecResponse, None, None]:
+        """Run `bash -c command` in a session: output chunks as they come, then one result.
+        `timeout_s` is the command's (the server kills it); closing the iterator early kills
+        it too."""
+        request = messages.exec_request(session_id, command, timeout_s, cwd, env, max_output_bytes)
+        call = self._stub.Exec(request, metadata=self._metadata)
+        try:
+            with translate_errors():
+                yield from call
+        finally:
+            call.cancel()
+
+    def read_file(self, session_id: str, path: str, *, max_bytes: int = 0) -> pb.ReadFileResponse:
+        """A regular file of a session (`found` false for none; a link is never followed)."""
+        request = pb.ReadFileRequest(session_id=session_id, path=path, max_bytes=max_bytes)
+        with translate_errors():
+            return self._stub.ReadFile(request, timeout=self.timeout, metadata=self._metadata)
+
+    def write_file(self, session_id: str, path: str, content: bytes) -> int:
+        """Write a file into a session, making its parents; returns the bytes written."""
+        request = pb.WriteFileRequest(session_id=session_id, path=path, content=content)
+        with translate_errors():
+            return self._stub.WriteFile(request, timeout=self.timeout, metadata=self._metadata).size
+
+    def list_files(
+        self, session_id: str, directory: str = "", *, max_entries: int = 0
+    ) -> pb.ListFilesResponse:
+        """The regular files beneath `directory` (empty: the task's workdir)."""
+        request = pb.ListFilesRequest(
+            session_id=session_id, directory=directory, max_entries=max_entries
+        )
+        with translate_errors():
+            return self._stub.ListFiles(request, timeout=self.timeout, metadata=self._metadata)
+
+    def verify_session(self, session_id: str, *, timeout: float | None = None) -> pb.Session:
+        """End a session with its reward: the rollout's own verification runs."""
+        request = pb.VerifySessionRequest(session_id=session_id)
+        with translate_errors():
+            return self._stub.VerifySession(
+                request, timeout=timeout, metadata=self._metadata
+            ).session
+
+    def close_session(self, session_id: str) -> pb.Session:
+        """End a session unverified; its sandbox is gone when this returns."""
+        request = pb.CloseSessionRequest(session_id=session_id)
+        with translate_errors():
+            return self._stub.CloseSession(
+                request, timeout=self.timeout, metadata=self._metadata
+            ).session
+
+    def get_session(self, session_id: str) -> pb.Session:
+        request = pb.GetSessionRequest(session_id=session_id)
+        with translate_errors():
+            return self._stub.GetSession(
+                request, timeout=self.timeout, metadata=self._metadata
+            ).session
+
     def run_group(self, spec: pb.GroupSpec, *, timeout: float | None = None) -> pb.Group:
         """Run a group (see `messages.group_spec`) until it is terminal. Interrupting the call
         cancels the group."""

@@ -37,11 +37,13 @@ __all__ = [
     "ViewLike",
     "cancel_request",
     "channel_options",
+    "exec_request",
     "get_request",
     "group_spec",
     "list_groups_request",
     "list_request",
     "model_call_selector",
+    "open_session_request",
     "parse_group_status",
     "parse_network",
     "parse_status",
@@ -271,3 +273,45 @@ def model_call_selector(
     if labels:
         return pb.ModelCallSelector(labels=pb.LabelSelector(labels=dict(labels)))
     return pb.ModelCallSelector(endpoint=pb.EndpointSelector(base_url=base_url, model=model))
+
+
+def _duration(seconds: float | None) -> duration_pb2.Duration | None:
+    if seconds is None:
+        return None
+    duration = duration_pb2.Duration()
+    duration.FromNanoseconds(round(seconds * 1e9))
+    return duration
+
+
+def open_session_request(
+    spec: SpecLike,
+    copies: int,
+    idle_timeout_s: float | None,
+    max_lifetime_s: float | None,
+) -> pb.OpenSessionRequest:
+    """An OpenSession request: `copies` sessions of `spec` (its `agent` unset)."""
+    return pb.OpenSessionRequest(
+        spec=to_spec(spec),
+        copies=copies,
+        idle_timeout=_duration(idle_timeout_s),
+        max_lifetime=_duration(max_lifetime_s),
+    )
+
+
+def exec_request(
+    session_id: str,
+    command: str,
+    timeout_s: float | None,
+    cwd: str,
+    env: Mapping[str, str] | None,
+    max_output_bytes: int,
+) -> pb.ExecRequest:
+    """One `bash -c` command for a session (see ExecRequest for the bounds)."""
+    return pb.ExecRequest(
+        session_id=session_id,
+        command=command,
+        timeout=_duration(timeout_s),
+        cwd=cwd,
+        env=env,
+        max_output_bytes=max_output_bytes,
+    )
