@@ -10,6 +10,9 @@ BUF_VERSION := 1.75.0
 BUF := .tools/node_modules/.bin/buf
 PROTO := proto/rollout/v1/rollout.proto
 STAMP := $(VENV)/installed.stamp
+# verifiers (the client's `verifiers` extra, docs/verifiers.md) pins openai<3, and the dev
+# tools pin openai 3: its tests run it from an interpreter of its own.
+VERIFIERS_VENV := .venv-verifiers
 # Every dependency comes as a wheel: a source build (a Rust toolchain for ripgrep, say) is a
 # failure to fix in pyproject.toml, not something to attempt on a user's machine.
 PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check --only-binary :all:
@@ -48,6 +51,9 @@ $(STAMP): pyproject.toml client/pyproject.toml | $(PY)
 	  else echo "local sandboxes' default image (the Debian base) needs mmdebstrap and buildah" \
 	    "(sudo apt-get install mmdebstrap buildah), or ROLLOUT_SANDBOX_IMAGE=host"; fi; }
 	$(PIP_INSTALL) -e ./client -e '.[dev]'
+	$(PYTHON) -m venv $(VERIFIERS_VENV)
+	$(VERIFIERS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+	  --only-binary :all: -e './client[verifiers]'
 	@command -v npm >/dev/null || echo "npm not found: the server will reject opencode rollouts" \
 	  "and make lint cannot run buf until Node.js and npm are installed (apt-get install npm)"
 	@if command -v npm >/dev/null; then $(BUF_INSTALL) || \
@@ -122,4 +128,4 @@ base-image: install
 	$(PY) -m service.images base
 
 clean:
-	rm -rf $(VENV) .tools .mypy_cache .ruff_cache .pytest_cache web/node_modules
+	rm -rf $(VENV) $(VERIFIERS_VENV) .tools .mypy_cache .ruff_cache .pytest_cache web/node_modules

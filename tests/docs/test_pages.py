@@ -29,6 +29,8 @@ RUN_BY = {
     "member-seed": "test_pages.py",
     "openenv-serve": "../openenv/test_docs.py",
     "openenv-run-rollout": "../openenv/test_docs.py",
+    "openenv-terminal": "../openenv/test_docs.py",
+    "verifiers-python": "../client/verifiers_runtime/test_session_runtime.py",
 }
 """Each marked example and the module whose tests run it."""
 
