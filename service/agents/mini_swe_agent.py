@@ -118,6 +118,7 @@ class MiniSweHarness:
     install_typical = "60-150s"
     home = ROOT
     launcher = LAUNCHER
+    warm = None
 
     def __init__(self) -> None:
         self.package = PypiPackage(
