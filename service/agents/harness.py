@@ -175,11 +175,13 @@ class HarnessAgent:
                 return await self._prepare_cold(sandbox, context)  # raises, naming the field
             plan = self._plan(warm, str(await self._install.ensure()), context, context.model)
         started = take(sandbox)
-        if started is not None and not (
-            plan is not None and started.plan == plan and await settled(started)
-        ):
-            await discard(sandbox, warm, started)
-            started = None
+        if started is not None:
+            same = plan is not None and started.plan == plan
+            if not (same and await settled(started)):
+                why = "not settled" if same else "another launch"
+                log.info("%s started ahead in %s not used (%s)", self.name, sandbox.id, why)
+                await discard(sandbox, warm, started)
+                started = None
         await self._prepare_cold(sandbox, context)
         if plan is not None and not context.env:
             # A task's environment is code (bash expands BASH_ENV, LD_PRELOAD loads a

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from service.agents.base import AgentContext, AgentOutcome
+from service.agents.harness import HarnessAgent
 from service.agents.opencode import OpencodeAgent
 from service.agents.opencode_config import XDG_ROOT
 from service.agents.opencode_warm import OPENCODE_WARM
@@ -68,7 +69,7 @@ class Rollouts:
     backend: LocalBackend
     proxy: CaptureProxy
     upstream: FakeUpstream
-    agent: OpencodeAgent
+    agent: HarnessAgent
 
     async def run(
         self,
