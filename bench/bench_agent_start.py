@@ -4,11 +4,12 @@ Three servers run side by side: the baseline (`ROLLOUT_OPENCODE_EMPTY_MODELS_CAC
 opencode as before its empty models.dev cache), the current defaults, and, for the harnesses
 with a warm start (`WARM_AGENTS`), the current defaults with them started ahead in warm
 sandboxes (`ROLLOUT_LOCAL_WARM_AGENTS`; each one's first two rollouts teach it the plan and
-are not timed; how many rollouts were handed to an agent started ahead is read from its log). Rollouts alternate between them,
-one at a time, so all see the same load. Each rollout's start is its AGENT PhaseChanged event,
-its first model call the earliest turn's `start_time` (when the request reached the capture
-proxy). The scripted upstream answers at once, so the figure is the harness's own
-start-up: process start, config, and whatever it does before it asks the model.
+are not timed; how many rollouts were handed to an agent started ahead is read from its log).
+Rollouts alternate between them, one at a time, so all see the same load. Each rollout's
+start is its AGENT PhaseChanged event, its first model call the earliest turn's `start_time`
+(when the request reached the capture proxy). The scripted upstream answers at once, so the
+figure is the harness's own start-up: process start, config, and whatever it does before it
+asks the model.
 
 Harnesses not installed yet are installed on their first rollout (PREPARING_AGENT, not timed).
 Writes bench/results/agent_start.json.
