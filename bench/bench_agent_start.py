@@ -1,14 +1,15 @@
 """AGENT start to the first model call, per harness, against the baseline in the same run.
 
 Three servers run side by side: the baseline (`ROLLOUT_OPENCODE_EMPTY_MODELS_CACHE=false`,
-opencode as before its empty models.dev cache), the current defaults, and, for opencode only,
-the current defaults with opencode started ahead in warm sandboxes (`ROLLOUT_LOCAL_WARM_AGENTS`;
-its first two rollouts teach it the plan and are not timed; how many of its rollouts were
-handed to an opencode started ahead is read from its log). Rollouts alternate between them,
-one at a time, so all see the same load. Each rollout's start is its AGENT PhaseChanged event,
-its first model call the earliest turn's `start_time` (when the request reached the capture
-proxy). The scripted upstream answers at once, so the figure is the harness's own
-start-up: process start, config, and whatever it does before it asks the model.
+opencode as before its empty models.dev cache), the current defaults, and, for the harnesses
+with a warm start (`WARM_AGENTS`), the current defaults with them started ahead in warm
+sandboxes (`ROLLOUT_LOCAL_WARM_AGENTS`; each one's first two rollouts teach it the plan and
+are not timed; how many rollouts were handed to an agent started ahead is read from its log).
+Rollouts alternate between them, one at a time, so all see the same load. Each rollout's
+start is its AGENT PhaseChanged event, its first model call the earliest turn's `start_time`
+(when the request reached the capture proxy). The scripted upstream answers at once, so the
+figure is the harness's own start-up: process start, config, and whatever it does before it
+asks the model.
 
 Harnesses not installed yet are installed on their first rollout (PREPARING_AGENT, not timed).
 Writes bench/results/agent_start.json.
@@ -42,7 +43,7 @@ MODEL = "policy"
 AGENTS = ("command", "opencode", "claude-code", "codex", "mini-swe-agent")
 BASELINE_ENV = {"ROLLOUT_OPENCODE_EMPTY_MODELS_CACHE": "false"}
 WARM_ENV = {"ROLLOUT_LOCAL_WARM_AGENTS": "true"}
-WARM_AGENTS = ("opencode",)
+WARM_AGENTS = ("opencode", "mini-swe-agent")
 """Harnesses that start ahead with `ROLLOUT_LOCAL_WARM_AGENTS`: measured on the warm server."""
 HANDED_OVER = "was started ahead: handed its instruction"
 ONE_CALL = """python3 - <<'PY'

@@ -166,6 +166,7 @@ class ClaudeCodeHarness:
     install_typical = "10-60s"
     home = ROOT
     launcher = LAUNCHER
+    warm = None
     package = claude_package()
 
     def option_violations(self, options: Mapping[str, Any]) -> list[FieldViolation]:

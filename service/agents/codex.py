@@ -159,6 +159,7 @@ class CodexHarness:
     install_typical = "10-60s"
     home = CODEX_HOME
     launcher = LAUNCHER
+    warm = None
     package = codex_package()
 
     def option_violations(self, options: Mapping[str, Any]) -> list[FieldViolation]:

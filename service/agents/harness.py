@@ -14,7 +14,10 @@ does the rest, the same for every one of them:
 - run(): the launcher through the launch path every agent shares (`process.run_in_task`):
   in the task's workdir, with the task's env under the harness's, killed with its
   children at the deadline or on cancel; the instruction verbatim from a file, stdout
-  through the harness's translator as live events.
+  through the harness's translator as live events;
+- started ahead, for a harness with a `warm` (`warm_start`) on a backend that starts agents
+  ahead (`sandboxes.prestart`): prepare() teaches the backend the rollout's exact launch and
+  takes the process started ahead in its sandbox, used by run() only if it is that launch.
 
 A harness's own files (`files`, its launcher, its install) live at absolute paths under
 HOME, in its `home` and its package's `sandbox_prefix` (the agent's `state_dirs`), and its
@@ -30,11 +33,13 @@ admission (`MissingDependencyError`).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
 import shlex
 import time
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -42,12 +47,20 @@ from typing import Any, Protocol
 from service.agents.base import AgentContext, AgentOutcome, EmitOutput, Progress
 from service.agents.cached_install import CachedInstall, installer_missing
 from service.agents.packages import Package
-from service.agents.process import run_in_task
+from service.agents.process import run_in_task, task_launch, wait_for_agent
+from service.agents.warm_start import WarmStart, discard, hand_over, holder_script, settled
 from service.config import Settings
 from service.errors import AgentError, AgentInstallError, FieldViolation, MissingDependencyError
 from service.models.model_access import ModelAccess
-from service.sandboxes.base import OutputCallback, OutputStream, Sandbox
+from service.sandboxes.base import OutputCallback, OutputStream, Sandbox, in_workdir
 from service.sandboxes.output import HeadTailBuffer
+from service.sandboxes.prestart import (
+    AgentPlan,
+    PrestartedAgent,
+    has_warm_agents,
+    learn,
+    take,
+)
 
 __all__ = ["EventStream", "Harness", "HarnessAgent", "closed_to_sandbox_users"]
 
@@ -81,6 +94,11 @@ class Harness(Protocol):
     launcher: str
     """Sandbox path of the script that starts it (written by `files`); the script starts
     the program in its own working directory, which is the task's."""
+
+    @property
+    def warm(self) -> WarmStart | None:
+        """How it is started ahead (`warm_start`); None: never, always cold."""
+        ...
 
     @property
     def package(self) -> Package:
@@ -125,6 +143,12 @@ class HarnessAgent:
         missing = installer_missing(self._install)
         if missing is not None:
             raise MissingDependencyError(missing)
+        self._warm: weakref.WeakKeyDictionary[Sandbox, PrestartedAgent] = (
+            weakref.WeakKeyDictionary()
+        )
+        """The agent started ahead in a sandbox, taken at prepare() for run()."""
+        self.warm_runs = 0
+        """Runs handed to an agent started ahead (tests and benchmarks read it)."""
 
     def option_violations(self, options: Mapping[str, Any]) -> list[FieldViolation]:
         return self._harness.option_violations(options)
@@ -142,11 +166,47 @@ class HarnessAgent:
             )
 
     async def prepare(self, sandbox: Sandbox, context: AgentContext) -> None:
+        warm = self._harness.warm
+        if warm is None:
+            return await self._prepare_cold(sandbox, context)
+        plan = None
+        if context.model is not None and has_warm_agents(sandbox):
+            if self.option_violations(context.options):
+                return await self._prepare_cold(sandbox, context)  # raises, naming the field
+            plan = self._plan(warm, str(await self._install.ensure()), context, context.model)
+        started = take(sandbox)
+        if started is not None:
+            same = plan is not None and started.plan == plan
+            if not (same and await settled(started)):
+                why = "not settled" if same else "another launch"
+                log.info("%s started ahead in %s not used (%s)", self.name, sandbox.id, why)
+                await discard(sandbox, warm, started)
+                started = None
+        await self._prepare_cold(sandbox, context)
+        if plan is not None and not context.env:
+            # A task's environment is code (bash expands BASH_ENV, LD_PRELOAD loads a
+            # library): started ahead, it would run in the sandbox of whichever rollout,
+            # of whichever tenant, claims the next one, and leave there what it wrote.
+            learn(sandbox, plan)
+        if started is not None:
+            self._warm[sandbox] = started
+
+    async def _prepare_cold(self, sandbox: Sandbox, context: AgentContext) -> None:
         violations = self._harness.option_violations(context.options)
         if violations:
             raise AgentError("; ".join(f"{v.field}: {v.description}" for v in violations))
         entry = await self._entry_for(sandbox, context)
         await sandbox.write_files(self._harness.files(entry, context))
+
+    def _plan(
+        self, warm: WarmStart, entry: str, context: AgentContext, model: ModelAccess
+    ) -> AgentPlan:
+        """What the cold path starts for `context`, as a warm sandbox would start it."""
+        files = self._harness.files(entry, context)
+        del files[warm.instruction_file]  # the rollout's own: written by prepare()
+        command, env = task_launch(context, *self._launch(model, context))
+        holder = in_workdir(context.workdir, holder_script(warm))
+        return AgentPlan.of(files, holder, command, env, agent=self.name, cleanup=warm.cleanup)
 
     async def run(self, sandbox: Sandbox, context: AgentContext, emit: EmitOutput) -> AgentOutcome:
         model = self._model_of(context)
@@ -190,9 +250,30 @@ class HarnessAgent:
         env: dict[str, str],
         on_output: OutputCallback,
     ) -> AgentOutcome:
-        """Run the launcher (`process.run_in_task`); a harness may hand it to a process
-        started ahead instead (opencode)."""
-        return await run_in_task(sandbox, context, command, env=env, on_output=on_output)
+        """Run the launcher (`process.run_in_task`), or hand the instruction to the agent
+        started ahead in the sandbox if it is this launch and still as it started."""
+        started, warm = self._warm.pop(sandbox, None), self._harness.warm
+        if started is None or warm is None:
+            return await run_in_task(sandbox, context, command, env=env, on_output=on_output)
+        launched = AgentPlan.of({}, "", *task_launch(context, command, env))
+        same = (started.plan.command, started.plan.env) == (launched.command, launched.env)
+        try:
+            handed = same and await hand_over(sandbox, warm, started, context.workdir)
+        except BaseException:
+            await asyncio.shield(started.kill())
+            raise
+        if not handed or started.process is None:
+            log.info("%s started ahead in %s was not handed over: cold", self.name, sandbox.id)
+            await discard(sandbox, warm, started)
+            await self._prepare_cold(sandbox, context)
+            return await run_in_task(sandbox, context, command, env=env, on_output=on_output)
+        self.warm_runs += 1
+        log.info("%s in %s was started ahead: handed its instruction", self.name, sandbox.id)
+        started.attach(on_output)
+        try:
+            return await wait_for_agent(started.process, context)
+        finally:
+            await asyncio.shield(started.kill())
 
     async def _entry_for(self, sandbox: Sandbox, context: AgentContext) -> str:
         probe = await sandbox.exec(

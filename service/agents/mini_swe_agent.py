@@ -18,7 +18,16 @@ otherwise, and how each is turned off here:
   `cost_limit: 0` (no limit; the service's budget is the agent timeout);
 - mini prints a banner and reads `~/.config/mini-swe-agent/.env`:
   `MSWEA_SILENT_STARTUP=1`, a private `MSWEA_GLOBAL_CONFIG_DIR`;
-- Hugging Face hub calls (tokenizers of some models): `HF_HUB_OFFLINE=1`.
+- Hugging Face hub calls (tokenizers of some models): `HF_HUB_OFFLINE=1`;
+- litellm reads a `.env` from its install's directory or any above it (`/.env`, `~/.env`):
+  `LITELLM_MODE=PRODUCTION`.
+
+Started ahead (`warm_start`, `MINI_WARM`): the runner imports mini-swe-agent and litellm and
+makes its model, environment and agent, writes `LOADED`, then blocks on its instruction
+(stdin). What it read before that the task's setup could change: mini's `.env` in its
+config directory (it must not be there, at the start and at the hand-over) and the modules on
+`sys.path` outside the read-only install (nothing in their directories changed since
+`LOADED`: `find -cnewer`, which `touch` cannot fake). It reads nothing of its workdir.
 """
 
 from __future__ import annotations
@@ -36,13 +45,14 @@ from service.agents.harness import EventStream, HarnessAgent
 from service.agents.json_lines import JsonLineStream, LineLimits, clip
 from service.agents.mini_swe_agent_lock import REQUIREMENTS
 from service.agents.packages import PypiPackage
+from service.agents.warm_start import WarmStart
 from service.config import Settings
 from service.errors import FieldViolation
 from service.models import AgentOutput, AgentOutputKind
 from service.models.model_access import ModelAccess
 from service.sandboxes.base import HOME
 
-__all__ = ["MiniSweAgent", "MiniSweHarness", "config_document", "translate_message"]
+__all__ = ["MINI_WARM", "MiniSweAgent", "MiniSweHarness", "config_document", "translate_message"]
 
 VERSION = "2.4.6"
 ROOT = f"{HOME}/.mini-swe-agent"
@@ -51,6 +61,26 @@ CONFIG_FILE = f"{ROOT}/config.json"
 INSTRUCTION_FILE = f"{ROOT}/instruction.md"
 RUNNER_FILE = f"{ROOT}/runner.py"
 LAUNCHER = f"{ROOT}/run.sh"
+LOADED = f"{ROOT}/loaded"
+"""Written by the runner once it has done all it does before reading its instruction."""
+_DOTENV = f"{ROOT}/config/.env"
+_HANDED_FILES = ".warm-go config config.json instruction.md loaded run.sh runner.py "
+"""All that is in its directory at the hand-over (nothing the task's setup put there that
+its Python would import from the script's directory)."""
+MINI_WARM = WarmStart(
+    instruction_file=INSTRUCTION_FILE,
+    go_file=f"{ROOT}/.warm-go",
+    settle_test=f"[ -e {LOADED} ]",
+    cleanup=f"rm -rf -- {ROOT}",
+    unchanged=f"if [ -e {_DOTENV} ] || [ -L {_DOTENV} ]; then exit 3; fi",
+    handed_unchanged=(
+        f'[ "$(LC_ALL=C ls -A {ROOT} | tr "\\n" " ")" = "{_HANDED_FILES}" ] || exit 5\n'
+        f'[ -z "$(ls -A {ROOT}/config)" ] || exit 5\n'
+        f"if [ -n \"$(tr '\\n' '\\0' < {LOADED} | "
+        f'xargs -0 -r sh -c \'find "$@" -cnewer {LOADED} -print -quit\' find)" ]; '
+        "then exit 5; fi"
+    ),
+)
 DEFAULT_COMMAND_TIMEOUT_S = 120
 _OPTIONS: dict[str, str] = {
     "step_limit": "model calls before it stops (0: no limit)",
@@ -107,8 +137,9 @@ def translate_message(event: dict[str, Any]) -> list[AgentOutput]:
 
 def _launcher(site: str) -> bytes:
     python = f"python3.{sys.version_info.minor}"
-    run = " ".join(shlex.quote(part) for part in (RUNNER_FILE, CONFIG_FILE, INSTRUCTION_FILE))
-    return f"export PYTHONPATH={shlex.quote(site)}\nexec {python} -s {run}\n".encode()
+    run = " ".join(shlex.quote(part) for part in (RUNNER_FILE, CONFIG_FILE, LOADED))
+    stdin = shlex.quote(INSTRUCTION_FILE)
+    return f"export PYTHONPATH={shlex.quote(site)}\nexec {python} -s {run} < {stdin}\n".encode()
 
 
 class MiniSweHarness:
@@ -118,6 +149,7 @@ class MiniSweHarness:
     install_typical = "60-150s"
     home = ROOT
     launcher = LAUNCHER
+    warm = MINI_WARM
 
     def __init__(self) -> None:
         self.package = PypiPackage(
@@ -150,6 +182,7 @@ class MiniSweHarness:
             "MSWEA_GLOBAL_CONFIG_DIR": f"{ROOT}/config",
             "MSWEA_COST_TRACKING": "ignore_errors",
             "HF_HUB_OFFLINE": "1",
+            "LITELLM_MODE": "PRODUCTION",
             "HF_HUB_DISABLE_TELEMETRY": "1",
             "PYTHONNOUSERSITE": "1",
             "PYTHONDONTWRITEBYTECODE": "1",

@@ -2,18 +2,26 @@
 with the sandbox's own Python and the cached install on PYTHONPATH (never imported by the
 service, which does not have mini-swe-agent).
 
-    python3.11 -s mini_swe_agent_runner.py CONFIG_JSON INSTRUCTION_FILE
+    python3.11 -s mini_swe_agent_runner.py CONFIG_JSON LOADED < INSTRUCTION_FILE
 
 The config is merged over mini-swe-agent's own `mini.yaml` (its prompts and tool), the
-instruction is read verbatim from its file, and the agent is mini-swe-agent's
+instruction is read verbatim from stdin (UTF-8) once the model, the environment and the agent
+are made, and the agent is mini-swe-agent's
 `DefaultAgent` (no confirmation, no prompt on stdin). Each message it adds is printed as
 one JSON line, `{"role", "content", "actions", "exit_status"}`, as soon as it is added.
 Exits 0 when the agent submitted, 1 otherwise.
+
+Before it reads the instruction it writes LOADED: the directories its modules came from that
+the task could change (`sys.path` but PYTHONPATH's, the service's read-only install, and
+its own), one a
+line. Started ahead (`warm_start`), that is the sign it has done all it does before its input,
+and what the hand-over checks nothing was changed in since.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,7 +39,14 @@ def _line(message: dict[str, Any]) -> str:
     return json.dumps(event, ensure_ascii=False)
 
 
-def main(config_file: str, instruction_file: str) -> int:
+def _loaded(path: str) -> None:
+    installed = set(os.environ.get("PYTHONPATH", "").split(os.pathsep))
+    installed.add(os.path.dirname(os.path.abspath(__file__)))  # the harness's own files
+    dirs = [d for d in sys.path if d and d not in installed and os.path.exists(d)]
+    Path(path).write_text("".join(f"{d}\n" for d in dirs))
+
+
+def main(config_file: str, loaded_file: str) -> int:
     from minisweagent.agents.default import DefaultAgent
     from minisweagent.config import builtin_config_dir, get_config_from_spec
     from minisweagent.environments import get_environment
@@ -50,7 +65,8 @@ def main(config_file: str, instruction_file: str) -> int:
     model = get_model(config=config["model"])
     environment = get_environment(config["environment"], default_type="local")
     agent = PrintingAgent(model, environment, **config["agent"])
-    outcome = agent.run(Path(instruction_file).read_text())
+    _loaded(loaded_file)
+    outcome = agent.run(sys.stdin.buffer.read().decode())
     return 0 if outcome.get("exit_status") == "Submitted" else 1
 
 

@@ -4,6 +4,7 @@ proven taken by the agent's count of hand-overs, never by timing."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -16,10 +17,12 @@ from typing import Any
 
 import pytest
 
-from service.agents import opencode_warm
 from service.agents.base import AgentContext, AgentOutcome
+from service.agents.harness import HarnessAgent
 from service.agents.opencode import OpencodeAgent
 from service.agents.opencode_config import XDG_ROOT
+from service.agents.opencode_warm import OPENCODE_WARM
+from service.agents.warm_start import holder_script
 from service.config import Settings
 from service.models import AgentOutput, CaptureSpec, NetworkPolicy, SandboxSpec, Turn
 from service.proxy.access import host_socket_access, start_forwarder
@@ -66,7 +69,7 @@ class Rollouts:
     backend: LocalBackend
     proxy: CaptureProxy
     upstream: FakeUpstream
-    agent: OpencodeAgent
+    agent: HarnessAgent
 
     async def run(
         self,
@@ -212,7 +215,7 @@ async def test_another_environment_or_a_git_repo_made_by_setup_runs_cold(
     async def git_init(sandbox: LocalSandbox) -> None:
         await sandbox.exec("mkdir -p .git && git init -q . 2>/dev/null; true", timeout_s=30)
 
-    with caplog.at_level(logging.INFO, logger="service.agents.opencode"):
+    with caplog.at_level(logging.INFO, logger="service.agents.harness"):
         repo = await rollouts.run("Look around.", setup=git_init)
     assert not repo.warm
     assert "was not handed over" in caplog.text  # one was started, with this very plan
@@ -282,12 +285,10 @@ async def test_a_sandbox_claimed_for_another_agent_keeps_nothing_started_ahead(
     assert "started ahead" in caplog.text  # the sandbox had one
 
 
-def test_the_holder_gives_up_on_an_opencode_that_never_settles(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_holder_gives_up_on_an_opencode_that_never_settles(tmp_path: Path) -> None:
     """No endless poll in a pooled sandbox: the holder exits once the server stops waiting."""
-    monkeypatch.setattr(opencode_warm, "_SETTLE_ROUNDS", 3)
-    script = opencode_warm.holder_script().replace(XDG_ROOT, str(tmp_path))
+    warm = dataclasses.replace(OPENCODE_WARM, settle_rounds=3)
+    script = holder_script(warm).replace(XDG_ROOT, str(tmp_path))
     done = subprocess.run(
         ["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=30
     )

@@ -1,0 +1,144 @@
+"""mini-swe-agent started ahead through the warm-start seam (`MINI_WARM`): real mini-swe-agent
+in real bwrap sandboxes through the real capture proxy to the scripted upstream, with the
+opencode tests' rollouts (`test_opencode_warm.Rollouts`). The warm path is proven taken by
+the agent's count of hand-overs, never by timing."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from service.agents.mini_swe_agent import MiniSweAgent
+from service.config import Settings
+from service.proxy.server import CaptureProxy
+from service.sandboxes.local.backend import LocalBackend, LocalSandbox
+from tests.agents.test_opencode_warm import Rollouts, Run
+from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
+
+pytestmark = [pytest.mark.agents, pytest.mark.timeout(900)]
+
+SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+
+def _bash(command: str) -> Reply:
+    return Reply(
+        text="Running.", tool_calls=[ToolCallReply("bash", json.dumps({"command": command}))]
+    )
+
+
+def _look(upstream: FakeUpstream, secret: str = "SECRET-") -> None:
+    """The model looks at mini's files, every process and any file holding `secret`."""
+    pattern = secret.replace("-", "[-]", 1)
+    look = (
+        "ls -A ~/.mini-swe-agent /tmp; ps -eo args --sort=args; "
+        f"echo \"FOUND:$(grep -rl '{pattern}' ~ /tmp 2>/dev/null | tr '\\n' ' ')END\""
+    )
+    upstream.script(_bash(look), _bash(SUBMIT), match=has_tools)
+
+
+def _observed(run: Run) -> str:
+    for turn in run.turns:
+        for message in turn.request_messages:
+            if message.get("role") == "tool":
+                return str(message.get("content", ""))
+    raise AssertionError("no tool result reached the model")
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(
+        state_dir=tmp_path / "state", proxy_listen="127.0.0.1:0", local_warm_agents=True
+    )
+
+
+@pytest.fixture
+async def rollouts(
+    settings: Settings, proxy: CaptureProxy, upstream: FakeUpstream
+) -> AsyncIterator[Rollouts]:
+    backend = LocalBackend(settings)
+    agent = MiniSweAgent(settings)
+    await agent.provision("local", lambda line: None)
+    try:
+        await backend.warm_up()
+        yield Rollouts(settings, backend, proxy, upstream, agent)
+    finally:
+        await backend.close()
+
+
+async def test_a_warm_mini_sends_and_prints_what_a_cold_one_does(
+    rollouts: Rollouts, upstream: FakeUpstream
+) -> None:
+    _look(upstream)
+    cold = await rollouts.run("Look around.")
+    await rollouts.renew_warm()
+    _look(upstream)
+    warm = await rollouts.run("Look around.")
+
+    assert (cold.warm, warm.warm) == (False, True)
+    assert warm.turns[0].request_messages[:2] == cold.turns[0].request_messages[:2]
+    assert [(o.kind, o.text) for o in warm.outputs if o.kind.name != "STDOUT"] == [
+        (o.kind, o.text) for o in cold.outputs if o.kind.name != "STDOUT"
+    ]
+    assert "warm-go" not in _observed(warm)
+
+
+async def test_a_rollout_sees_nothing_of_the_one_before(
+    rollouts: Rollouts, upstream: FakeUpstream
+) -> None:
+    secret = f"SECRET-{uuid.uuid4().hex}"
+    _look(upstream)
+    first = await rollouts.run(f"Remember {secret}.")
+    await rollouts.renew_warm()
+    _look(upstream, secret)
+    second = await rollouts.run("Look around.")
+
+    assert second.warm
+    assert secret in json.dumps([t.request_messages for t in first.turns])
+    assert secret not in json.dumps([t.model_dump(mode="json") for t in second.turns])
+    assert secret not in second.outcome.log_tail
+    assert "FOUND:END" in _observed(second)  # no file in its home or /tmp holds it
+
+
+async def test_what_setup_adds_that_mini_reads_at_its_start_runs_cold(
+    rollouts: Rollouts, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    """mini reads `.env` in its config directory, and Python imports from its script's
+    directory: one started ahead before the setup wrote them would not see them."""
+    _look(upstream)
+    await rollouts.run("Look around.")
+    for planted in ("config/.env", "sitecustomize.py"):
+        await rollouts.renew_warm()
+        _look(upstream)
+
+        async def plant(sandbox: LocalSandbox, name: str = planted) -> None:
+            await sandbox.exec(f"echo '# planted' > ~/.mini-swe-agent/{name}", timeout_s=30)
+
+        with caplog.at_level(logging.INFO, logger="service.agents.harness"):
+            caplog.clear()
+            run = await rollouts.run("Look around.", setup=plant)
+        assert not run.warm, planted
+        assert "was not handed over" in caplog.text  # one was started, with this very plan
+
+
+async def test_a_sandbox_claimed_without_mini_keeps_nothing_started_ahead(
+    rollouts: Rollouts, upstream: FakeUpstream
+) -> None:
+    _look(upstream)
+    await rollouts.run("Look around.")
+    await rollouts.renew_warm()
+    from service.models import NetworkPolicy, SandboxSpec
+    from service.sandboxes.base import SandboxRequest
+
+    request = SandboxRequest("msw-other", SandboxSpec(network=NetworkPolicy.NONE), lifetime_s=60)
+    sandbox = await rollouts.backend.create(request)
+    try:
+        look = await sandbox.exec("ps -eo args; ls -A ~", timeout_s=30)
+    finally:
+        await sandbox.kill()
+    assert "runner.py" not in look.stdout
+    assert ".mini-swe-agent" not in look.stdout
