@@ -199,7 +199,7 @@ def test_reward_key_picks_the_reward_among_reward_json_keys(server_target: str) 
     assert "reward" not in unnamed["result"]  # two numeric keys and none named: unset
     assert named.exit_code == SUCCEEDED, named.output
     result = json.loads(named.stdout)["result"]
-    assert (result["reward"], result["reward_key"]) == (0.25, "score")
+    assert (result["reward"], result["rewardKey"]) == (0.25, "score")
 
 
 def test_list_stays_within_80_columns(server_target: str) -> None:
