@@ -159,7 +159,8 @@ def rollouts_table(rollouts: Iterable[pb.Rollout]) -> Table:
     """One row per rollout, within 80 columns: ids are never wrapped; a running rollout's
     phase and each label go on a line of their own."""
     # No padding: the box's column separator is the one space between columns, so the id,
-    # status, reward and date leave task and labels 11 to 18 columns of 80.
+    # status (a phase by its first word, at most 10 wide), reward and date leave task and
+    # labels 17 columns of 80.
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=0)
     for name in ("id", "status", "reward", "created"):
         table.add_column(name, no_wrap=True)
@@ -167,8 +168,8 @@ def rollouts_table(rollouts: Iterable[pb.Rollout]) -> Table:
     table.add_column("labels", overflow="fold", min_width=6)
     for rollout in rollouts:
         status = status_text(rollout.status)
-        if rollout.status == pb.ROLLOUT_STATUS_RUNNING:
-            status.append(f"\n{phase_name(rollout.phase)}")
+        if rollout.status == pb.ROLLOUT_STATUS_RUNNING:  # CREATING_SANDBOX as CREATING: no
+            status.append(f"\n{phase_name(rollout.phase).split('_')[0]}")  # wider than SUCCEEDED
         table.add_row(
             rollout.id,
             status,
