@@ -11,8 +11,11 @@ from rollout_client.render import rollouts_table
 _LABEL = "a label value long enough to need folding"
 
 
-@pytest.mark.parametrize("phase", [p for p in pb.Phase.values() if p])
-def test_every_phase_leaves_the_labels_room_to_fold_at_words(phase: int) -> None:
+_PHASES = [pb.Phase.Name(number) for number in pb.Phase.values() if number]
+
+
+@pytest.mark.parametrize("phase", _PHASES)
+def test_every_phase_leaves_the_labels_room_to_fold_at_words(phase: str) -> None:
     running = pb.Rollout(id="a" * 32, status=pb.ROLLOUT_STATUS_RUNNING, phase=phase)
     done = pb.Rollout(id="b" * 32, status=pb.ROLLOUT_STATUS_SUCCEEDED)
     for rollout in (running, done):
