@@ -39,6 +39,7 @@ from typing import Any
 from service.sandboxes.local.bwrap import SandboxLayout
 from service.sandboxes.local.overlay_start import ID_SPAN
 from service.sandboxes.local.removal import remove_tree
+from service.sandboxes.local.system_seal import is_opaque
 
 __all__ = [
     "LocalSnapshot",
@@ -56,8 +57,8 @@ _FORK_DIR = "fork"
 _TOOL_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 _HOME_MOUNTS = {"home": "/home/user", "tmp": "/tmp"}
 """A host-root sandbox's writable trees by where they are mounted inside."""
-_OPAQUE = ("trusted.overlay.opaque", "user.overlay.opaque")
-"""How overlay marks a directory that hides the lower layers' (a root server's first)."""
+_OPAQUE = "trusted.overlay.opaque"
+"""How a root server's overlay marks a directory that hides the lower layers'."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -177,7 +178,7 @@ def _carry(source: Path, relative: PurePosixPath, target: Path, *, complete: boo
         if found is None or not stat.S_ISDIR(found.st_mode):
             _whiteout(target / relative)  # removed or replaced on the way: gone
             return
-        opaque = opaque or _is_opaque(here)
+        opaque = opaque or is_opaque(here)
         if not made.exists():
             _mkdir_as(here, made)
     top = _lstat(source / relative)
@@ -187,7 +188,7 @@ def _carry(source: Path, relative: PurePosixPath, target: Path, *, complete: boo
         return
     _copy(source / relative, target / relative)
     if opaque and stat.S_ISDIR(top.st_mode):
-        os.setxattr(target / relative, _OPAQUE[0], b"y", follow_symlinks=False)
+        os.setxattr(target / relative, _OPAQUE, b"y", follow_symlinks=False)
 
 
 def _hide_removed(earlier: Path, source: Path, relative: PurePosixPath, target: Path) -> None:
@@ -207,7 +208,7 @@ def _hide_removed(earlier: Path, source: Path, relative: PurePosixPath, target: 
         if (
             stat.S_ISDIR(before.st_mode)
             and stat.S_ISDIR(now.st_mode)
-            and not _is_opaque(source / here)
+            and not is_opaque(source / here)
         ):
             with os.scandir(earlier / here) as entries:
                 pending.extend(here / entry.name for entry in entries)
@@ -223,16 +224,6 @@ def _lstat(path: Path) -> os.stat_result | None:
         return os.lstat(path)
     except FileNotFoundError:
         return None
-
-
-def _is_opaque(path: Path) -> bool:
-    for name in _OPAQUE:
-        try:
-            if os.getxattr(path, name, follow_symlinks=False) == b"y":
-                return True
-        except OSError:
-            continue
-    return False
 
 
 def _mkdir_as(model: Path, made: Path) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from service.sandboxes.seal import SYSTEM_TREES, EntryKind, PathState, SystemChange, SystemDiff
 
-__all__ = ["SealedSystem", "read_upper"]
+__all__ = ["SealedSystem", "is_opaque", "read_upper"]
 
 _MAX_ENTRIES = 500_000
 _USER_SITES = ("home/user/.local/lib", "root/.local/lib")
@@ -106,14 +106,21 @@ def _walk(upper: Path, relative: str, skip: set[str], entries: dict[str, _Entry]
 
 def _entry(path: str) -> _Entry:
     found = os.lstat(path)
-    opaque = False
-    for name in _OPAQUE if stat.S_ISDIR(found.st_mode) else ():
+    opaque = stat.S_ISDIR(found.st_mode) and is_opaque(path)
+    return _Entry(found.st_ino, found.st_ctime_ns, found.st_mode, found.st_rdev, opaque)
+
+
+def is_opaque(path: str | Path) -> bool:
+    """Whether the directory at `path` of an upper layer hides the lower layers' (never
+    following a link)."""
+    for name in _OPAQUE:
         try:
-            opaque = opaque or os.getxattr(path, name, follow_symlinks=False) == b"y"
+            if os.getxattr(path, name, follow_symlinks=False) == b"y":
+                return True
         except OSError as exc:
             if exc.errno not in (errno.ENODATA, errno.ENOTSUP):
                 raise
-    return _Entry(found.st_ino, found.st_ctime_ns, found.st_mode, found.st_rdev, opaque)
+    return False
 
 
 class SealedSystem:
