@@ -10,6 +10,7 @@ this order, each step refusing with the Connect error in brackets:
     bearer token     from the headers, when tokens are set (`api.auth`)  [unauthenticated]
     Content-Length   over `max_bytes`: refused before a byte is read     [resource_exhausted]
     body             read to `max_bytes` at most                         [resource_exhausted]
+    all bodies       held at once across calls, to the budget's bound    [resource_exhausted]
     inflated         gzip inflated as a stream, to `max_bytes` at most   [resource_exhausted]
     decoded          into the method's request message                   [invalid_argument]
 
@@ -43,6 +44,7 @@ from connectrpc.errors import ConnectError
 from google.protobuf.message import Message
 
 from service.api.auth import TokenTable, Unauthenticated, authenticate
+from service.dashboard.budget import BodyBudget, Held
 from service.dashboard.decode import (
     CODECS,
     MessageForm,
@@ -55,12 +57,15 @@ from service.dashboard.decode import (
 from service.errors import excerpt
 from service.listen_address import names_listener
 
-__all__ = ["REQUEST_MAX_BYTES", "CallGate", "ReadCall", "Refusal"]
+__all__ = ["REQUESTS_HELD_MAX_BYTES", "REQUEST_MAX_BYTES", "CallGate", "ReadCall", "Refusal"]
 
 REQUEST_MAX_BYTES = 1024 * 1024
 """A read method's request, in the body and inflated (under the API's own max_message_bytes).
 The largest valid one is ~100 KiB (64 labels of 256-byte keys and values, JSON-escaped); at
 this bound, the costliest JSON found decodes in ~0.5 s, on the decoding thread."""
+REQUESTS_HELD_MAX_BYTES = 16 * REQUEST_MAX_BYTES
+"""The bodies of all calls in flight (`budget.BodyBudget`): sixteen at the bound, hundreds of
+the largest valid request."""
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -107,6 +112,8 @@ class CallGate:
     """Bytes of a request's body, and of its message inflated."""
     executor: Executor
     """Where inflating and decoding run."""
+    budget: BodyBudget
+    """The bodies held at once across calls."""
 
     async def read(
         self, scope: Scope, receive: Receive, request_class: type[Message], streaming: bool
@@ -122,14 +129,17 @@ class CallGate:
             await self._discard(scope, receive)
             return _handed(scope, codec, streaming, exc)
         outcome: Outcome
-        try:
-            data = form.data if form.data is not None else await self._body(scope, receive)
-            loop = asyncio.get_running_loop()
-            outcome = await loop.run_in_executor(
-                self.executor, decode_message, form, data, request_class, self.max_bytes
-            )
-        except ConnectError as exc:
-            outcome = exc
+        with self.budget.holding() as held:
+            try:
+                data = form.data
+                if data is None:
+                    data = await self._body(scope, receive, held)
+                loop = asyncio.get_running_loop()
+                outcome = await loop.run_in_executor(
+                    self.executor, decode_message, form, data, request_class, self.max_bytes
+                )
+            except ConnectError as exc:
+                outcome = exc
         return _handed(scope, codec, streaming, outcome)
 
     def host_allowed(self, scope: Scope) -> bool:
@@ -151,8 +161,12 @@ class CallGate:
             except Unauthenticated as exc:
                 raise ConnectError(Code.UNAUTHENTICATED, str(exc)) from None
 
-    async def _body(self, scope: Scope, receive: Receive) -> bytes:
-        return b"".join([chunk async for chunk in self._chunks(scope, receive)])
+    async def _body(self, scope: Scope, receive: Receive, held: Held) -> bytes:
+        chunks = []
+        async for chunk in self._chunks(scope, receive):
+            held.add(len(chunk))
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def _discard(self, scope: Scope, receive: Receive) -> None:
         """Read a refused call's body and drop it, so that its connection may carry the next

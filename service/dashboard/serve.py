@@ -24,7 +24,8 @@ from hypercorn.config import Config
 from service.api.auth import TokenTable
 from service.api.transport import check_dashboard_exposure
 from service.config import Settings
-from service.dashboard.inbound import REQUEST_MAX_BYTES, CallGate
+from service.dashboard.budget import BodyBudget
+from service.dashboard.inbound import REQUEST_MAX_BYTES, REQUESTS_HELD_MAX_BYTES, CallGate
 from service.dashboard.site import DashboardSite
 from service.errors import ConfigError
 from service.listen_address import bind, host_and_port
@@ -98,6 +99,7 @@ class Dashboard:
             tokens=self._tokens,
             max_bytes=min(limit, REQUEST_MAX_BYTES),
             executor=self._decoding,
+            budget=BodyBudget(REQUESTS_HELD_MAX_BYTES),
         )
         site = DashboardSite(self._channel, gate)
         self._serving = asyncio.create_task(

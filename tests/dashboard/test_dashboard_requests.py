@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -17,6 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from service.dashboard.inbound import REQUEST_MAX_BYTES, REQUESTS_HELD_MAX_BYTES
 from tests.dashboard.support import dashboard_url
 from tests.e2e.auth_support import ADMIN_TOKEN
 from tests.server_process import ServerProcess
@@ -90,6 +92,18 @@ def _post_part(
         return response.status, json.loads(response.read())
     finally:
         connection.close()
+
+
+def _hold_body(server: ServerProcess, size: int) -> http.client.HTTPConnection:
+    """A POST that declares one byte more than `size` and sends `size`: a body held open."""
+    url = urlsplit(dashboard_url(server))
+    connection = http.client.HTTPConnection(url.hostname or "", url.port, timeout=_GUARD_S)
+    connection.putrequest("POST", f"/{SERVICE}/ListRollouts")
+    connection.putheader("content-type", "application/json")
+    connection.putheader("content-length", str(size + 1))
+    connection.endheaders()
+    connection.send(b" " * size)
+    return connection
 
 
 def _call(
@@ -257,3 +271,32 @@ def test_valid_calls_in_every_form_reach_the_api(open_server: ServerProcess) -> 
     assert listed.status_code == got.status_code == 200, listed.text
     assert streamed.content[0] == 0x02
     assert json.loads(streamed.content[5:])["error"]["code"] == "not_found"
+
+
+def test_bodies_held_open_across_calls_are_bounded_together(open_server: ServerProcess) -> None:
+    """Each under its own limit, sixteen held bodies fill the budget: the next call is
+    refused at once, and served again as soon as they go."""
+    small = b'{"pageToken": ""}'.ljust(64)
+    holders = [
+        _hold_body(open_server, REQUEST_MAX_BYTES - 1)
+        for _ in range(REQUESTS_HELD_MAX_BYTES // REQUEST_MAX_BYTES)
+    ]
+    try:
+        deadline = time.monotonic() + _GUARD_S
+        refused = _call(open_server, "ListRollouts", small)
+        while refused.status_code == 200 and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the server has read what the holders sent
+            refused = _call(open_server, "ListRollouts", small)
+    finally:
+        for holder in holders:
+            holder.close()
+    deadline = time.monotonic() + _GUARD_S
+    served = _call(open_server, "ListRollouts", small)
+    while served.status_code != 200 and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the server has seen the holders go
+        served = _call(open_server, "ListRollouts", small)
+
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["code"] == "resource_exhausted"
+    assert "bytes of requests at once" in refused.json()["message"]
+    assert served.status_code == 200, served.text
