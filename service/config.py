@@ -143,6 +143,9 @@ class Settings(BaseSettings):
     session_lifetime_max_s: float = 6 * 3600.0
     """Largest lifetime a session may ask for (at most agent_timeout_max_s: its rollout's
     agent budget is its lifetime)."""
+    session_probe_interval_s: float = Field(default=10.0, gt=0)
+    """How often an idle session's sandbox is checked alive (a `true` run in it), so that a
+    sandbox that died between commands fails its session then, not at the next call."""
     session_copies_max: int = Field(default=64, ge=1)
     """Most sessions one OpenSession may open from one setup."""
     shutdown_grace_s: float = 10.0

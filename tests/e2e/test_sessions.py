@@ -3,6 +3,7 @@ reaped, on real bwrap sandboxes and SQLite."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import signal
 import uuid
@@ -286,6 +287,27 @@ async def test_a_sandbox_that_dies_under_a_session_fails_it_with_nothing_left(
         assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     closed = (await stub.CloseSession(pb.CloseSessionRequest(session_id=session.id))).session
     assert closed.status == pb.SESSION_STATUS_FAILED
+
+
+async def test_a_sandbox_that_dies_between_commands_fails_its_session_unasked(
+    fresh_server: ServerProcess,
+) -> None:
+    fresh_server.env["ROLLOUT_SESSION_PROBE_INTERVAL_S"] = "0.5"
+    fresh_server.start()
+    marker = f"idle-dying-{uuid.uuid4().hex[:8]}"
+    async with grpc.aio.insecure_channel(fresh_server.target) as channel:
+        stub = pb_grpc.RolloutServiceStub(channel)
+        session = await open_one(stub)
+        await run(stub, session.id, _daemon(marker))
+        await eventually(functools.partial(processes_with, marker))
+        kill_namespace_holder(marker)
+
+        ended = await asyncio.wait_for(events(stub, session.id), 60)  # no call: probed
+        got = (await stub.GetSession(pb.GetSessionRequest(session_id=session.id))).session
+    assert ended[-1].HasField("finished")
+    assert got.status == pb.SESSION_STATUS_FAILED
+    assert got.result.error.kind == pb.ERROR_KIND_SANDBOX, got.result.error
+    assert not processes_with(marker)
 
 
 async def test_sessions_are_listed_with_their_labels(stub: Stub) -> None:

@@ -130,7 +130,11 @@ class LiveSession:
         self.opened.set()
 
     async def _expire_when_due(self) -> None:
+        """Reap it at its idle timeout or lifetime; between calls, check its sandbox alive
+        every `session_probe_interval_s` (a command in flight finds a death itself)."""
         record = self.record
+        interval_s = self._settings.session_probe_interval_s
+        probe_due = time.monotonic() + interval_s
         while True:
             now = time.monotonic()
             lifetime_due = self._begun + record.max_lifetime_s
@@ -141,11 +145,34 @@ class LiveSession:
             if now >= idle_due and not self._busy:
                 why = f"no call for {record.idle_timeout_s:g}s (idle_timeout)"
                 break
-            wake = lifetime_due if self._busy else min(idle_due, lifetime_due)
+            if now >= probe_due:
+                probe_due = now + interval_s
+                if not self._busy and not await self._alive():
+                    return
+                continue
+            wake = lifetime_due if self._busy else min(idle_due, lifetime_due, probe_due)
             self._activity.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._activity.wait(), max(wake - now, 0.0))
         await asyncio.shield(self.end(SessionEnding.EXPIRE, f"session expired: {why}"))
+
+    async def _alive(self) -> bool:
+        """Whether its sandbox still runs a command; one that cannot fails the session
+        (SANDBOX), as a command of the caller's would."""
+        sandbox = self._agent.sandbox
+        if sandbox is None or self.record.ending is not None:
+            return True
+        try:
+            await sandbox.exec("true", timeout_s=self._settings.session_probe_interval_s)
+        except SandboxError as exc:
+            self._lost(exc)
+            return False
+        return True
+
+    def _lost(self, failure: SandboxError) -> None:
+        """The sandbox died: the session fails SANDBOX, unless already ending."""
+        if self.record.ending is None:
+            self._agent.fail(failure)
 
     async def end(self, ending: SessionEnding, reason: str) -> Rollout:
         """Close it (no verification): the rollout cancelled, its sandbox gone on return."""
@@ -246,8 +273,7 @@ class LiveSession:
         try:
             return await running
         except SandboxError as exc:
-            if self.record.ending is None:
-                self._agent.fail(exc)
+            self._lost(exc)
             raise SessionStateError(
                 f"session {self.id} lost its sandbox ({exc}); the session is ending"
             ) from exc
