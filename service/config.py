@@ -101,6 +101,9 @@ class Settings(BaseSettings):
     """PEM private key of tls_cert_file."""
     tls_client_ca_file: Path | None = None
     """PEM CA bundle: when set, every client must present a certificate it signed (mTLS)."""
+    tls_peer_ca_file: Path | None = None
+    """PEM CA bundle the other replicas' certificates are checked against when a session's
+    call is forwarded to them (a private CA's). Unset: the system's roots."""
     allow_insecure_listen: bool = False
     """Serve a non-loopback listen address without TLS or without authentication, or the
     capture proxy (plain HTTP) on a non-loopback proxy_listen, anyway (with a warning)."""

@@ -17,7 +17,7 @@ very request on to it:
   holder sends them), its status code, message and details.
 
 The channel to the holder speaks TLS when this server does (the holder's certificate
-checked against the system's roots). With client certificates required (mTLS), this server
+checked against `tls_peer_ca_file`, else the system's roots). With client certificates required (mTLS), this server
 cannot prove the caller's identity to the holder, and the call is not forwarded.
 """
 
@@ -30,6 +30,7 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from service.api.transport import peer_roots
 from service.config import Settings
 from service.errors import SessionElsewhereError
 
@@ -50,6 +51,7 @@ class SessionForwarder:
     def __init__(self, settings: Settings) -> None:
         self._instance = settings.instance_id
         self._tls = settings.tls_cert_file is not None
+        self._roots = peer_roots(settings) if self._tls else None
         self._possible = settings.tls_client_ca_file is None
         self._options = [
             ("grpc.max_send_message_length", settings.max_message_bytes),
@@ -75,7 +77,7 @@ class SessionForwarder:
         stub = self._stubs.get(address)
         if stub is None:
             if self._tls:
-                credentials = grpc.ssl_channel_credentials()
+                credentials = grpc.ssl_channel_credentials(self._roots)
                 channel = grpc.aio.secure_channel(address, credentials, options=self._options)
             else:
                 channel = grpc.aio.insecure_channel(address, options=self._options)

@@ -83,6 +83,12 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
     )
 
 
+def peer_roots(settings: Settings) -> bytes | None:
+    """The CA bundle replicas' certificates are checked against (None: the system's)."""
+    peer_ca = settings.tls_peer_ca_file
+    return None if peer_ca is None else _read("tls_peer_ca_file", peer_ca)
+
+
 def _read(setting: str, path: Path) -> bytes:
     try:
         data = path.read_bytes()
