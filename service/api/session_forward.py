@@ -17,8 +17,9 @@ very request on to it:
   holder sends them), its status code, message and details.
 
 The channel to the holder speaks TLS when this server does (the holder's certificate
-checked against `tls_peer_ca_file`, else the system's roots). With client certificates required (mTLS), this server
-cannot prove the caller's identity to the holder, and the call is not forwarded.
+checked against `tls_peer_ca_file`, else the system's roots). With client certificates
+required (mTLS), this server cannot prove the caller's identity to the holder, and the call
+is not forwarded.
 """
 
 from __future__ import annotations
