@@ -3,10 +3,15 @@ event loop by the capture proxy's HTTP/1.1 server (`proxy.transport.httpserver`)
 
     served              GET /metrics: the Prometheus text of `MetricsExport.registry`;
                         another path 404, another method 405
-    connections         at most 32 open at once, accepted one at a time: one more is
-                        closed on arrival, its descriptor freed before the next is
-                        accepted; no thread per connection (a thread each let 3,000
-                        half-open requests hold 3,000 threads and descriptors)
+    TLS                 the API's (`transport.server_ssl_context`) when it has one, client
+                        certificates required as the API requires them; a handshake runs
+                        as a task of its own, bounded by the slow-request timeout, so that
+                        one that stalls never holds the accepting up
+    connections         at most 32 open at once (handshakes in progress among them),
+                        accepted one at a time: one more is closed on arrival, its
+                        descriptor freed before the next is accepted; no thread per
+                        connection (a thread each let 3,000 half-open requests hold 3,000
+                        threads and descriptors)
     slow requests       a connection must send a whole request within 10 s of opening or
                         of its last response, or it is closed (half-open ones too)
     Host header         must name this endpoint (`listen_address.names_listener`: its
@@ -14,8 +19,8 @@ event loop by the capture proxy's HTTP/1.1 server (`proxy.transport.httpserver`)
                         or ::, a name of metrics_hosts): another name is 421, as a page
                         whose name was made to resolve here (DNS rebinding) sends; none 400
     token               with metrics_token_file, `authorization: Bearer <token>` of that
-                        file, else 401: scrape tokens, not the API's, since plain HTTP
-                        carries them in clear (they open this endpoint and nothing else)
+                        file, else 401: scrape tokens, not the API's, since without TLS
+                        they travel in clear (they open this endpoint and nothing else)
     process figures     none: no process_* (memory, descriptors, start time), python_gc_*
                         or python_info; they describe the host to whoever scrapes, and no
                         panel reads them (target_info stays: the service name and the
@@ -32,12 +37,15 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import Collection
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
 from service.api.auth import TokenTable, Unauthenticated, authenticate, load_token_file
+from service.api.transport import server_ssl_context
 from service.config import Settings
 from service.errors import ConfigError
 from service.listen_address import bind, ensure_free, names_listener
@@ -70,12 +78,15 @@ class MetricsEndpoint:
         host: str,
         names: Collection[str],
         tokens: TokenTable,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._registry = registry
         self._host = host
         self._names = names
         self._tokens = tokens
+        self._tls = tls
         self.connections = ConnectionLimit(_MAX_CONNECTIONS)
+        self._handshakes: set[asyncio.Task[None]] = set()
         self._accepting: asyncio.Task[None] | None = None
         self.url = ""
 
@@ -89,7 +100,7 @@ class MetricsEndpoint:
             return None
         host, port = metrics_address(settings.metrics_listen)
         tokens = _scrape_tokens(settings)
-        endpoint = cls(registry, host, settings.metrics_hosts, tokens)
+        endpoint = cls(registry, host, settings.metrics_hosts, tokens, server_ssl_context(settings))
         await endpoint._listen(host, port)
         return endpoint
 
@@ -100,7 +111,8 @@ class MetricsEndpoint:
         listener.setblocking(False)
         self._accepting = asyncio.create_task(self._accept(listener))
         shown = f"[{host}]" if ":" in host else host
-        self.url = f"http://{shown}:{listener.getsockname()[1]}/metrics"
+        scheme = "http" if self._tls is None else "https"
+        self.url = f"{scheme}://{shown}:{listener.getsockname()[1]}/metrics"
 
     async def _accept(self, listener: socket.socket) -> None:
         """Accept one connection at a time, and close one over the bound before the next is
@@ -115,14 +127,28 @@ class MetricsEndpoint:
                     log.warning("the metrics endpoint cannot accept: %s", exc.strerror)
                     await asyncio.sleep(_ACCEPT_RETRY_S)
                     continue
-                if len(self.connections) >= self.connections.limit:
+                if len(self.connections) + len(self._handshakes) >= self.connections.limit:
                     connection.close()
                     self.connections.refused += 1
                     continue
-                try:
-                    await loop.connect_accepted_socket(self._protocol, connection)
-                except OSError:  # the client left already
-                    connection.close()
+                if self._tls is None:
+                    await self._connect(connection)
+                else:
+                    handshake = asyncio.create_task(self._connect(connection))
+                    self._handshakes.add(handshake)
+                    handshake.add_done_callback(self._handshakes.discard)
+
+    async def _connect(self, connection: socket.socket) -> None:
+        """Serve an accepted connection (over TLS once its handshake is done)."""
+        tls: dict[str, Any] = {}
+        if self._tls is not None:
+            tls = {"ssl": self._tls, "ssl_handshake_timeout": _IDLE_TIMEOUT_S}
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                self._protocol, connection, **tls
+            )
+        except OSError:  # the client left, or its handshake failed or stalled
+            connection.close()
 
     def _protocol(self) -> HttpServerProtocol:
         return HttpServerProtocol(
@@ -169,6 +195,8 @@ class MetricsEndpoint:
             self._accepting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._accepting
+        for handshake in list(self._handshakes):
+            handshake.cancel()
         self.connections.close_all()
 
 

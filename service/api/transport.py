@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import ssl
 from pathlib import Path
 
 import grpc
@@ -81,6 +82,24 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
         root_certificates=None if client_ca is None else _read("tls_client_ca_file", client_ca),
         require_client_auth=client_ca is not None,
     )
+
+
+def server_ssl_context(settings: Settings) -> ssl.SSLContext | None:
+    """The API's TLS for the server's HTTP listeners (the metrics endpoint), or None when TLS
+    is off; client certificates required as the API requires them."""
+    cert, key = settings.tls_cert_file, settings.tls_key_file
+    if server_credentials(settings) is None or cert is None or key is None:
+        return None  # server_credentials judged the settings, with its errors
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"tls_cert_file and tls_key_file cannot be loaded: {exc}") from exc
+    client_ca = settings.tls_client_ca_file
+    if client_ca is not None:
+        context.load_verify_locations(cadata=_read("tls_client_ca_file", client_ca).decode())
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 def peer_roots(settings: Settings) -> bytes | None:

@@ -13,6 +13,7 @@ import os
 import re
 import select
 import socket
+import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.e2e.auth_support import Certificates, make_certificates
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
@@ -189,3 +191,44 @@ def test_half_open_requests_hold_no_thread_and_few_descriptors(server: ServerPro
             connection.close()
     assert get(url).status_code == 200
     assert threads_and_descriptors(server.pid)[0] <= bound[0]
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    return make_certificates(tmp_path_factory.mktemp("pki"))
+
+
+def test_with_the_apis_tls_it_speaks_only_https(tmp_path: Path, certs: Certificates) -> None:
+    tls = {"ROLLOUT_TLS_CERT_FILE": str(certs.server_cert)}
+    tls["ROLLOUT_TLS_KEY_FILE"] = str(certs.server_key)
+    for server in started(tmp_path, tls):
+        url = metrics_url(server)
+        stalled = socket.create_connection(("127.0.0.1", int(url.split(":")[2].split("/")[0])))
+        try:  # a handshake that never comes holds up no other scrape
+            scraped = httpx.get(url, verify=ssl.create_default_context(cafile=certs.ca), timeout=5)
+        finally:
+            stalled.close()
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(url.replace("https://", "http://"), timeout=5)
+
+        assert url.startswith("https://127.0.0.1:"), url
+        assert scraped.status_code == 200
+        assert "rollout_capacity_limit" in scraped.text
+
+
+def test_with_a_client_ca_a_scrape_needs_a_client_certificate(
+    tmp_path: Path, certs: Certificates
+) -> None:
+    tls = {"ROLLOUT_TLS_CERT_FILE": str(certs.server_cert)}
+    tls["ROLLOUT_TLS_KEY_FILE"] = str(certs.server_key)
+    tls["ROLLOUT_TLS_CLIENT_CA_FILE"] = str(certs.ca)
+    for server in started(tmp_path, tls):
+        url = metrics_url(server)
+        anonymous = ssl.create_default_context(cafile=certs.ca)
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(url, verify=anonymous, timeout=5).raise_for_status()
+        client = ssl.create_default_context(cafile=certs.ca)
+        client.load_cert_chain(certs.client_cert, certs.client_key)
+        scraped = httpx.get(url, verify=client, timeout=5)
+
+        assert scraped.status_code == 200
