@@ -195,7 +195,8 @@ def figures_of(
         name: {
             "harbor_s": round(harbor[name], 3),
             "service_s": round(service[name], 3),
-            "ratio": round(harbor[name] / service[name], 2) if service[name] else None,
+            # A phase the service spends ~nothing in has no meaningful ratio: see the seconds.
+            "ratio": round(harbor[name] / service[name], 2) if service[name] > 0.01 else None,
         }
         for name in (*PHASES, "between", "process")
     }
@@ -224,7 +225,8 @@ def report(figures: dict[str, Any]) -> None:
     print(f"a trial, median of {figures['trials']} each, interleaved, seconds:")
     print("| phase | harbor run --env | RunRollout | ratio |\n|---|---|---|---|")
     for name, row in figures["trial"].items():
-        print(f"| {name} | {row['harbor_s']} | {row['service_s']} | {row['ratio']}x |")
+        ratio = "-" if row["ratio"] is None else f"{row['ratio']}x"
+        print(f"| {name} | {row['harbor_s']} | {row['service_s']} | {ratio} |")
     print("process: the `harbor run` process's wall time; the RunRollout call's")
     print(f"`harbor run` outside its trial: {figures['harbor_outside_trial_s']} s, of which")
     print(f"`harbor run --help` alone (CLI start-up): {figures['cli_help_s']} s")
