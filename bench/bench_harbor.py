@@ -99,8 +99,8 @@ def rollout_phases(timings: pb.PhaseTimings) -> Phases:
 
 
 def with_between(phases: Phases) -> Phases:
-    """The phases and what the total holds outside them (Harbor's health check and log
-    downloads between its phases; the service's queue and phase changes)."""
+    """The phases and what the total holds outside them (Harbor's work between its timed
+    phases, such as downloading the agent's logs; the service's queue and phase changes)."""
     named = sum(phases[name] for name in PHASES if name != "total")
     return {**phases, "between": phases["total"] - named}
 
