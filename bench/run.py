@@ -36,6 +36,10 @@ BENCHES = (
         "OpenEnv front door: a terminal step vs its Exec, run_rollout vs its RunRollout",
         ["bench_openenv.py"],
     ),
+    (
+        "Harbor: a trial through its environment vs RunRollout, its exec vs Exec",
+        ["bench_harbor.py"],
+    ),
     ("image store: base, cold build, cached rebuild", ["bench_images.py"]),
     ("sandboxes on an image vs on the host root", ["bench_image_sandbox.py"]),
     ("image builds: rootless vs root", ["bench_rootless_build.py"]),
