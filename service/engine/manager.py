@@ -20,11 +20,11 @@ from datetime import UTC, datetime
 from service.agents.base import Agent
 from service.config import Settings
 from service.engine.events import EventHub
-from service.engine.groups.template import PreparedFilesystem
 from service.engine.idempotency import check_same_request
 from service.engine.lifecycle import RolloutRun
 from service.engine.model_access import ModelRouter
 from service.engine.model_calls import ModelCalls
+from service.engine.template import PreparedFilesystem
 from service.engine.validation import spec_bytes, validate_spec
 from service.engine.verification import check_verify_mode
 from service.errors import (

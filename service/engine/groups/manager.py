@@ -23,13 +23,13 @@ from typing import Protocol
 
 from service.engine.groups.members import belongs, member_spec
 from service.engine.groups.run import GroupRun, MemberOps
-from service.engine.groups.template import (
+from service.engine.idempotency import spec_digest
+from service.engine.manager import Checked, RolloutManager
+from service.engine.template import (
     PreparedFilesystem,
     prepare_filesystem,
     worth_a_template,
 )
-from service.engine.idempotency import spec_digest
-from service.engine.manager import Checked, RolloutManager
 from service.engine.validation import resolved_timeouts
 from service.errors import (
     FieldViolation,

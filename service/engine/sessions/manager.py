@@ -4,7 +4,7 @@ A session is a rollout whose agent is its caller (`CallerAgent`), run by the rol
 manager like any other: the same admission and running slots (a session never queues:
 RESOURCE_EXHAUSTED with RetryInfo when no slot is free now), the same phase machine, store,
 events, tenancy, restart and orphan sweep. What this adds: copies set up once and forked
-as a group's members are (`groups.template`), the calls' way to the live session, and the
+as a group's members are (`engine.template`), the calls' way to the live session, and the
 end of every session at shutdown (a session is never left for the grace period).
 
 A session lives in the memory of the server that opened it. Another server sharing the
@@ -23,16 +23,16 @@ from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from service.config import Settings
-from service.engine.groups.template import (
-    PreparedFilesystem,
-    prepare_filesystem,
-    worth_a_template,
-)
 from service.engine.manager import Checked, RolloutManager
 from service.engine.sessions.agent import CallerAgent
 from service.engine.sessions.live import LiveSession
 from service.engine.sessions.requests import OpenRequest, OpenTerms, checked_open
 from service.engine.sessions.status import session_status
+from service.engine.template import (
+    PreparedFilesystem,
+    prepare_filesystem,
+    worth_a_template,
+)
 from service.engine.validation import resolved_timeouts
 from service.errors import (
     NotFoundError,
