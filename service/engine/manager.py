@@ -1,4 +1,5 @@
-"""The rollout manager: admission, capacity, idempotency, cancellation, restart and shutdown.
+"""The rollout manager: admits rollouts (`admission`), runs them, and cancels, recovers and
+shuts them down; idempotent on a tenant's request_id.
 
 Tenancy: every call takes the caller's `tenant`. A tenant name sees, cancels and reuses
 request_ids of only its own rollouts (another tenant's rollout is "not found", so its
@@ -13,12 +14,13 @@ import contextlib
 import functools
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from service.agents.base import Agent
 from service.config import Settings
+from service.engine.admission import Admission
 from service.engine.events import EventHub
 from service.engine.idempotency import check_same_request
 from service.engine.lifecycle import RolloutRun
@@ -28,12 +30,10 @@ from service.engine.template import PreparedFilesystem
 from service.engine.validation import spec_bytes, validate_spec
 from service.engine.verification import check_verify_mode
 from service.errors import (
-    CapacityError,
     FieldViolation,
     MissingDependencyError,
     NotFoundError,
     SandboxError,
-    ShuttingDownError,
     SpecError,
 )
 from service.harbor.tasks import HarborTasks
@@ -124,18 +124,13 @@ class RolloutManager:
         self._hub = hub
         self._models = models
         self._live: dict[str, _Live] = {}
-        self._slots = asyncio.Semaphore(settings.max_running)
-        self._admission = asyncio.Lock()
+        self._metrics = metrics or Metrics()
+        self._admission = Admission(settings, self._metrics)
         self._backends: dict[str, SandboxBackend] = {}
         self._agents: dict[str, Agent] = {}
-        self._accepting = True
-        self._reserved = 0
-        """Places admitted groups hold for members they have not started yet."""
         self._harbor = HarborTasks(settings)
         self._harbor.add_users(lambda: [live.rollout.spec for live in self._live.values()])
-        self._metrics = metrics or Metrics()
         self._heap = HeapTrimmer()
-        self._metrics.set_capacity(self.capacity)
         self._metrics.observe_sandboxes(self._live_sandboxes)
         store.on_cancel_request(self._cancel_requested)
         store.on_lease_lost(self._lease_lost)
@@ -214,17 +209,11 @@ class RolloutManager:
         request_id."""
         spec = await self.resolve_task(spec)
         parts = await self.checked(spec)
-        async with self._admission:
-            if not self._accepting:  # shutdown began while this call waited for the lock
-                raise ShuttingDownError("the server is shutting down")
+        async with self._admission.admitting():
             existing = await self._existing(spec, tenant or "")
             if existing is not None:
                 return existing
-            if len(self._live) + self._reserved >= self.capacity:
-                raise CapacityError(
-                    f"{len(self._live)} rollouts running or queued; the limit is "
-                    f"{self._settings.max_running} running + {self._settings.max_queued} queued"
-                )
+            self._admission.check_room()
             rollout = _new_rollout(spec, tenant or "")
             stored = await self._store.insert(rollout)
             if stored.id != rollout.id:  # another server on this database admitted it first
@@ -233,39 +222,9 @@ class RolloutManager:
         return rollout
 
     @property
-    def capacity(self) -> int:
-        """Rollouts this server holds at most, running and queued."""
-        return self._settings.max_running + self._settings.max_queued
-
-    @contextlib.asynccontextmanager
-    async def admitting(
-        self, places: int, *, running: bool = False, what: str = "the group"
-    ) -> AsyncIterator[None]:
-        """Hold admission to admit `places` rollouts as a unit (a group's members; with
-        `running`, sessions, which never queue: running slots free now): CapacityError naming
-        the places when they do not all fit now. The body `reserve`s them if it admits it."""
-        async with self._admission:
-            if not self._accepting:
-                raise ShuttingDownError("the server is shutting down")
-            limit = self._settings.max_running if running else self.capacity
-            free = max(0, limit - len(self._live) - self._reserved)
-            if places > free:
-                raise CapacityError(
-                    f"{what} needs {places} slots and {free} are free "
-                    f"({len(self._live)} rollouts running or queued, {self._reserved} reserved; "
-                    f"limit {limit}{' running' if running else ''})"
-                )
-            yield
-
-    def reserve(self, places: int) -> None:
-        """Hold places for a group's members until they start (call while `admitting`)."""
-        self._reserved += places
-        self._metrics.hold_places(places)
-
-    def release(self, places: int) -> None:
-        """Give back reserved places (the members now hold their own, or never will)."""
-        self._reserved -= places
-        self._metrics.hold_places(-places)
+    def admission(self) -> Admission:
+        """The server's places, which groups and sessions reserve as a unit."""
+        return self._admission
 
     @property
     def metrics(self) -> Metrics:
@@ -305,7 +264,7 @@ class RolloutManager:
         prepared: PreparedFilesystem | None = None,
     ) -> Rollout:
         """Start a session's rollout (its agent is the caller: `engine.sessions`) in a
-        place `admitting(running=True)` reserved."""
+        place `Admission.admitting_unit(running=True)` reserved."""
         rollout = _new_rollout(spec, tenant)
         rollout.result.session = record
         await self._store.insert(rollout)
@@ -365,13 +324,15 @@ class RolloutManager:
     def _start(self, live: _Live, run: RolloutRun) -> None:
         rollout = run.rollout
         self._live[rollout.id] = live
-        self._metrics.hold_places(1)
+        self._admission.hold()
         self._metrics.rollout_started(
             agent=rollout.spec.agent.name, backend=self._backend_of(rollout)
         )
         self._hub.open(rollout.id, rollout.spec.labels, tenant=rollout.tenant)
         self._hub.publish(rollout.id, PhaseChanged(phase=Phase.QUEUED, status=rollout.status))
-        live.work = asyncio.create_task(run.execute(self._slot), name=f"rollout-{rollout.id}")
+        live.work = asyncio.create_task(
+            run.execute(self._admission.slot), name=f"rollout-{rollout.id}"
+        )
         live.settled = asyncio.create_task(self._settle(live), name=f"settle-{rollout.id}")
 
     async def resolve_task(self, spec: RolloutSpec) -> RolloutSpec:
@@ -382,8 +343,7 @@ class RolloutManager:
 
     async def checked(self, spec: RolloutSpec) -> Checked:
         """Everything admission can refuse before a rollout exists, as RPC errors."""
-        if not self._accepting:
-            raise ShuttingDownError("the server is shutting down")
+        self._admission.check_open()
         validate_spec(spec, self._settings)
         backend = self.backend(spec.sandbox.backend or self._settings.default_backend)
         backend.check_ready()
@@ -414,17 +374,6 @@ class RolloutManager:
     def _backend_of(self, rollout: Rollout) -> str:
         return rollout.spec.sandbox.backend or self._settings.default_backend
 
-    @contextlib.asynccontextmanager
-    async def _slot(self) -> AsyncIterator[None]:
-        """One running slot, held for the body (the run's `Slot`)."""
-        with self._metrics.in_queue():
-            await self._slots.acquire()
-        try:
-            with self._metrics.in_slot():
-                yield
-        finally:
-            self._slots.release()
-
     async def _settle(self, live: _Live) -> None:
         """Wait for the work however it ends; nothing cancels this task, so the place is freed.
 
@@ -449,7 +398,7 @@ class RolloutManager:
             if live.fenced:
                 live.rollout = await self._taken_over(rollout)
             self._live.pop(rollout.id, None)
-            self._metrics.hold_places(-1)
+            self._admission.free()
             try:
                 await self._heap.ended(live.spec_bytes)
             finally:
@@ -605,9 +554,7 @@ class RolloutManager:
 
     async def shutdown(self, grace_s: float) -> None:
         """Stop admitting; let rollouts finish for `grace_s`, then cancel them; kill sandboxes."""
-        self._accepting = False
-        async with self._admission:
-            pass  # an admission under way finishes first; none starts after it
+        await self._admission.close()
         await self._settled(timeout_s=grace_s)
         for live in list(self._live.values()):
             self._request_cancel(live, "server shutting down")

@@ -66,6 +66,7 @@ class GroupManager:
 
     def __init__(self, rollouts: RolloutManager, store: Store) -> None:
         self._rollouts = rollouts
+        self._admission = rollouts.admission
         self._store = store
         self._live: dict[str, GroupRun] = {}
         rollouts.harbor.add_users(lambda: [run.group.spec.spec for run in self._live.values()])
@@ -80,7 +81,7 @@ class GroupManager:
             raise SpecError(_in_group(exc.violations)) from exc
         spec = spec.model_copy(update={"spec": resolved})
         parts = await self._checked(spec)
-        async with self._rollouts.admitting(spec.n):
+        async with self._admission.admitting_unit(spec.n):
             existing = await self._existing(spec, tenant or "")
             if existing is not None:
                 return existing
@@ -94,7 +95,7 @@ class GroupManager:
             stored = await self._store.insert_group(group, secret_free=secret_free)
             if stored.id != group.id:
                 return _same_request(stored, spec)
-            self._rollouts.reserve(spec.n)
+            self._admission.reserve(spec.n)
             run = self._run_of(group, spec, parts, reserved=spec.n)
         self._execute(run)  # its members start once the task is set up, in the places reserved
         return group
@@ -259,7 +260,7 @@ class GroupManager:
         return interrupted
 
     async def _checked(self, spec: GroupSpec) -> Checked:
-        violations = list(_group_violations(spec, self._rollouts.capacity))
+        violations = list(_group_violations(spec, self._admission.capacity))
         try:
             parts = await self._rollouts.checked(member_spec(spec.spec, uuid.uuid4().hex, 0))
         except SpecError as exc:
@@ -323,7 +324,7 @@ class GroupManager:
             cancel=cancel,
             save=self._store.save_group,
             prepare=prepare,
-            release=self._rollouts.release,
+            release=self._admission.release,
             refilled=self._rollouts.metrics.group_refilled,
         )
         return GroupRun(group, spec, ops, reserved=reserved)

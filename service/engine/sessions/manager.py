@@ -83,15 +83,16 @@ class SessionManager:
         backend, _, endpoint = await self._rollouts.checked(validated)
         spec = _session_spec(validated, terms)
         n = terms.copies
-        async with self._rollouts.admitting(n, running=True, what=f"{n} session(s)"):
-            self._rollouts.reserve(n)
+        admission = self._rollouts.admission
+        async with admission.admitting_unit(n, running=True, what=f"{n} session(s)"):
+            admission.reserve(n)
         sessions: list[LiveSession] = []
         try:
             prepared = await self._prepared(backend, spec, n)
             for index in range(n):
                 parts: Checked = (backend, CallerAgent(), endpoint)
                 sessions.append(await self._start(spec, parts, terms, index, tenant, prepared))
-                self._rollouts.release(1)
+                admission.release(1)
                 n -= 1
             if prepared is not None:
                 self._spawn(_released_after(prepared, [s.id for s in sessions], self._rollouts))
@@ -101,7 +102,7 @@ class SessionManager:
             await asyncio.shield(self._end_all(sessions, "OpenSession was cancelled"))
             raise
         finally:
-            self._rollouts.release(n)
+            admission.release(n)
         return [session.rollout for session in sessions]
 
     async def _prepared(
