@@ -1,5 +1,5 @@
-"""The rollout manager: admits rollouts (`admission`), runs them, and cancels, recovers and
-shuts them down; idempotent on a tenant's request_id.
+"""The rollout manager: admits rollouts (`admission`, `checks`), runs them, and cancels,
+recovers and shuts them down; idempotent on a tenant's request_id.
 
 Tenancy: every call takes the caller's `tenant`. A tenant name sees, cancels and reuses
 request_ids of only its own rollouts (another tenant's rollout is "not found", so its
@@ -18,20 +18,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from service.agents.base import Agent
 from service.config import Settings
 from service.engine.admission import Admission
+from service.engine.checks import Checked, SpecChecks
 from service.engine.events import EventHub
 from service.engine.idempotency import check_same_request
 from service.engine.lifecycle import RolloutRun
 from service.engine.model_access import ModelRouter
 from service.engine.model_calls import ModelCalls
 from service.engine.template import PreparedFilesystem
-from service.engine.validation import spec_bytes, validate_spec
-from service.engine.verification import check_verify_mode
+from service.engine.validation import spec_bytes
 from service.errors import (
-    FieldViolation,
-    MissingDependencyError,
     NotFoundError,
     SandboxError,
     SpecError,
@@ -48,11 +45,9 @@ from service.models import (
     RolloutError,
     RolloutSpec,
     RolloutStatus,
-    SandboxSpec,
     SessionRecord,
 )
-from service.proxy.endpoints import ResolvedEndpoint
-from service.registry import BACKENDS, load_agent, load_backend
+from service.registry import BACKENDS
 from service.sandboxes.base import SandboxBackend
 from service.store.base import (
     FencedError,
@@ -64,7 +59,7 @@ from service.store.base import (
 )
 from service.telemetry.metrics import Metrics
 
-__all__ = ["Checked", "RolloutManager"]
+__all__ = ["RolloutManager"]
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +73,6 @@ _UNCANCELLABLE_PHASES = frozenset({Phase.TEARDOWN, Phase.DONE})
 
 _REMOTE_CANCEL_WAIT_S = 10.0
 """How long a CancelRollout for a rollout another server runs waits for its end."""
-
-
-Checked = tuple[SandboxBackend, Agent, ResolvedEndpoint | None]
-"""What admission resolved for a spec: its backend, its agent and its model endpoint."""
 
 
 def _new_rollout(spec: RolloutSpec, tenant: str) -> Rollout:
@@ -126,8 +117,7 @@ class RolloutManager:
         self._live: dict[str, _Live] = {}
         self._metrics = metrics or Metrics()
         self._admission = Admission(settings, self._metrics)
-        self._backends: dict[str, SandboxBackend] = {}
-        self._agents: dict[str, Agent] = {}
+        self._checks = SpecChecks(settings, models)
         self._harbor = HarborTasks(settings)
         self._harbor.add_users(lambda: [live.rollout.spec for live in self._live.values()])
         self._heap = HeapTrimmer()
@@ -136,31 +126,17 @@ class RolloutManager:
         store.on_lease_lost(self._lease_lost)
 
     def backend(self, name: str) -> SandboxBackend:
-        """The backend called `name`, built once."""
-        if name not in self._backends:
-            try:
-                self._backends[name] = load_backend(name, self._settings)
-            except MissingDependencyError as exc:
-                raise SpecError([FieldViolation("spec.sandbox.backend", str(exc))]) from exc
-        return self._backends[name]
+        """The backend called `name`, built once (`SpecChecks.backend`)."""
+        return self._checks.backend(name)
 
     def load_default_backend(self) -> None:
         """Build the default backend now, so a missing dependency stops the server at start."""
-        name = self._settings.default_backend
-        self._backends[name] = load_backend(name, self._settings)
-
-    def _agent(self, name: str) -> Agent:
-        if name not in self._agents:
-            try:
-                self._agents[name] = load_agent(name, self._settings)
-            except MissingDependencyError as exc:
-                raise SpecError([FieldViolation("spec.agent.name", str(exc))]) from exc
-        return self._agents[name]
+        self._checks.load_default_backend()
 
     async def recover(self) -> int:
         """Fail rollouts a previous run left in flight, and kill sandboxes nobody owns."""
         interrupted = await self.end_interrupted()
-        for backend in self._backends.values():
+        for backend in self._checks.built_backends().values():
             try:
                 swept = await backend.sweep_orphans(set(self._live))
             except SandboxError as exc:
@@ -234,7 +210,8 @@ class RolloutManager:
     def _live_sandboxes(self) -> dict[str, int]:
         """Live sandboxes by backend; called from the metrics collector's thread, so it
         reads a copy of the backends (a dict copy is atomic; iterating one is not)."""
-        return {name: backend.live_sandboxes for name, backend in self._backends.copy().items()}
+        backends = self._checks.built_backends().items()
+        return {name: backend.live_sandboxes for name, backend in backends}
 
     async def submit_member(
         self,
@@ -292,19 +269,18 @@ class RolloutManager:
         parts: Checked,
         prepared: PreparedFilesystem | None = None,
     ) -> None:
-        backend, agent, upstream = parts
         live = _Live(rollout, spec_bytes=spec_bytes(spec))
         publish = functools.partial(self._publish, live)
         run = RolloutRun(
             rollout,
             spec,
             settings=self._settings,
-            backend=backend,
-            agent=agent,
+            backend=parts.backend,
+            agent=parts.agent,
             attach_model=self._models.attacher(
                 rollout.id,
                 spec,
-                upstream,
+                parts.endpoint,
                 tenant=rollout.tenant,
                 publish=publish,
             ),
@@ -314,12 +290,6 @@ class RolloutManager:
             metrics=self._metrics,
         )
         self._start(live, run)
-
-    async def _check_image(self, sandbox: SandboxSpec) -> None:
-        """The backend's check of a sandbox spec; an unknown backend is left to validation."""
-        name = sandbox.backend or self._settings.default_backend
-        if name in BACKENDS:
-            await self.backend(name).check_spec(sandbox)
 
     def _start(self, live: _Live, run: RolloutRun) -> None:
         rollout = run.rollout
@@ -339,22 +309,12 @@ class RolloutManager:
         """The spec with its Harbor task directory (if it names one) mapped onto it."""
         if spec.harbor_task is None:
             return spec
-        return await self._harbor.resolve(spec, self._check_image)
+        return await self._harbor.resolve(spec, self._checks.check_image)
 
     async def checked(self, spec: RolloutSpec) -> Checked:
         """Everything admission can refuse before a rollout exists, as RPC errors."""
         self._admission.check_open()
-        validate_spec(spec, self._settings)
-        backend = self.backend(spec.sandbox.backend or self._settings.default_backend)
-        backend.check_ready()
-        if spec.harbor_task is None:  # a Harbor task's image is built at its start
-            await backend.check_spec(spec.sandbox)
-        check_verify_mode(spec, backend)
-        agent = self._agent(spec.agent.name)
-        violations = agent.option_violations(spec.agent.options)
-        if violations:
-            raise SpecError(violations)
-        return backend, agent, self._models.resolve(spec, required=agent.requires_model)
+        return await self._checks.check(spec)
 
     def _publish(self, live: _Live, payload: EventPayload) -> None:
         if not live.fenced:
@@ -559,7 +519,7 @@ class RolloutManager:
         for live in list(self._live.values()):
             self._request_cancel(live, "server shutting down")
         await self._settled(timeout_s=None)
-        for backend in self._backends.values():
+        for backend in self._checks.built_backends().values():
             with contextlib.suppress(Exception):
                 await backend.close()
 

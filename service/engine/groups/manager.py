@@ -21,10 +21,11 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
+from service.engine.checks import Checked
 from service.engine.groups.members import belongs, member_spec
 from service.engine.groups.run import GroupRun, MemberOps
 from service.engine.idempotency import spec_digest
-from service.engine.manager import Checked, RolloutManager
+from service.engine.manager import RolloutManager
 from service.engine.template import (
     PreparedFilesystem,
     prepare_filesystem,
@@ -227,7 +228,7 @@ class GroupManager:
                 parts, secret_free = None, False
             run = self._run_of(group, spec, parts)
             if parts is not None:
-                await _sweep_template(parts[0], group.id)
+                await _sweep_template(parts.backend, group.id)
             members = await self._member_rollouts(group)
             members.update((r.id, r) for r in await self._missed_members(group, members))
             await run.resume(members, secret_free=secret_free)
@@ -305,11 +306,11 @@ class GroupManager:
             return await self._rollouts.cancel(rollout_id, reason)
 
         async def prepare() -> PreparedFilesystem | None:
-            if parts is None or not worth_a_template(spec.spec, spec.n, parts[0]):
+            if parts is None or not worth_a_template(spec.spec, spec.n, parts.backend):
                 return None
             _, command_timeout_s, _ = resolved_timeouts(spec.spec, self._rollouts.settings)
             prepared = await prepare_filesystem(
-                parts[0],
+                parts.backend,
                 spec.spec,
                 name=_template_name(group.id),
                 command_timeout_s=command_timeout_s,

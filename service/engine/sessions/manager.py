@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from service.config import Settings
-from service.engine.manager import Checked, RolloutManager
+from service.engine.checks import Checked
+from service.engine.manager import RolloutManager
 from service.engine.sessions.agent import CallerAgent
 from service.engine.sessions.live import LiveSession
 from service.engine.sessions.requests import OpenRequest, OpenTerms, checked_open
@@ -80,7 +82,7 @@ class SessionManager:
         terms = checked_open(request, self._rollouts.settings)
         spec = await self._rollouts.resolve_task(request.spec)
         validated = _validated(spec)
-        backend, _, endpoint = await self._rollouts.checked(validated)
+        checked = await self._rollouts.checked(validated)
         spec = _session_spec(validated, terms)
         n = terms.copies
         admission = self._rollouts.admission
@@ -88,9 +90,9 @@ class SessionManager:
             admission.reserve(n)
         sessions: list[LiveSession] = []
         try:
-            prepared = await self._prepared(backend, spec, n)
+            prepared = await self._prepared(checked.backend, spec, n)
             for index in range(n):
-                parts: Checked = (backend, CallerAgent(), endpoint)
+                parts = dataclasses.replace(checked, agent=CallerAgent())
                 sessions.append(await self._start(spec, parts, terms, index, tenant, prepared))
                 admission.release(1)
                 n -= 1
@@ -139,7 +141,7 @@ class SessionManager:
         rollout = await self._rollouts.submit_session(
             spec, parts, tenant=tenant or "", record=record, prepared=prepared
         )
-        agent = parts[1]
+        agent = parts.agent
         assert isinstance(agent, CallerAgent)
         session = LiveSession(rollout, spec, agent, self._rollouts)
         self._live[rollout.id] = session
