@@ -1,5 +1,5 @@
 """The rollout manager: admits rollouts (`admission`, `checks`), runs them, and cancels,
-recovers and shuts them down; idempotent on a tenant's request_id.
+recovers (`recovery`) and shuts them down; idempotent on a tenant's request_id.
 
 Tenancy: every call takes the caller's `tenant`. A tenant name sees, cancels and reuses
 request_ids of only its own rollouts (another tenant's rollout is "not found", so its
@@ -15,7 +15,6 @@ import functools
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from service.config import Settings
@@ -24,39 +23,27 @@ from service.engine.checks import Checked, SpecChecks
 from service.engine.events import EventHub
 from service.engine.idempotency import check_same_request
 from service.engine.lifecycle import RolloutRun
+from service.engine.live_rollout import LiveRollout, record_ending
 from service.engine.model_access import ModelRouter
 from service.engine.model_calls import ModelCalls
+from service.engine.recovery import end_interrupted, sweep_orphans
+from service.engine.remote_cancel import cancel_elsewhere
 from service.engine.template import PreparedFilesystem
 from service.engine.validation import spec_bytes
-from service.errors import (
-    NotFoundError,
-    SandboxError,
-    SpecError,
-)
+from service.errors import NotFoundError
 from service.harbor.tasks import HarborTasks
 from service.memory import HeapTrimmer
 from service.models import (
-    TERMINAL_STATUSES,
-    ErrorKind,
     EventPayload,
     Phase,
     PhaseChanged,
     Rollout,
-    RolloutError,
     RolloutSpec,
     RolloutStatus,
     SessionRecord,
 )
-from service.registry import BACKENDS
 from service.sandboxes.base import SandboxBackend
-from service.store.base import (
-    FencedError,
-    Holder,
-    Interrupted,
-    RolloutPage,
-    RolloutStore,
-    TakeRollout,
-)
+from service.store.base import FencedError, Holder, RolloutPage, RolloutStore, TakeRollout
 from service.telemetry.metrics import Metrics
 
 __all__ = ["RolloutManager"]
@@ -71,32 +58,11 @@ def _visible(rollout: Rollout, tenant: str | None) -> bool:
 _UNCANCELLABLE_PHASES = frozenset({Phase.TEARDOWN, Phase.DONE})
 """Teardown runs on every path: a cancel arriving then has nothing left to stop."""
 
-_REMOTE_CANCEL_WAIT_S = 10.0
-"""How long a CancelRollout for a rollout another server runs waits for its end."""
-
 
 def _new_rollout(spec: RolloutSpec, tenant: str) -> Rollout:
     return Rollout(
         id=uuid.uuid4().hex, spec=spec.redacted(), create_time=datetime.now(UTC), tenant=tenant
     )
-
-
-@dataclass
-class _Live:
-    """A rollout this server runs: its work, and the task that settles it whatever happens."""
-
-    rollout: Rollout
-    work: asyncio.Task[Rollout] | None = None
-    """The queue wait and the run: the only task a cancel ever touches."""
-    settled: asyncio.Task[None] | None = None
-    """Records, publishes and saves how `work` ended, then frees the rollout's place."""
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    cancel_reason: str = ""
-    spec_bytes: int = 0
-    """What its spec's files weigh: freed when it ends (`HeapTrimmer`)."""
-    fenced: bool = False
-    """Another server took the rollout over (this one lost its lease): the run is stopped and
-    nothing of it is published or saved any more, so nothing overwrites the takeover's."""
 
 
 class RolloutManager:
@@ -114,7 +80,7 @@ class RolloutManager:
         self._store = store
         self._hub = hub
         self._models = models
-        self._live: dict[str, _Live] = {}
+        self._live: dict[str, LiveRollout] = {}
         self._metrics = metrics or Metrics()
         self._admission = Admission(settings, self._metrics)
         self._checks = SpecChecks(settings, models)
@@ -136,49 +102,17 @@ class RolloutManager:
     async def recover(self) -> int:
         """Fail rollouts a previous run left in flight, and kill sandboxes nobody owns."""
         interrupted = await self.end_interrupted()
-        for backend in self._checks.built_backends().values():
-            try:
-                swept = await backend.sweep_orphans(set(self._live))
-            except SandboxError as exc:
-                # An unreachable provider must not keep the server from serving other backends.
-                log.warning("could not sweep orphaned %s sandboxes: %s", backend.name, exc)
-                continue
-            if swept:
-                log.info("killed %d orphaned %s sandboxes", swept, backend.name)
+        await sweep_orphans(self._checks.built_backends().values(), set(self._live))
         return interrupted
 
     async def end_interrupted(self) -> int:
-        """Fail the rollouts the store says no live server runs (a previous run of this one;
-        on a shared store, also a replica that stopped renewing its lease)."""
-        interrupted = await self._store.non_terminal()
-        await self._sweep_sandboxes_of(interrupted)
-        for rollout, reason in interrupted:
-            rollout.status = RolloutStatus.FAILED
-            rollout.phase = Phase.DONE
-            rollout.finish_time = datetime.now(UTC)
-            rollout.result.error = RolloutError(kind=ErrorKind.INTERNAL, message=reason)
-            await self._store.save(rollout)
-            await self._hub.close_interrupted(rollout)
-        return len(interrupted)
-
-    async def _sweep_sandboxes_of(self, interrupted: list[Interrupted]) -> None:
-        """Kill what the remote backends still run for these rollouts, found by their label
-        (the server that ran them is gone), before they are reported ended."""
-        by_backend: dict[str, set[str]] = {}
-        for rollout, _ in interrupted:
-            by_backend.setdefault(self._backend_of(rollout), set()).add(rollout.id)
-        for name, rollout_ids in by_backend.items():
-            if name not in BACKENDS:
-                continue
-            try:
-                swept = await self.backend(name).sweep_rollouts(rollout_ids)
-            except (SandboxError, SpecError) as exc:  # unreachable, or not installed here
-                log.warning(
-                    "could not sweep the %s sandboxes of interrupted rollouts: %s", name, exc
-                )
-                continue
-            if swept:
-                log.info("killed %d %s sandboxes of interrupted rollouts", swept, name)
+        """Fail the rollouts the store says no live server runs (`recovery`)."""
+        return await end_interrupted(
+            self._store,
+            self._hub,
+            self._checks,
+            default_backend=self._settings.default_backend,
+        )
 
     async def submit(self, spec: RolloutSpec, *, tenant: str | None = None) -> Rollout:
         """Admit a rollout and start it in the background; idempotent on the tenant's
@@ -269,7 +203,7 @@ class RolloutManager:
         parts: Checked,
         prepared: PreparedFilesystem | None = None,
     ) -> None:
-        live = _Live(rollout, spec_bytes=spec_bytes(spec))
+        live = LiveRollout(rollout, spec_bytes=spec_bytes(spec))
         publish = functools.partial(self._publish, live)
         run = RolloutRun(
             rollout,
@@ -291,7 +225,7 @@ class RolloutManager:
         )
         self._start(live, run)
 
-    def _start(self, live: _Live, run: RolloutRun) -> None:
+    def _start(self, live: LiveRollout, run: RolloutRun) -> None:
         rollout = run.rollout
         self._live[rollout.id] = live
         self._admission.hold()
@@ -316,7 +250,7 @@ class RolloutManager:
         self._admission.check_open()
         return await self._checks.check(spec)
 
-    def _publish(self, live: _Live, payload: EventPayload) -> None:
+    def _publish(self, live: LiveRollout, payload: EventPayload) -> None:
         if not live.fenced:
             self._hub.publish(live.rollout.id, payload)
 
@@ -334,7 +268,7 @@ class RolloutManager:
     def _backend_of(self, rollout: Rollout) -> str:
         return rollout.spec.sandbox.backend or self._settings.default_backend
 
-    async def _settle(self, live: _Live) -> None:
+    async def _settle(self, live: LiveRollout) -> None:
         """Wait for the work however it ends; nothing cancels this task, so the place is freed.
 
         A cancel that lands while the work waits for its slot, before it ever ran, or after
@@ -345,7 +279,7 @@ class RolloutManager:
         await asyncio.wait([live.work])
         rollout = live.rollout
         try:
-            _record_ending(rollout, live.work, live.cancel_reason)
+            record_ending(rollout, live.work, live.cancel_reason)
             self._count_ending(rollout)
             if not live.fenced:
                 self._hub.publish(rollout.id, rollout)  # terminal: nothing changes it any more
@@ -388,7 +322,7 @@ class RolloutManager:
         if settling:
             await asyncio.wait(settling, timeout=timeout_s)
 
-    def _request_cancel(self, live: _Live, reason: str) -> None:
+    def _request_cancel(self, live: LiveRollout, reason: str) -> None:
         """Cancel the work once, unless it is already tearing down (it then ends on its own)."""
         if live.cancel_reason or live.rollout.phase in _UNCANCELLABLE_PHASES:
             return
@@ -415,30 +349,14 @@ class RolloutManager:
         """Cancel a live rollout and wait for its teardown; a terminal one is returned as is."""
         live = self._live.get(rollout_id)
         if live is None or not _visible(live.rollout, tenant):
-            return await self._cancel_elsewhere(rollout_id, reason, tenant)
+            rollout = await self.get(rollout_id, tenant=tenant)
+            reread = functools.partial(self.get, rollout_id, tenant=tenant)
+            return await cancel_elsewhere(
+                self._store, rollout, reason or "cancelled by request", reread
+            )
         self._request_cancel(live, reason or "cancelled by request")
         await live.done.wait()
         return live.rollout
-
-    async def _cancel_elsewhere(self, rollout_id: str, reason: str, tenant: str | None) -> Rollout:
-        """A rollout another server sharing the store runs: ask it to cancel, and follow the
-        events until the final one for up to _REMOTE_CANCEL_WAIT_S. One no live server runs
-        (its lease expired: the takeover ends it), or that outlasts the wait, is returned as
-        it stands."""
-        rollout = await self.get(rollout_id, tenant=tenant)
-        if rollout.status in TERMINAL_STATUSES or not await self._store.request_cancel(
-            rollout_id, reason or "cancelled by request"
-        ):
-            return rollout
-        final: Rollout | None = None
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(_REMOTE_CANCEL_WAIT_S):
-                async for event in self._store.follow_events(rollout_id, after_seq=0):
-                    if isinstance(event.payload, Rollout):
-                        final = event.payload
-        stored = await self.get(rollout_id, tenant=tenant)
-        # The owner stores the final event before its final save of the row.
-        return final if final is not None and stored.status not in TERMINAL_STATUSES else stored
 
     def _lease_lost(self) -> int:
         """This server lost its lease on the shared store, and with it every rollout it runs
@@ -450,7 +368,7 @@ class RolloutManager:
             self._request_cancel(live, "taken over by another server")
         return len(running)
 
-    def _fence(self, live: _Live) -> None:
+    def _fence(self, live: LiveRollout) -> None:
         live.fenced = True
         self._hub.fence(live.rollout.id)
 
@@ -522,18 +440,3 @@ class RolloutManager:
         for backend in self._checks.built_backends().values():
             with contextlib.suppress(Exception):
                 await backend.close()
-
-
-def _record_ending(rollout: Rollout, work: asyncio.Task[Rollout], cancel_reason: str) -> None:
-    """Make the rollout terminal from how its work ended (the run itself records most)."""
-    if work.cancelled():
-        rollout.status = RolloutStatus.CANCELLED
-    elif work.exception() is not None:
-        log.error("rollout %s crashed", rollout.id, exc_info=work.exception())
-        rollout.status = RolloutStatus.FAILED
-        rollout.result.error = RolloutError(kind=ErrorKind.INTERNAL, message="the run crashed")
-    if rollout.status is RolloutStatus.CANCELLED:
-        message = f"cancelled: {cancel_reason}" if cancel_reason else "cancelled"
-        rollout.result.error = RolloutError(kind=ErrorKind.CANCELLED, message=message)
-    rollout.phase = Phase.DONE
-    rollout.finish_time = rollout.finish_time or datetime.now(UTC)
