@@ -10,7 +10,7 @@ server, on first use, and kept here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -43,10 +43,17 @@ class Checked:
 class SpecChecks:
     """The server's checks of specs, with the backends and agents they have built."""
 
-    def __init__(self, settings: Settings, models: ModelRouter) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        models: ModelRouter,
+        backends: Mapping[str, SandboxBackend] | None = None,
+    ) -> None:
         self._settings = settings
         self._models = models
-        self._backends: dict[str, SandboxBackend] = {}
+        self._backends: dict[str, SandboxBackend] = dict(backends or {})
+        """By name; `backends` are built already (a test's in-memory one), others on first
+        use, from the registry."""
         self._agents: dict[str, Agent] = {}
 
     async def check(self, spec: RolloutSpec) -> Checked:
@@ -76,7 +83,8 @@ class SpecChecks:
     def load_default_backend(self) -> None:
         """Build the default backend now, so a missing dependency stops the server at start."""
         name = self._settings.default_backend
-        self._backends[name] = load_backend(name, self._settings)
+        if name not in self._backends:
+            self._backends[name] = load_backend(name, self._settings)
 
     def built_backends(self) -> dict[str, SandboxBackend]:
         """The backends built so far, by name: a copy, so a caller may await while it walks

@@ -75,6 +75,8 @@ class RolloutManager:
         hub: EventHub,
         models: ModelRouter,
         metrics: Metrics | None = None,
+        *,
+        backends: Mapping[str, SandboxBackend] | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -83,7 +85,7 @@ class RolloutManager:
         self._live: dict[str, LiveRollout] = {}
         self._metrics = metrics or Metrics()
         self._admission = Admission(settings, self._metrics)
-        self._checks = SpecChecks(settings, models)
+        self._checks = SpecChecks(settings, models, backends)
         self._harbor = HarborTasks(settings)
         self._harbor.add_users(lambda: [live.rollout.spec for live in self._live.values()])
         self._heap = HeapTrimmer()

@@ -202,4 +202,5 @@ class MemoryBackend:
 
     async def close(self) -> None:
         for sandbox in self.sandboxes:
-            await sandbox.kill()
+            if not sandbox.kills:
+                await sandbox.kill()
