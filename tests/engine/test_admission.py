@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 
@@ -53,44 +55,46 @@ async def test_a_unit_is_admitted_whole_or_refused_naming_its_places() -> None:
             raise AssertionError("sessions admitted beyond the running slots")
 
 
+class _Holder:
+    """Tasks that each enter a context and stay in it until `leave` is set."""
+
+    def __init__(self, enter: Callable[[], AbstractAsyncContextManager[None]]) -> None:
+        self._enter = enter
+        self.inside = asyncio.Event()
+        self.leave = asyncio.Event()
+
+    def start(self) -> asyncio.Task[None]:
+        return asyncio.create_task(self._hold())
+
+    async def _hold(self) -> None:
+        async with self._enter():
+            self.inside.set()
+            await self.leave.wait()
+
+
 async def test_at_most_max_running_hold_a_slot_at_once() -> None:
-    admission = _admission(max_running=1)
-    inside = asyncio.Event()
-    leave = asyncio.Event()
-
-    async def run() -> None:
-        async with admission.slot():
-            inside.set()
-            await leave.wait()
-
-    first = asyncio.create_task(run())
-    await inside.wait()
-    inside.clear()
-    second = asyncio.create_task(run())
+    holder = _Holder(_admission(max_running=1).slot)
+    first = holder.start()
+    await holder.inside.wait()
+    holder.inside.clear()
+    second = holder.start()
     await asyncio.sleep(0.01)
-    assert not inside.is_set(), "a second rollout ran beside the only slot's holder"
-    leave.set()
+    assert not holder.inside.is_set(), "a second rollout ran beside the only slot's holder"
+    holder.leave.set()
     await asyncio.wait_for(asyncio.gather(first, second), 5)
-    assert inside.is_set()
+    assert holder.inside.is_set()
 
 
 async def test_a_closed_admission_refuses_even_a_caller_already_waiting() -> None:
     admission = _admission()
-    held = asyncio.Event()
-    release = asyncio.Event()
-
-    async def admitting() -> None:
-        async with admission.admitting():
-            held.set()
-            await release.wait()
-
-    under_way = asyncio.create_task(admitting())
-    await held.wait()
-    waiting = asyncio.create_task(admitting())
+    holder = _Holder(admission.admitting)
+    under_way = holder.start()
+    await holder.inside.wait()
+    waiting = holder.start()
     closing = asyncio.create_task(admission.close())
     await asyncio.sleep(0.01)
     assert not closing.done(), "close did not wait for the admission under way"
-    release.set()
+    holder.leave.set()
     await asyncio.wait_for(closing, 5)
     await under_way
     with pytest.raises(ShuttingDownError):
