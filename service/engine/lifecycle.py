@@ -24,10 +24,10 @@ from opentelemetry import trace
 from service.agents.base import ORACLE, Agent, AgentContext, AgentOutcome
 from service.config import Settings
 from service.engine.collect import collect_workdir
-from service.engine.groups.template import PreparedFilesystem
 from service.engine.output_cap import OutputCap
 from service.engine.output_scrub import OutputScrubber
 from service.engine.staging import make_workdir, stage, staged_path, task_workdir
+from service.engine.template import PreparedFilesystem
 from service.engine.validation import resolved_timeouts
 from service.engine.verification import Verification
 from service.errors import AgentInstallError, RolloutFailure, SandboxError, UpstreamError
@@ -115,7 +115,7 @@ class RolloutRun:
         self._attach_model = attach_model
         self._publish = publish
         self._prepared = prepared
-        """A group member's filesystem, set up once for the group (`engine.groups.template`)."""
+        """A group member's (or session copy's) filesystem, set up once (`engine.template`)."""
         self._build_image = build_image
         self._metrics = metrics or Metrics()
         self._sandbox: Sandbox | None = None

@@ -1,4 +1,5 @@
-"""The rollout manager: admission, capacity, idempotency, cancellation, restart and shutdown.
+"""The rollout manager: admits rollouts (`admission`, `checks`), runs them, and cancels,
+recovers (`recovery`) and shuts them down; idempotent on a tenant's request_id.
 
 Tenancy: every call takes the caller's `tenant`. A tenant name sees, cancels and reuses
 request_ids of only its own rollouts (another tenant's rollout is "not found", so its
@@ -13,58 +14,39 @@ import contextlib
 import functools
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from service.agents.base import Agent
 from service.config import Settings
+from service.engine.admission import Admission
+from service.engine.checks import Checked, SpecChecks
 from service.engine.events import EventHub
-from service.engine.groups.template import PreparedFilesystem
 from service.engine.idempotency import check_same_request
 from service.engine.lifecycle import RolloutRun
+from service.engine.live_rollout import LiveRollout, record_ending
 from service.engine.model_access import ModelRouter
 from service.engine.model_calls import ModelCalls
-from service.engine.validation import spec_bytes, validate_spec
-from service.engine.verification import check_verify_mode
-from service.errors import (
-    CapacityError,
-    FieldViolation,
-    MissingDependencyError,
-    NotFoundError,
-    SandboxError,
-    ShuttingDownError,
-    SpecError,
-)
+from service.engine.recovery import end_interrupted, sweep_orphans
+from service.engine.remote_cancel import cancel_elsewhere
+from service.engine.template import PreparedFilesystem
+from service.engine.validation import spec_bytes
+from service.errors import NotFoundError
 from service.harbor.tasks import HarborTasks
 from service.memory import HeapTrimmer
 from service.models import (
-    TERMINAL_STATUSES,
-    ErrorKind,
     EventPayload,
     Phase,
     PhaseChanged,
     Rollout,
-    RolloutError,
     RolloutSpec,
     RolloutStatus,
-    SandboxSpec,
     SessionRecord,
 )
-from service.proxy.endpoints import ResolvedEndpoint
-from service.registry import BACKENDS, load_agent, load_backend
 from service.sandboxes.base import SandboxBackend
-from service.store.base import (
-    FencedError,
-    Holder,
-    Interrupted,
-    RolloutPage,
-    RolloutStore,
-    TakeRollout,
-)
+from service.store.base import FencedError, Holder, RolloutPage, RolloutStore, TakeRollout
 from service.telemetry.metrics import Metrics
 
-__all__ = ["Checked", "RolloutManager"]
+__all__ = ["RolloutManager"]
 
 log = logging.getLogger(__name__)
 
@@ -76,36 +58,11 @@ def _visible(rollout: Rollout, tenant: str | None) -> bool:
 _UNCANCELLABLE_PHASES = frozenset({Phase.TEARDOWN, Phase.DONE})
 """Teardown runs on every path: a cancel arriving then has nothing left to stop."""
 
-_REMOTE_CANCEL_WAIT_S = 10.0
-"""How long a CancelRollout for a rollout another server runs waits for its end."""
-
-
-Checked = tuple[SandboxBackend, Agent, ResolvedEndpoint | None]
-"""What admission resolved for a spec: its backend, its agent and its model endpoint."""
-
 
 def _new_rollout(spec: RolloutSpec, tenant: str) -> Rollout:
     return Rollout(
         id=uuid.uuid4().hex, spec=spec.redacted(), create_time=datetime.now(UTC), tenant=tenant
     )
-
-
-@dataclass
-class _Live:
-    """A rollout this server runs: its work, and the task that settles it whatever happens."""
-
-    rollout: Rollout
-    work: asyncio.Task[Rollout] | None = None
-    """The queue wait and the run: the only task a cancel ever touches."""
-    settled: asyncio.Task[None] | None = None
-    """Records, publishes and saves how `work` ended, then frees the rollout's place."""
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    cancel_reason: str = ""
-    spec_bytes: int = 0
-    """What its spec's files weigh: freed when it ends (`HeapTrimmer`)."""
-    fenced: bool = False
-    """Another server took the rollout over (this one lost its lease): the run is stopped and
-    nothing of it is published or saved any more, so nothing overwrites the takeover's."""
 
 
 class RolloutManager:
@@ -118,113 +75,57 @@ class RolloutManager:
         hub: EventHub,
         models: ModelRouter,
         metrics: Metrics | None = None,
+        *,
+        backends: Mapping[str, SandboxBackend] | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
         self._hub = hub
         self._models = models
-        self._live: dict[str, _Live] = {}
-        self._slots = asyncio.Semaphore(settings.max_running)
-        self._admission = asyncio.Lock()
-        self._backends: dict[str, SandboxBackend] = {}
-        self._agents: dict[str, Agent] = {}
-        self._accepting = True
-        self._reserved = 0
-        """Places admitted groups hold for members they have not started yet."""
+        self._live: dict[str, LiveRollout] = {}
+        self._metrics = metrics or Metrics()
+        self._admission = Admission(settings, self._metrics)
+        self._checks = SpecChecks(settings, models, backends)
         self._harbor = HarborTasks(settings)
         self._harbor.add_users(lambda: [live.rollout.spec for live in self._live.values()])
-        self._metrics = metrics or Metrics()
         self._heap = HeapTrimmer()
-        self._metrics.set_capacity(self.capacity)
         self._metrics.observe_sandboxes(self._live_sandboxes)
         store.on_cancel_request(self._cancel_requested)
         store.on_lease_lost(self._lease_lost)
 
     def backend(self, name: str) -> SandboxBackend:
-        """The backend called `name`, built once."""
-        if name not in self._backends:
-            try:
-                self._backends[name] = load_backend(name, self._settings)
-            except MissingDependencyError as exc:
-                raise SpecError([FieldViolation("spec.sandbox.backend", str(exc))]) from exc
-        return self._backends[name]
+        """The backend called `name`, built once (`SpecChecks.backend`)."""
+        return self._checks.backend(name)
 
     def load_default_backend(self) -> None:
         """Build the default backend now, so a missing dependency stops the server at start."""
-        name = self._settings.default_backend
-        self._backends[name] = load_backend(name, self._settings)
-
-    def _agent(self, name: str) -> Agent:
-        if name not in self._agents:
-            try:
-                self._agents[name] = load_agent(name, self._settings)
-            except MissingDependencyError as exc:
-                raise SpecError([FieldViolation("spec.agent.name", str(exc))]) from exc
-        return self._agents[name]
+        self._checks.load_default_backend()
 
     async def recover(self) -> int:
         """Fail rollouts a previous run left in flight, and kill sandboxes nobody owns."""
         interrupted = await self.end_interrupted()
-        for backend in self._backends.values():
-            try:
-                swept = await backend.sweep_orphans(set(self._live))
-            except SandboxError as exc:
-                # An unreachable provider must not keep the server from serving other backends.
-                log.warning("could not sweep orphaned %s sandboxes: %s", backend.name, exc)
-                continue
-            if swept:
-                log.info("killed %d orphaned %s sandboxes", swept, backend.name)
+        await sweep_orphans(self._checks.built_backends().values(), set(self._live))
         return interrupted
 
     async def end_interrupted(self) -> int:
-        """Fail the rollouts the store says no live server runs (a previous run of this one;
-        on a shared store, also a replica that stopped renewing its lease)."""
-        interrupted = await self._store.non_terminal()
-        await self._sweep_sandboxes_of(interrupted)
-        for rollout, reason in interrupted:
-            rollout.status = RolloutStatus.FAILED
-            rollout.phase = Phase.DONE
-            rollout.finish_time = datetime.now(UTC)
-            rollout.result.error = RolloutError(kind=ErrorKind.INTERNAL, message=reason)
-            await self._store.save(rollout)
-            await self._hub.close_interrupted(rollout)
-        return len(interrupted)
-
-    async def _sweep_sandboxes_of(self, interrupted: list[Interrupted]) -> None:
-        """Kill what the remote backends still run for these rollouts, found by their label
-        (the server that ran them is gone), before they are reported ended."""
-        by_backend: dict[str, set[str]] = {}
-        for rollout, _ in interrupted:
-            by_backend.setdefault(self._backend_of(rollout), set()).add(rollout.id)
-        for name, rollout_ids in by_backend.items():
-            if name not in BACKENDS:
-                continue
-            try:
-                swept = await self.backend(name).sweep_rollouts(rollout_ids)
-            except (SandboxError, SpecError) as exc:  # unreachable, or not installed here
-                log.warning(
-                    "could not sweep the %s sandboxes of interrupted rollouts: %s", name, exc
-                )
-                continue
-            if swept:
-                log.info("killed %d %s sandboxes of interrupted rollouts", swept, name)
+        """Fail the rollouts the store says no live server runs (`recovery`)."""
+        return await end_interrupted(
+            self._store,
+            self._hub,
+            self._checks,
+            default_backend=self._settings.default_backend,
+        )
 
     async def submit(self, spec: RolloutSpec, *, tenant: str | None = None) -> Rollout:
         """Admit a rollout and start it in the background; idempotent on the tenant's
         request_id."""
         spec = await self.resolve_task(spec)
         parts = await self.checked(spec)
-        async with self._admission:
-            if not self._accepting:  # shutdown began while this call waited for the lock
-                raise ShuttingDownError("the server is shutting down")
+        async with self._admission.admitting():
             existing = await self._existing(spec, tenant or "")
             if existing is not None:
                 return existing
-            if len(self._live) + self._reserved >= self.capacity:
-                raise CapacityError(
-                    f"{len(self._live)} rollouts running or queued; the limit is "
-                    f"{self._settings.max_running} running + {self._settings.max_queued} queued"
-                )
+            self._admission.check_room()
             rollout = _new_rollout(spec, tenant or "")
             stored = await self._store.insert(rollout)
             if stored.id != rollout.id:  # another server on this database admitted it first
@@ -233,39 +134,9 @@ class RolloutManager:
         return rollout
 
     @property
-    def capacity(self) -> int:
-        """Rollouts this server holds at most, running and queued."""
-        return self._settings.max_running + self._settings.max_queued
-
-    @contextlib.asynccontextmanager
-    async def admitting(
-        self, places: int, *, running: bool = False, what: str = "the group"
-    ) -> AsyncIterator[None]:
-        """Hold admission to admit `places` rollouts as a unit (a group's members; with
-        `running`, sessions, which never queue: running slots free now): CapacityError naming
-        the places when they do not all fit now. The body `reserve`s them if it admits it."""
-        async with self._admission:
-            if not self._accepting:
-                raise ShuttingDownError("the server is shutting down")
-            limit = self._settings.max_running if running else self.capacity
-            free = max(0, limit - len(self._live) - self._reserved)
-            if places > free:
-                raise CapacityError(
-                    f"{what} needs {places} slots and {free} are free "
-                    f"({len(self._live)} rollouts running or queued, {self._reserved} reserved; "
-                    f"limit {limit}{' running' if running else ''})"
-                )
-            yield
-
-    def reserve(self, places: int) -> None:
-        """Hold places for a group's members until they start (call while `admitting`)."""
-        self._reserved += places
-        self._metrics.hold_places(places)
-
-    def release(self, places: int) -> None:
-        """Give back reserved places (the members now hold their own, or never will)."""
-        self._reserved -= places
-        self._metrics.hold_places(-places)
+    def admission(self) -> Admission:
+        """The server's places, which groups and sessions reserve as a unit."""
+        return self._admission
 
     @property
     def metrics(self) -> Metrics:
@@ -275,7 +146,8 @@ class RolloutManager:
     def _live_sandboxes(self) -> dict[str, int]:
         """Live sandboxes by backend; called from the metrics collector's thread, so it
         reads a copy of the backends (a dict copy is atomic; iterating one is not)."""
-        return {name: backend.live_sandboxes for name, backend in self._backends.copy().items()}
+        backends = self._checks.built_backends().items()
+        return {name: backend.live_sandboxes for name, backend in backends}
 
     async def submit_member(
         self,
@@ -305,7 +177,7 @@ class RolloutManager:
         prepared: PreparedFilesystem | None = None,
     ) -> Rollout:
         """Start a session's rollout (its agent is the caller: `engine.sessions`) in a
-        place `admitting(running=True)` reserved."""
+        place `Admission.admitting_unit(running=True)` reserved."""
         rollout = _new_rollout(spec, tenant)
         rollout.result.session = record
         await self._store.insert(rollout)
@@ -333,19 +205,18 @@ class RolloutManager:
         parts: Checked,
         prepared: PreparedFilesystem | None = None,
     ) -> None:
-        backend, agent, upstream = parts
-        live = _Live(rollout, spec_bytes=spec_bytes(spec))
+        live = LiveRollout(rollout, spec_bytes=spec_bytes(spec))
         publish = functools.partial(self._publish, live)
         run = RolloutRun(
             rollout,
             spec,
             settings=self._settings,
-            backend=backend,
-            agent=agent,
+            backend=parts.backend,
+            agent=parts.agent,
             attach_model=self._models.attacher(
                 rollout.id,
                 spec,
-                upstream,
+                parts.endpoint,
                 tenant=rollout.tenant,
                 publish=publish,
             ),
@@ -356,47 +227,32 @@ class RolloutManager:
         )
         self._start(live, run)
 
-    async def _check_image(self, sandbox: SandboxSpec) -> None:
-        """The backend's check of a sandbox spec; an unknown backend is left to validation."""
-        name = sandbox.backend or self._settings.default_backend
-        if name in BACKENDS:
-            await self.backend(name).check_spec(sandbox)
-
-    def _start(self, live: _Live, run: RolloutRun) -> None:
+    def _start(self, live: LiveRollout, run: RolloutRun) -> None:
         rollout = run.rollout
         self._live[rollout.id] = live
-        self._metrics.hold_places(1)
+        self._admission.hold()
         self._metrics.rollout_started(
             agent=rollout.spec.agent.name, backend=self._backend_of(rollout)
         )
         self._hub.open(rollout.id, rollout.spec.labels, tenant=rollout.tenant)
         self._hub.publish(rollout.id, PhaseChanged(phase=Phase.QUEUED, status=rollout.status))
-        live.work = asyncio.create_task(run.execute(self._slot), name=f"rollout-{rollout.id}")
+        live.work = asyncio.create_task(
+            run.execute(self._admission.slot), name=f"rollout-{rollout.id}"
+        )
         live.settled = asyncio.create_task(self._settle(live), name=f"settle-{rollout.id}")
 
     async def resolve_task(self, spec: RolloutSpec) -> RolloutSpec:
         """The spec with its Harbor task directory (if it names one) mapped onto it."""
         if spec.harbor_task is None:
             return spec
-        return await self._harbor.resolve(spec, self._check_image)
+        return await self._harbor.resolve(spec, self._checks.check_image)
 
     async def checked(self, spec: RolloutSpec) -> Checked:
         """Everything admission can refuse before a rollout exists, as RPC errors."""
-        if not self._accepting:
-            raise ShuttingDownError("the server is shutting down")
-        validate_spec(spec, self._settings)
-        backend = self.backend(spec.sandbox.backend or self._settings.default_backend)
-        backend.check_ready()
-        if spec.harbor_task is None:  # a Harbor task's image is built at its start
-            await backend.check_spec(spec.sandbox)
-        check_verify_mode(spec, backend)
-        agent = self._agent(spec.agent.name)
-        violations = agent.option_violations(spec.agent.options)
-        if violations:
-            raise SpecError(violations)
-        return backend, agent, self._models.resolve(spec, required=agent.requires_model)
+        self._admission.check_open()
+        return await self._checks.check(spec)
 
-    def _publish(self, live: _Live, payload: EventPayload) -> None:
+    def _publish(self, live: LiveRollout, payload: EventPayload) -> None:
         if not live.fenced:
             self._hub.publish(live.rollout.id, payload)
 
@@ -414,18 +270,7 @@ class RolloutManager:
     def _backend_of(self, rollout: Rollout) -> str:
         return rollout.spec.sandbox.backend or self._settings.default_backend
 
-    @contextlib.asynccontextmanager
-    async def _slot(self) -> AsyncIterator[None]:
-        """One running slot, held for the body (the run's `Slot`)."""
-        with self._metrics.in_queue():
-            await self._slots.acquire()
-        try:
-            with self._metrics.in_slot():
-                yield
-        finally:
-            self._slots.release()
-
-    async def _settle(self, live: _Live) -> None:
+    async def _settle(self, live: LiveRollout) -> None:
         """Wait for the work however it ends; nothing cancels this task, so the place is freed.
 
         A cancel that lands while the work waits for its slot, before it ever ran, or after
@@ -436,7 +281,7 @@ class RolloutManager:
         await asyncio.wait([live.work])
         rollout = live.rollout
         try:
-            _record_ending(rollout, live.work, live.cancel_reason)
+            record_ending(rollout, live.work, live.cancel_reason)
             self._count_ending(rollout)
             if not live.fenced:
                 self._hub.publish(rollout.id, rollout)  # terminal: nothing changes it any more
@@ -449,7 +294,7 @@ class RolloutManager:
             if live.fenced:
                 live.rollout = await self._taken_over(rollout)
             self._live.pop(rollout.id, None)
-            self._metrics.hold_places(-1)
+            self._admission.free()
             try:
                 await self._heap.ended(live.spec_bytes)
             finally:
@@ -479,7 +324,7 @@ class RolloutManager:
         if settling:
             await asyncio.wait(settling, timeout=timeout_s)
 
-    def _request_cancel(self, live: _Live, reason: str) -> None:
+    def _request_cancel(self, live: LiveRollout, reason: str) -> None:
         """Cancel the work once, unless it is already tearing down (it then ends on its own)."""
         if live.cancel_reason or live.rollout.phase in _UNCANCELLABLE_PHASES:
             return
@@ -506,30 +351,14 @@ class RolloutManager:
         """Cancel a live rollout and wait for its teardown; a terminal one is returned as is."""
         live = self._live.get(rollout_id)
         if live is None or not _visible(live.rollout, tenant):
-            return await self._cancel_elsewhere(rollout_id, reason, tenant)
+            rollout = await self.get(rollout_id, tenant=tenant)
+            reread = functools.partial(self.get, rollout_id, tenant=tenant)
+            return await cancel_elsewhere(
+                self._store, rollout, reason or "cancelled by request", reread
+            )
         self._request_cancel(live, reason or "cancelled by request")
         await live.done.wait()
         return live.rollout
-
-    async def _cancel_elsewhere(self, rollout_id: str, reason: str, tenant: str | None) -> Rollout:
-        """A rollout another server sharing the store runs: ask it to cancel, and follow the
-        events until the final one for up to _REMOTE_CANCEL_WAIT_S. One no live server runs
-        (its lease expired: the takeover ends it), or that outlasts the wait, is returned as
-        it stands."""
-        rollout = await self.get(rollout_id, tenant=tenant)
-        if rollout.status in TERMINAL_STATUSES or not await self._store.request_cancel(
-            rollout_id, reason or "cancelled by request"
-        ):
-            return rollout
-        final: Rollout | None = None
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(_REMOTE_CANCEL_WAIT_S):
-                async for event in self._store.follow_events(rollout_id, after_seq=0):
-                    if isinstance(event.payload, Rollout):
-                        final = event.payload
-        stored = await self.get(rollout_id, tenant=tenant)
-        # The owner stores the final event before its final save of the row.
-        return final if final is not None and stored.status not in TERMINAL_STATUSES else stored
 
     def _lease_lost(self) -> int:
         """This server lost its lease on the shared store, and with it every rollout it runs
@@ -541,7 +370,7 @@ class RolloutManager:
             self._request_cancel(live, "taken over by another server")
         return len(running)
 
-    def _fence(self, live: _Live) -> None:
+    def _fence(self, live: LiveRollout) -> None:
         live.fenced = True
         self._hub.fence(live.rollout.id)
 
@@ -605,28 +434,11 @@ class RolloutManager:
 
     async def shutdown(self, grace_s: float) -> None:
         """Stop admitting; let rollouts finish for `grace_s`, then cancel them; kill sandboxes."""
-        self._accepting = False
-        async with self._admission:
-            pass  # an admission under way finishes first; none starts after it
+        await self._admission.close()
         await self._settled(timeout_s=grace_s)
         for live in list(self._live.values()):
             self._request_cancel(live, "server shutting down")
         await self._settled(timeout_s=None)
-        for backend in self._backends.values():
+        for backend in self._checks.built_backends().values():
             with contextlib.suppress(Exception):
                 await backend.close()
-
-
-def _record_ending(rollout: Rollout, work: asyncio.Task[Rollout], cancel_reason: str) -> None:
-    """Make the rollout terminal from how its work ended (the run itself records most)."""
-    if work.cancelled():
-        rollout.status = RolloutStatus.CANCELLED
-    elif work.exception() is not None:
-        log.error("rollout %s crashed", rollout.id, exc_info=work.exception())
-        rollout.status = RolloutStatus.FAILED
-        rollout.result.error = RolloutError(kind=ErrorKind.INTERNAL, message="the run crashed")
-    if rollout.status is RolloutStatus.CANCELLED:
-        message = f"cancelled: {cancel_reason}" if cancel_reason else "cancelled"
-        rollout.result.error = RolloutError(kind=ErrorKind.CANCELLED, message=message)
-    rollout.phase = Phase.DONE
-    rollout.finish_time = rollout.finish_time or datetime.now(UTC)

@@ -36,8 +36,8 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from service.engine.groups.template import PreparedFilesystem
 from service.engine.staging import stage, staged_path, task_workdir
+from service.engine.template import PreparedFilesystem
 from service.errors import FieldViolation, SandboxError, SpecError
 from service.models import (
     CommandResult,

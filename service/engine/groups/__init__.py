@@ -2,5 +2,6 @@
 failures refilled and never scored.
 
 `manager` (admission as a unit, watchers, cancel, restart) -> `run` (one group's life) ->
-`template` (set up once, snapshot) and `members` (specs, seeds, what counts, statistics).
+`members` (specs, seeds, what counts, statistics); set up once and snapshot is
+`engine.template`, which sessions' copies share.
 """

@@ -21,15 +21,16 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
+from service.engine.checks import Checked
 from service.engine.groups.members import belongs, member_spec
 from service.engine.groups.run import GroupRun, MemberOps
-from service.engine.groups.template import (
+from service.engine.idempotency import spec_digest
+from service.engine.manager import RolloutManager
+from service.engine.template import (
     PreparedFilesystem,
     prepare_filesystem,
     worth_a_template,
 )
-from service.engine.idempotency import spec_digest
-from service.engine.manager import Checked, RolloutManager
 from service.engine.validation import resolved_timeouts
 from service.errors import (
     FieldViolation,
@@ -66,6 +67,7 @@ class GroupManager:
 
     def __init__(self, rollouts: RolloutManager, store: Store) -> None:
         self._rollouts = rollouts
+        self._admission = rollouts.admission
         self._store = store
         self._live: dict[str, GroupRun] = {}
         rollouts.harbor.add_users(lambda: [run.group.spec.spec for run in self._live.values()])
@@ -80,7 +82,7 @@ class GroupManager:
             raise SpecError(_in_group(exc.violations)) from exc
         spec = spec.model_copy(update={"spec": resolved})
         parts = await self._checked(spec)
-        async with self._rollouts.admitting(spec.n):
+        async with self._admission.admitting_unit(spec.n):
             existing = await self._existing(spec, tenant or "")
             if existing is not None:
                 return existing
@@ -94,7 +96,7 @@ class GroupManager:
             stored = await self._store.insert_group(group, secret_free=secret_free)
             if stored.id != group.id:
                 return _same_request(stored, spec)
-            self._rollouts.reserve(spec.n)
+            self._admission.reserve(spec.n)
             run = self._run_of(group, spec, parts, reserved=spec.n)
         self._execute(run)  # its members start once the task is set up, in the places reserved
         return group
@@ -226,7 +228,7 @@ class GroupManager:
                 parts, secret_free = None, False
             run = self._run_of(group, spec, parts)
             if parts is not None:
-                await _sweep_template(parts[0], group.id)
+                await _sweep_template(parts.backend, group.id)
             members = await self._member_rollouts(group)
             members.update((r.id, r) for r in await self._missed_members(group, members))
             await run.resume(members, secret_free=secret_free)
@@ -259,7 +261,7 @@ class GroupManager:
         return interrupted
 
     async def _checked(self, spec: GroupSpec) -> Checked:
-        violations = list(_group_violations(spec, self._rollouts.capacity))
+        violations = list(_group_violations(spec, self._admission.capacity))
         try:
             parts = await self._rollouts.checked(member_spec(spec.spec, uuid.uuid4().hex, 0))
         except SpecError as exc:
@@ -304,11 +306,11 @@ class GroupManager:
             return await self._rollouts.cancel(rollout_id, reason)
 
         async def prepare() -> PreparedFilesystem | None:
-            if parts is None or not worth_a_template(spec.spec, spec.n, parts[0]):
+            if parts is None or not worth_a_template(spec.spec, spec.n, parts.backend):
                 return None
             _, command_timeout_s, _ = resolved_timeouts(spec.spec, self._rollouts.settings)
             prepared = await prepare_filesystem(
-                parts[0],
+                parts.backend,
                 spec.spec,
                 name=_template_name(group.id),
                 command_timeout_s=command_timeout_s,
@@ -323,7 +325,7 @@ class GroupManager:
             cancel=cancel,
             save=self._store.save_group,
             prepare=prepare,
-            release=self._rollouts.release,
+            release=self._admission.release,
             refilled=self._rollouts.metrics.group_refilled,
         )
         return GroupRun(group, spec, ops, reserved=reserved)

@@ -31,7 +31,7 @@ from service.engine.groups.members import (
     member_spec,
     refillable,
 )
-from service.engine.groups.template import PreparedFilesystem
+from service.engine.template import PreparedFilesystem
 from service.errors import RolloutFailure
 from service.models import ErrorKind, Rollout, RolloutError, RolloutSpec
 from service.models.group import Group, GroupMember, GroupSpec, GroupStatus

@@ -4,7 +4,7 @@ A session is a rollout whose agent is its caller (`CallerAgent`), run by the rol
 manager like any other: the same admission and running slots (a session never queues:
 RESOURCE_EXHAUSTED with RetryInfo when no slot is free now), the same phase machine, store,
 events, tenancy, restart and orphan sweep. What this adds: copies set up once and forked
-as a group's members are (`groups.template`), the calls' way to the live session, and the
+as a group's members are (`engine.template`), the calls' way to the live session, and the
 end of every session at shutdown (a session is never left for the grace period).
 
 A session lives in the memory of the server that opened it. Another server sharing the
@@ -17,22 +17,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from service.config import Settings
-from service.engine.groups.template import (
-    PreparedFilesystem,
-    prepare_filesystem,
-    worth_a_template,
-)
-from service.engine.manager import Checked, RolloutManager
+from service.engine.checks import Checked
+from service.engine.manager import RolloutManager
 from service.engine.sessions.agent import CallerAgent
 from service.engine.sessions.live import LiveSession
 from service.engine.sessions.requests import OpenRequest, OpenTerms, checked_open
 from service.engine.sessions.status import session_status
+from service.engine.template import (
+    PreparedFilesystem,
+    prepare_filesystem,
+    worth_a_template,
+)
 from service.engine.validation import resolved_timeouts
 from service.errors import (
     NotFoundError,
@@ -80,18 +82,19 @@ class SessionManager:
         terms = checked_open(request, self._rollouts.settings)
         spec = await self._rollouts.resolve_task(request.spec)
         validated = _validated(spec)
-        backend, _, endpoint = await self._rollouts.checked(validated)
+        checked = await self._rollouts.checked(validated)
         spec = _session_spec(validated, terms)
         n = terms.copies
-        async with self._rollouts.admitting(n, running=True, what=f"{n} session(s)"):
-            self._rollouts.reserve(n)
+        admission = self._rollouts.admission
+        async with admission.admitting_unit(n, running=True, what=f"{n} session(s)"):
+            admission.reserve(n)
         sessions: list[LiveSession] = []
         try:
-            prepared = await self._prepared(backend, spec, n)
+            prepared = await self._prepared(checked.backend, spec, n)
             for index in range(n):
-                parts: Checked = (backend, CallerAgent(), endpoint)
+                parts = dataclasses.replace(checked, agent=CallerAgent())
                 sessions.append(await self._start(spec, parts, terms, index, tenant, prepared))
-                self._rollouts.release(1)
+                admission.release(1)
                 n -= 1
             if prepared is not None:
                 self._spawn(_released_after(prepared, [s.id for s in sessions], self._rollouts))
@@ -101,7 +104,7 @@ class SessionManager:
             await asyncio.shield(self._end_all(sessions, "OpenSession was cancelled"))
             raise
         finally:
-            self._rollouts.release(n)
+            admission.release(n)
         return [session.rollout for session in sessions]
 
     async def _prepared(
@@ -138,7 +141,7 @@ class SessionManager:
         rollout = await self._rollouts.submit_session(
             spec, parts, tenant=tenant or "", record=record, prepared=prepared
         )
-        agent = parts[1]
+        agent = parts.agent
         assert isinstance(agent, CallerAgent)
         session = LiveSession(rollout, spec, agent, self._rollouts)
         self._live[rollout.id] = session

@@ -7,7 +7,7 @@ import asyncio
 from datetime import UTC, datetime
 
 from service.engine.groups.run import GroupRun, MemberOps
-from service.engine.groups.template import PreparedFilesystem
+from service.engine.template import PreparedFilesystem
 from service.models import Rollout, RolloutResult, RolloutSpec, RolloutStatus, TaskSpec
 from service.models.group import Group, GroupSpec, GroupStatus
 

@@ -1,5 +1,8 @@
 """Set up once, fork n: a group's task files and setup commands run once, in a template
-sandbox, and every member starts from a copy-on-write snapshot of what they left.
+sandbox, and every member starts from a copy-on-write snapshot of what they left (a
+session's copies likewise: `engine.sessions`).
+
+Here, below the phase machine, groups and sessions: each of them uses it.
 
     template sandbox: stage task files -> setup commands (first failure: the group fails,
     kind SETUP, and no member starts) -> reclaim (nothing left running) -> snapshot
