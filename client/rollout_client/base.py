@@ -73,12 +73,13 @@ class _Method(Generic[P, B, A]):
         self._build = build
         self._transport = transport
         self.__doc__ = doc or build.__doc__
-        self.__name__ = build.__name__
+        self.__name__ = self.__qualname__ = build.__name__
         parameters = list(inspect.signature(build).parameters.values())[1:]
         self.__signature__ = inspect.Signature(parameters)
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.__name__ = name
+        self.__qualname__ = f"{owner.__qualname__}.{name}"
 
     def __call__(self, client: Any, /, *args: Any, **kwargs: Any) -> Any:
         """Called from the class, as a function is: `RolloutClient.get(client, id)`."""
@@ -100,6 +101,7 @@ class _Method(Generic[P, B, A]):
             return transport(functools.partial(self._build, client, *args, **kwargs))
 
         method.__name__ = self.__name__
+        method.__qualname__ = self.__qualname__
         method.__doc__ = self.__doc__
         method.__signature__ = self.__signature__  # type: ignore[attr-defined]
         return method
