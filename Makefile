@@ -9,6 +9,9 @@ PY := $(VENV)/bin/python
 BUF_VERSION := 1.75.0
 BUF := .tools/node_modules/.bin/buf
 PROTO := proto/rollout/v1/rollout.proto
+# The generated Python stubs of $(PROTO), the distribution rollout-proto: the server and the
+# client both depend on it, neither on the other.
+STUBS := proto/python
 STAMP := $(VENV)/installed.stamp
 # verifiers (the client's `verifiers` extra, docs/verifiers.md) pins openai<3, and the dev
 # tools pin openai 3: its tests run it from an interpreter of its own.
@@ -40,7 +43,7 @@ $(PY):
 	    apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null && $(PYTHON) -m venv $(VENV); \
 	  else echo "$(PYTHON) cannot make a virtual environment: install python3-venv (Debian/Ubuntu: sudo apt-get install python3-venv)"; exit 1; fi; }
 
-$(STAMP): pyproject.toml client/pyproject.toml | $(PY)
+$(STAMP): pyproject.toml client/pyproject.toml $(STUBS)/pyproject.toml | $(PY)
 	@command -v bwrap >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
@@ -50,10 +53,10 @@ $(STAMP): pyproject.toml client/pyproject.toml | $(PY)
 	    apt-get update -qq && apt-get install -y -qq mmdebstrap buildah >/dev/null; \
 	  else echo "local sandboxes' default image (the Debian base) needs mmdebstrap and buildah" \
 	    "(sudo apt-get install mmdebstrap buildah), or ROLLOUT_SANDBOX_IMAGE=host"; fi; }
-	$(PIP_INSTALL) -e ./client -e '.[dev]'
+	$(PIP_INSTALL) -e ./$(STUBS) -e ./client -e '.[dev]'
 	$(PYTHON) -m venv $(VERIFIERS_VENV)
 	$(VERIFIERS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
-	  --only-binary :all: -e './client[verifiers]'
+	  --only-binary :all: -e ./$(STUBS) -e './client[verifiers]'
 	@command -v npm >/dev/null || echo "npm not found: the server will reject opencode rollouts" \
 	  "and make lint cannot run buf until Node.js and npm are installed (apt-get install npm)"
 	@if command -v npm >/dev/null; then $(BUF_INSTALL) || \
@@ -80,11 +83,11 @@ HARBOR_PYTHON ?= $(shell for p in python3.13 python3.12 $(wildcard /root/.pyenv/
   && { command -v $$p; break; }; done)
 harbor-venv: $(HARBOR_VENV)/installed.stamp
 
-$(HARBOR_VENV)/installed.stamp: client/pyproject.toml
+$(HARBOR_VENV)/installed.stamp: client/pyproject.toml $(STUBS)/pyproject.toml
 	@if [ -z "$(HARBOR_PYTHON)" ]; then echo "no Python 3.12+: Harbor's tests will skip"; else \
 	  $(HARBOR_PYTHON) -m venv $(HARBOR_VENV) && \
 	  $(HARBOR_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
-	    'harbor==$(HARBOR_VERSION)' -e './client[harbor]' && touch $@; fi
+	    'harbor==$(HARBOR_VERSION)' -e ./$(STUBS) -e './client[harbor]' && touch $@; fi
 
 # A real model (SmolLM2-135M on llama-cpp-python's server) through the service. The server is
 # built once into ~/.cache/rollout-service-build (about 7 minutes on 2 cores), then reused.
@@ -93,8 +96,8 @@ test-real-model: install
 	  $(PY) -m pytest -q -s -p no:cacheprovider tests/real_model
 
 proto: install
-	$(PY) -m grpc_tools.protoc -Iproto --python_out=client --pyi_out=client \
-	  --grpc_python_out=client --mypy_grpc_out=client $(MYPY_GRPC) $(PROTO)
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=$(STUBS) --pyi_out=$(STUBS) \
+	  --grpc_python_out=$(STUBS) --mypy_grpc_out=$(STUBS) $(MYPY_GRPC) $(PROTO)
 
 # CI fails when the checked-in stubs differ from what `make proto` generates.
 proto-check: install
@@ -102,8 +105,8 @@ proto-check: install
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=.tools/proto-check --pyi_out=.tools/proto-check \
 	  --grpc_python_out=.tools/proto-check --mypy_grpc_out=.tools/proto-check $(MYPY_GRPC) $(PROTO)
 	for f in rollout_pb2.py rollout_pb2.pyi rollout_pb2_grpc.py rollout_pb2_grpc.pyi; do \
-	  diff -u client/rollout/v1/$$f .tools/proto-check/rollout/v1/$$f || \
-	  { echo "client/rollout/v1/$$f is stale: run make proto"; exit 1; }; done
+	  diff -u $(STUBS)/rollout/v1/$$f .tools/proto-check/rollout/v1/$$f || \
+	  { echo "$(STUBS)/rollout/v1/$$f is stale: run make proto"; exit 1; }; done
 
 # The dashboard's page (committed in service/dashboard/static/): TypeScript stubs of proto/ (buf,
 # protoc-gen-es), type-checked and bundled by esbuild, every tool pinned by web/package-lock.json.

@@ -11,6 +11,7 @@ no recovery of rollouts that may be another server's.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import resource
@@ -308,12 +309,21 @@ def _raise_fd_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+SETTINGS_SCHEMA_FLAG = "--settings-schema"
+"""Alone, prints the settings' JSON schema instead of serving: `rollout serve --help` is
+written from it by the client, which does not import the server."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `rollout serve` and `python -m service.server`."""
+    """Entry point of `python -m service.server` (which `rollout serve` runs)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args == [SETTINGS_SCHEMA_FLAG]:
+        print(json.dumps(Settings.model_json_schema()))
+        return 0
     _raise_fd_limit()
     return_large_frees_to_the_os()
     try:
-        settings = load_settings(argv if argv is not None else sys.argv[1:])
+        settings = load_settings(args)
         logging.basicConfig(
             level=settings.log_level.upper(),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -25,10 +25,11 @@ chain, a module that imports it back (a cycle hides which way a dependency point
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
+import rollout_client
 
 import service
 
@@ -49,11 +50,11 @@ LEVELS: tuple[tuple[str, ...], ...] = (
 LEVEL_OF = {room: level for level, rooms in enumerate(LEVELS) for room in rooms}
 
 
-def _modules() -> dict[str, Path]:
-    """Every module of the service by dotted name (a package by its own name)."""
+def _modules(package: Path = SERVICE) -> dict[str, Path]:
+    """Every module of the service (or `package`) by dotted name (a package by its own name)."""
     modules = {}
-    for path in sorted(SERVICE.rglob("*.py")):
-        parts = path.relative_to(SERVICE.parent).with_suffix("").parts
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
         modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return modules
 
@@ -61,8 +62,8 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _imports(name: str, path: Path) -> Iterator[str]:
-    """The service modules `name` imports (`from a import b` is `a.b` when b is a module)."""
+def _imports(name: str, path: Path, modules: Mapping[str, Path] = MODULES) -> Iterator[str]:
+    """The modules `name` imports (`from a import b` is `a.b` when b is one of `modules`)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -73,7 +74,7 @@ def _imports(name: str, path: Path) -> Iterator[str]:
                 anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 base = f"{anchor}.{base}" if base else anchor
             for alias in node.names:
-                yield f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+                yield f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
 
 
 def _room(module: str) -> str:
@@ -146,3 +147,65 @@ def _walk(
     path.pop()
     on_path.discard(node)
     done.add(node)
+
+
+# The client (rollout_client, the distribution rollout-client) stands alone: it never imports
+# the server, which it runs only as a process of its own (`rollout serve`, `--local`), and its
+# modules import one another one way only. Kept apart from the service's rules above.
+
+CLIENT = Path(rollout_client.__file__).parent
+CLIENT_MODULES = _modules(CLIENT)
+CLIENT_IMPORTS = {
+    name: set(_imports(name, path, CLIENT_MODULES)) for name, path in CLIENT_MODULES.items()
+}
+"""Client module -> every module it imports (the client's own, and any other)."""
+
+
+def _imported_by_name(path: Path) -> Iterator[str]:
+    """Modules named to `importlib.import_module` by a constant string."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute | ast.Name)
+            and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id)
+            == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            yield node.args[0].value
+
+
+def test_the_client_never_imports_the_server() -> None:
+    assert len(CLIENT_MODULES) > 20  # the package was found
+    reached = sorted(
+        f"{name} imports {imported}"
+        for name, path in CLIENT_MODULES.items()
+        for imported in CLIENT_IMPORTS[name] | set(_imported_by_name(path))
+        if imported == "service" or imported.startswith("service.")
+    )
+    assert not reached
+
+
+def test_no_client_module_imports_itself_through_others() -> None:
+    graph = {
+        name: {m for m in imported if m in CLIENT_MODULES and m != name}
+        for name, imported in CLIENT_IMPORTS.items()
+    }
+    cycles: list[str] = []
+    done: set[str] = set()
+    for start in sorted(graph):
+        _walk(start, graph, [], set(), done, cycles)
+    assert not cycles
+
+
+def test_the_batch_library_has_no_command_line_in_it() -> None:
+    """`rollout batch` (typer) sits on the library, never in it."""
+    reached = sorted(
+        f"{name} imports {imported}"
+        for name, imported_modules in CLIENT_IMPORTS.items()
+        if name.startswith("rollout_client.batch.") or name == "rollout_client.batch"
+        for imported in imported_modules
+        if imported == "typer" or imported.startswith(("typer.", "rollout_client.batch_"))
+    )
+    assert not reached

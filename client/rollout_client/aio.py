@@ -1,58 +1,40 @@
-"""The asyncio client: the same methods as `RolloutClient`, awaitable."""
+"""The asyncio client: one channel, and the transport that makes `BaseClient`'s calls
+awaitable."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+import functools
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self, TypeVar
 
 import grpc
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc
 
-from rollout_client import messages
+from rollout_client.base import BaseClient
 from rollout_client.batch.results import BatchResult
 from rollout_client.batch.runner import BatchOptions, BatchSource, open_batch
-from rollout_client.connection import auth_metadata, default_target
+from rollout_client.calls import Pages, Stream, Unary
 from rollout_client.errors import translate_errors
-from rollout_client.messages import GroupStatusLike, SpecLike, StatusLike, ViewLike
 from rollout_client.results import ExecOutcome
 from rollout_client.specfile import SpecOverrides
 
 __all__ = ["AsyncRolloutClient"]
 
+T = TypeVar("T")
 
-class AsyncRolloutClient:
-    """asyncio client of a RolloutService; create it inside the event loop that uses it.
 
-    `timeout` (seconds, None for none) bounds the quick calls: start, get, list and cancel.
-    `run` and `watch` last as long as the rollout, so they take their own `timeout`, unbounded
-    by default. `target` is the server's host:port (None: $ROLLOUT_TARGET, else
-    127.0.0.1:50051). `token` is sent as a bearer token on every call (None: $ROLLOUT_TOKEN, if
-    set); `credentials` (see `rollout_client.connection.tls_credentials`) turn on TLS.
-    `channel_options` are more gRPC channel arguments, after the message limits: e.g.
-    `[("grpc.lb_policy_name", "round_robin")]` with a `dns:///name:port` target spreads
-    calls over every address the name resolves to (a headless Service's pods).
-    Use it as an async context manager, or await `close()`.
-    """
+class AsyncRolloutClient(BaseClient):
+    """asyncio client of a RolloutService; its arguments are `BaseClient`'s. Create it inside
+    the event loop that uses it; use it as an async context manager, or await `close()`."""
 
-    def __init__(
-        self,
-        target: str | None = None,
-        *,
-        max_message_bytes: int = messages.DEFAULT_MAX_MESSAGE_BYTES,
-        timeout: float | None = 30.0,
-        credentials: grpc.ChannelCredentials | None = None,
-        token: str | None = None,
-        channel_options: Sequence[tuple[str, str | int]] = (),
+    def _connect(
+        self, credentials: grpc.ChannelCredentials | None, options: Sequence[tuple[str, Any]]
     ) -> None:
-        options = [*messages.channel_options(max_message_bytes), *channel_options]
-        self.target = default_target() if target is None else target
-        self.timeout = timeout
-        self._metadata = auth_metadata(token)
         self._channel = (
             grpc.aio.secure_channel(self.target, credentials, options=options)
             if credentials is not None
@@ -84,242 +66,41 @@ class AsyncRolloutClient:
             return False
         return True
 
-    async def run(
-        self,
-        spec: SpecLike,
-        *,
-        view: ViewLike = pb.RESULT_VIEW_UNSPECIFIED,
-        timeout: float | None = None,  # noqa: ASYNC109 (a gRPC deadline, sent to the server)
-    ) -> pb.Rollout:
-        """Run a rollout to its terminal status. Cancelling the task cancels the rollout."""
-        request = messages.run_request(spec, view)
+    async def _send(self, build: Callable[[], Unary[T]]) -> T:
+        call = build()
+        method = getattr(self._stub, call.rpc)
         with translate_errors():
-            return (
-                await self._stub.RunRollout(request, timeout=timeout, metadata=self._metadata)
-            ).rollout
+            response = await method(call.request, timeout=call.timeout, metadata=self._metadata)
+            return call.shape(response)
 
-    async def start(self, spec: SpecLike) -> pb.Rollout:
-        """Admit a rollout and return at once; follow it with `watch`."""
-        request = messages.start_request(spec)
-        with translate_errors():
-            return (
-                await self._stub.StartRollout(
-                    request, timeout=self.timeout, metadata=self._metadata
-                )
-            ).rollout
-
-    async def watch(
-        self,
-        rollout_id: str = "",
-        *,
-        after_seq: int = 0,
-        labels: Mapping[str, str] | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 (a gRPC deadline, sent to the server)
-    ) -> AsyncGenerator[pb.RolloutEvent, None]:
-        """Events of one rollout after `after_seq`, ending with its `finished` event; with no
-        id, the live events of every rollout carrying `labels` (never ends by itself).
-
-        Closing the iterator early (`aclose()`) cancels the stream.
-        """
-        request = messages.watch_request(rollout_id, after_seq, labels)
-        call = self._stub.WatchRollout(request, timeout=timeout, metadata=self._metadata)
+    async def _receive(self, build: Callable[[], Stream[T]]) -> AsyncGenerator[T, None]:
+        call = build()
+        responses = getattr(self._stub, call.rpc)(
+            call.request, timeout=call.timeout, metadata=self._metadata
+        )
         try:
             with translate_errors():
-                async for response in call:
-                    yield response.event
+                async for response in responses:
+                    yield call.shape(response)
         finally:
-            call.cancel()
+            responses.cancel()
 
-    async def get(
-        self, rollout_id: str, *, view: ViewLike = pb.RESULT_VIEW_UNSPECIFIED
-    ) -> pb.Rollout:
-        request = messages.get_request(rollout_id, view)
-        with translate_errors():
-            return (
-                await self._stub.GetRollout(request, timeout=self.timeout, metadata=self._metadata)
-            ).rollout
-
-    async def list(
-        self,
-        *,
-        labels: Mapping[str, str] | None = None,
-        statuses: Iterable[StatusLike] = (),
-        page_size: int = 0,
-        page_token: str = "",
-        view: ViewLike = pb.RESULT_VIEW_UNSPECIFIED,
-    ) -> pb.ListRolloutsResponse:
-        """One page of rollouts, newest first; see `list_all` for every page."""
-        request = messages.list_request(labels, statuses, page_size, page_token, view)
-        with translate_errors():
-            return await self._stub.ListRollouts(
-                request, timeout=self.timeout, metadata=self._metadata
-            )
-
-    async def list_all(
-        self,
-        *,
-        labels: Mapping[str, str] | None = None,
-        statuses: Iterable[StatusLike] = (),
-        page_size: int = 0,
-        view: ViewLike = pb.RESULT_VIEW_UNSPECIFIED,
-    ) -> AsyncGenerator[pb.Rollout, None]:
-        """Every matching rollout, newest first, fetching pages as the iteration goes."""
-        statuses = tuple(statuses)
+    async def _every_page(self, build: Callable[[], Pages[T]]) -> AsyncGenerator[T, None]:
+        pages = build()
         token = ""
         while True:
-            page = await self.list(
-                labels=labels, statuses=statuses, page_size=page_size, page_token=token, view=view
-            )
-            for rollout in page.rollouts:
-                yield rollout
+            page = await self._send(functools.partial(pages.page, token))
+            for item in pages.items(page):
+                yield item
             token = page.next_page_token
             if not token:
                 return
 
-    async def cancel(self, rollout_id: str, reason: str = "") -> pb.Rollout:
-        """Cancel a rollout; a terminal rollout is returned unchanged."""
-        request = messages.cancel_request(rollout_id, reason)
-        with translate_errors():
-            return (
-                await self._stub.CancelRollout(
-                    request, timeout=self.timeout, metadata=self._metadata
-                )
-            ).rollout
-
-    async def run_group(
-        self,
-        spec: pb.GroupSpec,
-        *,
-        timeout: float | None = None,  # noqa: ASYNC109 (a gRPC deadline, sent to the server)
-    ) -> pb.Group:
-        """Run a group (see `messages.group_spec`) until it is terminal. Cancelling the task
-        cancels the group."""
-        request = pb.RunGroupRequest(spec=spec)
-        with translate_errors():
-            return (
-                await self._stub.RunGroup(request, timeout=timeout, metadata=self._metadata)
-            ).group
-
-    async def start_group(self, spec: pb.GroupSpec) -> pb.Group:
-        """Admit a group and return at once; follow it with `watch_group`."""
-        request = pb.StartGroupRequest(spec=spec)
-        with translate_errors():
-            return (
-                await self._stub.StartGroup(request, timeout=self.timeout, metadata=self._metadata)
-            ).group
-
-    async def watch_group(
-        self,
-        group_id: str,
-        *,
-        timeout: float | None = None,  # noqa: ASYNC109 (a gRPC deadline, sent to the server)
-    ) -> AsyncGenerator[pb.WatchGroupResponse, None]:
-        """Each member's terminal rollout as it ends (`member`), then the group (`group`)."""
-        request = pb.WatchGroupRequest(group_id=group_id)
-        call = self._stub.WatchGroup(request, timeout=timeout, metadata=self._metadata)
-        try:
-            with translate_errors():
-                async for response in call:
-                    yield response
-        finally:
-            call.cancel()
-
-    async def get_group(self, group_id: str) -> pb.Group:
-        request = pb.GetGroupRequest(group_id=group_id)
-        with translate_errors():
-            return (
-                await self._stub.GetGroup(request, timeout=self.timeout, metadata=self._metadata)
-            ).group
-
-    async def list_groups(
-        self,
-        *,
-        labels: Mapping[str, str] | None = None,
-        statuses: Iterable[GroupStatusLike] = (),
-        page_size: int = 0,
-        page_token: str = "",
-    ) -> pb.ListGroupsResponse:
-        """One page of groups, newest first; see `list_all_groups` for every page."""
-        request = messages.list_groups_request(labels, statuses, page_size, page_token)
-        with translate_errors():
-            return await self._stub.ListGroups(
-                request, timeout=self.timeout, metadata=self._metadata
-            )
-
-    async def list_all_groups(
-        self,
-        *,
-        labels: Mapping[str, str] | None = None,
-        statuses: Iterable[GroupStatusLike] = (),
-        page_size: int = 0,
-    ) -> AsyncGenerator[pb.Group, None]:
-        """Every matching group, newest first, fetching pages as the iteration goes."""
-        statuses = tuple(statuses)
-        token = ""
-        while True:
-            page = await self.list_groups(
-                labels=labels, statuses=statuses, page_size=page_size, page_token=token
-            )
-            for group in page.groups:
-                yield group
-            token = page.next_page_token
-            if not token:
-                return
-
-    async def cancel_group(self, group_id: str, reason: str = "") -> pb.Group:
-        """Cancel a group and its running members; a terminal group is returned unchanged."""
-        request = pb.CancelGroupRequest(group_id=group_id, reason=reason)
-        with translate_errors():
-            return (
-                await self._stub.CancelGroup(request, timeout=self.timeout, metadata=self._metadata)
-            ).group
-
-    async def set_policy_version(
-        self,
-        version: int,
-        *,
-        base_url: str = "",
-        model: str = "",
-        labels: Mapping[str, str] | None = None,
-    ) -> int:
-        """Say the endpoint (`base_url`, `model`) or the rollouts with `labels` now serve
-        policy `version`; returns how many live rollouts it reached."""
-        selector = messages.model_call_selector(base_url, model, labels)
-        request = pb.SetPolicyVersionRequest(selector=selector, version=version)
-        with translate_errors():
-            response = await self._stub.SetPolicyVersion(
-                request, timeout=self.timeout, metadata=self._metadata
-            )
-        return response.rollouts
-
-    async def pause_model_calls(
-        self,
-        *,
-        base_url: str = "",
-        model: str = "",
-        labels: Mapping[str, str] | None = None,
-        abort_in_flight: bool = False,
-        timeout: float | None = None,  # noqa: ASYNC109 (a gRPC deadline, sent to the server)
-    ) -> pb.PauseModelCallsResponse:
-        """Hold the selected rollouts' model calls at the proxy; returns once the calls in
-        flight have finished (or were aborted, to be retried after the resume)."""
-        selector = messages.model_call_selector(base_url, model, labels)
-        request = pb.PauseModelCallsRequest(selector=selector, abort_in_flight=abort_in_flight)
-        with translate_errors():
-            return await self._stub.PauseModelCalls(
-                request, timeout=timeout, metadata=self._metadata
-            )
-
-    async def resume_model_calls(
-        self, *, base_url: str = "", model: str = "", labels: Mapping[str, str] | None = None
-    ) -> pb.ResumeModelCallsResponse:
-        """Lift the pause made with the same selector."""
-        selector = messages.model_call_selector(base_url, model, labels)
-        request = pb.ResumeModelCallsRequest(selector=selector)
-        with translate_errors():
-            return await self._stub.ResumeModelCalls(
-                request, timeout=self.timeout, metadata=self._metadata
-            )
+    async def _gather(self, build: Callable[[], Stream[pb.ExecResponse]]) -> ExecOutcome:
+        outcome = ExecOutcome()
+        async for item in self._receive(build):
+            outcome.add(item)
+        return outcome
 
     async def batch(
         self,
@@ -357,156 +138,3 @@ class AsyncRolloutClient:
         async with contextlib.aclosing(batch.results()) as results:
             async for result in results:
                 yield result
-
-    async def open_session(
-        self,
-        spec: SpecLike,
-        *,
-        copies: int = 0,
-        idle_timeout_s: float | None = None,
-        max_lifetime_s: float | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 (a gRPC deadline, sent to the server)
-    ) -> Sequence[pb.Session]:
-        """Open `copies` sessions of `spec` (0: one), each READY or FAILED (docs/sessions.md).
-        It lasts as long as the setup, so it takes its own `timeout`, unbounded by default."""
-        request = messages.open_session_request(spec, copies, idle_timeout_s, max_lifetime_s)
-        with translate_errors():
-            response = await self._stub.OpenSession(
-                request, timeout=timeout, metadata=self._metadata
-            )
-            return list(response.sessions)
-
-    async def exec_stream(
-        self,
-        session_id: str,
-        command: str,
-        *,
-        timeout_s: float | None = None,
-        cwd: str = "",
-        env: Mapping[str, str] | None = None,
-        max_output_bytes: int = 0,
-        timeout: float | None = None,  # noqa: ASYNC109 (a gRPC deadline, sent to the server)
-    ) -> AsyncGenerator[pb.ExecResponse, None]:
-        """Run `command` in the session: its output chunks as they come, then its result.
-        `timeout_s` is the command's limit (the server kills it); `timeout` the call's.
-        Closing the iterator early (`aclose()`) cancels the call, which kills the command."""
-        request = messages.exec_request(session_id, command, timeout_s, cwd, env, max_output_bytes)
-        call = self._stub.Exec(request, timeout=timeout, metadata=self._metadata)
-        try:
-            with translate_errors():
-                async for item in call:
-                    yield item
-        finally:
-            call.cancel()
-
-    async def exec(
-        self,
-        session_id: str,
-        command: str,
-        *,
-        timeout_s: float | None = None,
-        cwd: str = "",
-        env: Mapping[str, str] | None = None,
-        max_output_bytes: int = 0,
-        timeout: float | None = None,  # noqa: ASYNC109 (a gRPC deadline, sent to the server)
-    ) -> ExecOutcome:
-        """`exec_stream` gathered: the command's stdout, stderr and result."""
-        outcome = ExecOutcome()
-        async for item in self.exec_stream(
-            session_id,
-            command,
-            timeout_s=timeout_s,
-            cwd=cwd,
-            env=env,
-            max_output_bytes=max_output_bytes,
-            timeout=timeout,
-        ):
-            outcome.add(item)
-        return outcome
-
-    async def read_file(
-        self, session_id: str, path: str, *, max_bytes: int = 0
-    ) -> pb.ReadFileResponse:
-        request = messages.read_file_request(session_id, path, max_bytes)
-        with translate_errors():
-            return await self._stub.ReadFile(request, timeout=self.timeout, metadata=self._metadata)
-
-    async def write_file(self, session_id: str, path: str, content: bytes) -> int:
-        """Write `content` at `path` in the session; the bytes written."""
-        request = messages.write_file_request(session_id, path, content)
-        with translate_errors():
-            return (
-                await self._stub.WriteFile(request, timeout=self.timeout, metadata=self._metadata)
-            ).size
-
-    async def list_files(
-        self, session_id: str, directory: str = "", *, max_entries: int = 0
-    ) -> pb.ListFilesResponse:
-        request = messages.list_files_request(session_id, directory, max_entries)
-        with translate_errors():
-            return await self._stub.ListFiles(
-                request, timeout=self.timeout, metadata=self._metadata
-            )
-
-    async def verify_session(
-        self,
-        session_id: str,
-        *,
-        timeout: float | None = None,  # noqa: ASYNC109
-    ) -> pb.Session:
-        """End the session with its reward; returns it terminal. It lasts as long as the
-        verifier, so it takes its own `timeout`, unbounded by default."""
-        request = messages.verify_session_request(session_id)
-        with translate_errors():
-            return (
-                await self._stub.VerifySession(request, timeout=timeout, metadata=self._metadata)
-            ).session
-
-    async def close_session(self, session_id: str) -> pb.Session:
-        """End the session unverified; its sandbox is gone on return (an ended one is
-        returned as it is)."""
-        request = messages.close_session_request(session_id)
-        with translate_errors():
-            return (
-                await self._stub.CloseSession(
-                    request, timeout=self.timeout, metadata=self._metadata
-                )
-            ).session
-
-    async def get_session(self, session_id: str) -> pb.Session:
-        request = messages.get_session_request(session_id)
-        with translate_errors():
-            return (
-                await self._stub.GetSession(request, timeout=self.timeout, metadata=self._metadata)
-            ).session
-
-    async def list_sessions(
-        self,
-        *,
-        labels: Mapping[str, str] | None = None,
-        page_size: int = 0,
-        page_token: str = "",
-    ) -> pb.ListSessionsResponse:
-        """One page of sessions, newest first."""
-        request = messages.list_sessions_request(labels, page_size, page_token)
-        with translate_errors():
-            return await self._stub.ListSessions(
-                request, timeout=self.timeout, metadata=self._metadata
-            )
-
-    async def watch_session(
-        self,
-        session_id: str,
-        *,
-        after_seq: int = 0,
-        timeout: float | None = None,  # noqa: ASYNC109
-    ) -> AsyncGenerator[pb.RolloutEvent, None]:
-        """The session's events after `after_seq`, replayed then live, until it ends."""
-        request = messages.watch_session_request(session_id, after_seq)
-        call = self._stub.WatchSession(request, timeout=timeout, metadata=self._metadata)
-        try:
-            with translate_errors():
-                async for response in call:
-                    yield response.event
-        finally:
-            call.cancel()

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.text import Text
 from rollout.v1 import rollout_pb2 as pb
 
-from rollout_client.batch.command import batch
+from rollout_client.batch_command import batch
 from rollout_client.cli_connection import Connection, remember_global, with_connection
 from rollout_client.exits import (
     EXIT_CODES,

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import importlib.util
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -31,6 +29,7 @@ import typer
 
 from rollout_client.cli_connection import Connection
 from rollout_client.exits import fail
+from rollout_client.server_process import require_server, server_argv
 
 __all__ = ["Local", "served"]
 
@@ -58,8 +57,7 @@ def served(connection: Connection, local: bool) -> AbstractContextManager[Connec
 
 @contextmanager
 def _embedded_server() -> Iterator[Connection]:
-    if importlib.util.find_spec("service") is None:
-        fail("`--local` needs the server (service is missing): install rollout-service")
+    require_server("`--local`")
     with tempfile.TemporaryDirectory(
         prefix="rollout-local-", ignore_cleanup_errors=True
     ) as state_dir:
@@ -79,8 +77,8 @@ class _Server:
 
 
 def _start(state_dir: Path) -> _Server:
-    argv = [sys.executable, "-m", "service.server", "--listen", "127.0.0.1:0"]
-    argv += ["--state-dir", str(state_dir), "--database", str(state_dir / "rollouts.db")]
+    argv = server_argv("--listen", "127.0.0.1:0", "--state-dir", str(state_dir))
+    argv += ["--database", str(state_dir / "rollouts.db")]
     process = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,

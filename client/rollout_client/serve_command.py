@@ -1,24 +1,27 @@
-"""`rollout serve`: the server, started from the command line (the server's own package,
-imported only then: the client does not depend on it).
+"""`rollout serve`: the server, started from the command line. The server is its own
+distribution: the command runs its entry point (`python -m service.server`) in this process's
+place, so signals and the exit code are the server's, and never imports it.
 
 The server reads its flags itself (pydantic-settings, `service.config.Settings`); `--help` is
-written here instead, from the same settings, in the style of the other commands: grouped in
-panels, a metavar a person reads (`PATH`, `HOST:PORT`, `SECONDS`), each flag's variable and
-default.
+written here instead, from the JSON schema of the same settings (which the server prints with
+`--settings-schema`), in the style of the other commands: grouped in panels, a metavar a person
+reads (`PATH`, `HOST:PORT`, `SECONDS`), each flag's variable and default.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import types
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any
 
 import typer
 
 from rollout_client.exits import fail
+from rollout_client.server_process import require_server, server_argv
 
 __all__ = ["serve"]
 
@@ -34,48 +37,59 @@ _PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Observability", ("log_level", "metrics_", "dashboard_", "health_", "instance_")),
 )
 _OTHER_PANEL = "Rollouts: capacity, budgets and sizes"
-_METAVARS: Mapping[type, str] = {
-    bool: "true|false",
-    int: "N",
-    float: "X",
-    str: "TEXT",
-    Path: "PATH",
+_METAVARS: Mapping[str, str] = {
+    "boolean": "true|false",
+    "integer": "N",
+    "number": "X",
+    "string": "TEXT",
 }
+_SETTINGS_SCHEMA_FLAG = "--settings-schema"
 
 
 def serve(ctx: typer.Context) -> None:
     """Start the server (`rollout serve --help` lists its flags)."""
-    try:
-        # Imported here: the client distribution does not depend on the server's packages.
-        server = importlib.import_module("service.server")
-    except ModuleNotFoundError as exc:
-        fail(f"`rollout serve` needs the server ({exc.name} is missing): install rollout-service")
+    require_server("`rollout serve`")
     if any(arg in _HELP for arg in ctx.args):
-        _print_help(importlib.import_module("service.config").Settings)
-    raise typer.Exit(server.main(list(ctx.args)) or 0)
+        _print_help(_settings_schema())
+        raise typer.Exit(0)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    argv = server_argv(*ctx.args)
+    os.execv(argv[0], argv)
 
 
-def _print_help(settings: Any) -> None:
+def _settings_schema() -> dict[str, Any]:
+    """The server's settings as JSON schema, from the server itself."""
+    done = subprocess.run(
+        server_argv(_SETTINGS_SCHEMA_FLAG), capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        fail(f"the server did not describe its flags: {done.stderr.strip() or done.returncode}")
+    schema: dict[str, Any] = json.loads(done.stdout)
+    return schema
+
+
+def _print_help(schema: Mapping[str, Any]) -> None:
     """The server's flags as a command of their own, printed by typer as every command is."""
-    parameters = [_parameter(name, field) for name, field in settings.model_fields.items()]
+    parameters = [_parameter(name, field) for name, field in schema["properties"].items()]
     show = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
     def _flags(**_: object) -> None: ...
 
     _flags.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     _flags.__annotations__ = {p.name: p.annotation for p in parameters}
-    show.command(help=" ".join(settings.__doc__.split()))(_flags)
+    show.command(help=" ".join(schema.get("description", "").split()))(_flags)
     show(["--help"], prog_name="rollout serve")
 
 
-def _parameter(name: str, field: Any) -> inspect.Parameter:
+def _parameter(name: str, field: Mapping[str, Any]) -> inspect.Parameter:
     option = typer.Option(
         "--" + name.replace("_", "-"),
-        metavar=_metavar(name, field.annotation),
-        help=" ".join((field.description or "").split()),
+        metavar=_metavar(name, field),
+        help=" ".join(field.get("description", "").split()),
         rich_help_panel=_panel(name),
     )
-    default = field.default
+    default = field.get("default")
     shown = (
         None
         if default in (None, "", [], {})
@@ -91,16 +105,19 @@ def _parameter(name: str, field: Any) -> inspect.Parameter:
     )
 
 
-def _metavar(name: str, annotation: Any) -> str:
-    if get_origin(annotation) in (types.UnionType, Union):  # X | None: as X
-        annotation = next(arg for arg in get_args(annotation) if arg is not type(None))
-    if get_origin(annotation) in (list, dict):
+def _metavar(name: str, field: Mapping[str, Any]) -> str:
+    # X | None: as X
+    field = next((f for f in field.get("anyOf", ()) if f.get("type") != "null"), field)
+    kind = field.get("type")
+    if kind in ("array", "object"):
         return "JSON"
     if name == "listen" or name.endswith("_listen"):
         return "HOST:PORT"
-    if annotation is float and name.endswith("_s"):
+    if kind == "number" and name.endswith("_s"):
         return "SECONDS"
-    return _METAVARS.get(annotation, "TEXT")
+    if kind == "string" and field.get("format") == "path":
+        return "PATH"
+    return _METAVARS.get(kind or "", "TEXT")
 
 
 def _panel(name: str) -> str:

@@ -59,14 +59,13 @@ def test_the_target_comes_from_the_environment(closed_target: str) -> None:
 
 
 def test_serve_without_the_server_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A None entry makes `import service.server` fail as if the package were not installed.
+    # A None entry makes `service` unfindable, as if the package were not installed.
     monkeypatch.delitem(sys.modules, "service.server", raising=False)
     monkeypatch.setitem(sys.modules, "service", None)
     result = runner.invoke(app, ["serve", "--listen", "127.0.0.1:0"])
     assert result.exit_code == EXIT_ERROR
     assert result.stderr == (
-        "error: `rollout serve` needs the server (service.server is missing):"
-        " install rollout-service\n"
+        "error: `rollout serve` needs the server (service is missing): install rollout-service\n"
     )
 
 

@@ -6,8 +6,10 @@ groups, with bounded concurrency, retries of infrastructure failures, resumable 
     results   BatchResult, one line of results.jsonl, and what counts as scored
     output    the output directory: batch.json, results.jsonl, trajectories/, summary.json
     summary   mean reward, pass@k, the printed table
-    progress  the live progress line
-    command   `rollout batch`
+    client    what a batch asks of the server: the calls of AsyncRolloutClient it makes
+
+The library only: `rollout batch` and its live progress line are the command line's
+(`rollout_client.batch_command`, `rollout_client.batch_progress`).
 
 From code: `async for result in client.batch("dataset/", group_size=4): ...`
 (`AsyncRolloutClient.batch`).

@@ -24,10 +24,11 @@ import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from rollout.v1 import rollout_pb2 as pb
 
+from rollout_client.batch.client import BatchClient
 from rollout_client.batch.inputs import BatchTask, read_input, tasks_of_specs
 from rollout_client.batch.output import BatchOutput, open_output, write_trajectory
 from rollout_client.batch.results import (
@@ -42,9 +43,6 @@ from rollout_client.batch.summary import summarize
 from rollout_client.errors import InvalidArgumentError, ResourceExhaustedError, SpecError
 from rollout_client.messages import SpecLike, group_spec
 from rollout_client.specfile import SpecOverrides
-
-if TYPE_CHECKING:
-    from rollout_client.aio import AsyncRolloutClient
 
 __all__ = ["BATCH_LABEL", "Batch", "BatchOptions", "BatchSource", "Tally", "open_batch"]
 
@@ -121,7 +119,7 @@ class Batch:
 
     def __init__(
         self,
-        client: AsyncRolloutClient,
+        client: BatchClient,
         tasks: list[BatchTask],
         options: BatchOptions,
         *,
@@ -419,7 +417,7 @@ async def _admitted(call: Callable[[S], Awaitable[R]], request: S) -> R:
 
 
 def open_batch(
-    client: AsyncRolloutClient,
+    client: BatchClient,
     source: BatchSource,
     options: BatchOptions,
     *,

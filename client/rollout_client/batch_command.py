@@ -18,9 +18,9 @@ from rich.console import Console
 from rich.text import Text
 
 from rollout_client.batch.output import RESULTS_FILE, SUMMARY_FILE
-from rollout_client.batch.progress import live_progress
 from rollout_client.batch.runner import BatchOptions, open_batch
 from rollout_client.batch.summary import summary_reasons, summary_table
+from rollout_client.batch_progress import live_progress
 from rollout_client.cli_connection import Connection, with_connection
 from rollout_client.exits import EXIT_INTERRUPTED, fail
 from rollout_client.inert import inert
