@@ -10,10 +10,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from service.agents.base import Agent
+from service.agents import Agent
 from service.config import Settings
 from service.errors import MissingDependencyError
-from service.sandboxes.base import SandboxBackend
+from service.sandboxes import SandboxBackend
 
 __all__ = ["AGENTS", "BACKENDS", "load_agent", "load_backend"]
 

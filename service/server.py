@@ -26,32 +26,30 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from rollout.v1 import rollout_pb2 as pb
 
-from service.agents.opencode_install import OpencodeInstaller, npm_missing
-from service.api.auth import BearerAuthInterceptor, TokenTable, load_tokens
-from service.api.handlers import add_servicer
-from service.api.health_port import check_health_listen, open_health_server
-from service.api.metrics_port import MetricsEndpoint
-from service.api.servicer import RolloutServicer
-from service.api.transport import (
+from service.agents import OpencodeInstaller, npm_missing
+from service.api import (
+    BearerAuthInterceptor,
+    MetricsEndpoint,
+    RolloutServicer,
+    TokenTable,
+    add_servicer,
     check_exposure,
+    check_health_listen,
     check_metrics_exposure,
     check_proxy_exposure,
+    load_tokens,
+    open_health_server,
     server_credentials,
 )
 from service.config import Settings, load_settings
-from service.dashboard.serve import Dashboard
-from service.engine.events import EventHub
-from service.engine.groups.manager import GroupManager
-from service.engine.manager import RolloutManager
-from service.engine.model_access import ModelRouter
-from service.engine.sessions import SessionManager
+from service.dashboard import Dashboard
+from service.engine import EventHub, GroupManager, ModelRouter, RolloutManager, SessionManager
 from service.errors import ConfigError, MissingDependencyError
 from service.listen_address import advertised, ensure_free
 from service.memory import freeze_startup_objects, return_large_frees_to_the_os
-from service.proxy.server import CaptureProxy
+from service.proxy import CaptureProxy
 from service.store import new_store
-from service.telemetry.metrics import Metrics, start_metrics_export
-from service.telemetry.setup import setup_tracing
+from service.telemetry import Metrics, setup_tracing, start_metrics_export
 
 __all__ = ["main", "serve"]
 

@@ -32,8 +32,8 @@ import grpc
 
 from service.config import Settings
 from service.errors import ConfigError
-from service.proxy.core import split_listen
-from service.telemetry.metrics import metrics_address
+from service.proxy import split_listen
+from service.telemetry import metrics_address
 
 __all__ = [
     "check_dashboard_exposure",

@@ -42,7 +42,7 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from google.protobuf.message import Message
 
-from service.api.auth import TokenTable, Unauthenticated, authenticate
+from service.api import TokenTable, Unauthenticated, authenticate
 from service.dashboard.decode import (
     CODECS,
     MessageForm,

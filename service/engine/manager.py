@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from service.agents.base import Agent
+from service.agents import Agent
 from service.config import Settings
 from service.engine.events import EventHub
 from service.engine.groups.template import PreparedFilesystem
@@ -36,7 +36,7 @@ from service.errors import (
     ShuttingDownError,
     SpecError,
 )
-from service.harbor.tasks import HarborTasks
+from service.harbor import HarborTasks
 from service.memory import HeapTrimmer
 from service.models import (
     TERMINAL_STATUSES,
@@ -51,18 +51,11 @@ from service.models import (
     SandboxSpec,
     SessionRecord,
 )
-from service.proxy.endpoints import ResolvedEndpoint
+from service.proxy import ResolvedEndpoint
 from service.registry import BACKENDS, load_agent, load_backend
-from service.sandboxes.base import SandboxBackend
-from service.store.base import (
-    FencedError,
-    Holder,
-    Interrupted,
-    RolloutPage,
-    RolloutStore,
-    TakeRollout,
-)
-from service.telemetry.metrics import Metrics
+from service.sandboxes import SandboxBackend
+from service.store import FencedError, Holder, Interrupted, RolloutPage, RolloutStore, TakeRollout
+from service.telemetry import Metrics
 
 __all__ = ["Checked", "RolloutManager"]
 

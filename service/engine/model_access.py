@@ -31,19 +31,19 @@ from service.config import Settings
 from service.engine.lifecycle import AttachModel, ModelAttachment
 from service.engine.model_calls import ModelCalls, Publish, RouteEntry
 from service.errors import FieldViolation, SandboxError, SpecError
-from service.models import CaptureMode, NetworkPolicy, RolloutSpec, Turn
-from service.models.model_access import ModelAccess
-from service.proxy.access import (
+from service.models import CaptureMode, ModelAccess, NetworkPolicy, RolloutSpec, Turn
+from service.proxy import (
+    CaptureProxy,
+    InSandboxProxy,
+    ResolvedEndpoint,
+    Route,
     direct_access,
     host_socket_access,
+    resolve_endpoint,
     start_forwarder,
     stop_forwarder,
 )
-from service.proxy.capture.route import Route
-from service.proxy.endpoints import ResolvedEndpoint, resolve_endpoint
-from service.proxy.remote.in_sandbox import InSandboxProxy
-from service.proxy.server import CaptureProxy
-from service.sandboxes.base import Sandbox
+from service.sandboxes import Sandbox
 
 __all__ = ["ModelRouter", "Placement"]
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 import struct
 
-from service.sandboxes.seal import SYSTEM_TREES, EntryKind, PathState, SystemDiff
+from service.sandboxes import SYSTEM_TREES, EntryKind, PathState, SystemDiff
 
 __all__ = ["tampering"]
 

@@ -23,8 +23,7 @@ from collections.abc import Mapping, Sequence
 
 from service.errors import SandboxError
 from service.models import NetworkPolicy, Notice, SandboxSpec
-from service.sandboxes.base import VERIFIER_DIR, Sandbox
-from service.sandboxes.internet import InternetAccess
+from service.sandboxes import VERIFIER_DIR, InternetAccess, Sandbox
 
 __all__ = ["open_verifier_network", "take_back", "verifier_network_notice"]
 
