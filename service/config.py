@@ -125,6 +125,10 @@ class Settings(BaseSettings):
     """Rollouts waiting for a running slot; beyond this StartRollout is RESOURCE_EXHAUSTED."""
     default_backend: str = "local"
     """Sandbox backend when the spec names none."""
+    start_backends: list[str] = []
+    """Backends built at start besides default_backend (a JSON list, e.g. ["e2b"]): a missing
+    dependency then stops the server at start, and the sandboxes this instance left behind
+    there are killed before it serves. Any other backend is built by its first rollout."""
 
     agent_timeout_default_s: float = 600.0
     """Agent budget when the spec sets none."""

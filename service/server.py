@@ -48,6 +48,7 @@ from service.errors import ConfigError, MissingDependencyError
 from service.listen_address import advertised, ensure_free
 from service.memory import freeze_startup_objects, return_large_frees_to_the_os
 from service.proxy import CaptureProxy
+from service.registry import BACKENDS
 from service.store import new_store
 from service.telemetry import Metrics, setup_tracing, start_metrics_export
 
@@ -109,8 +110,10 @@ async def serve(settings: Settings) -> None:
     )
     manager.load_default_backend()
     _warn_if_opencode_unavailable(settings)
-    if os.environ.get("E2B_API_KEY"):
-        manager.backend("e2b")  # loaded now so that recover() sweeps its orphans before we serve
+    for name in settings.start_backends:  # built now, so that recover() sweeps their orphans
+        if name not in BACKENDS:
+            raise ConfigError(f"start_backends names {name!r}, not one of {sorted(BACKENDS)}")
+        manager.backend(name)
     interrupted = await manager.recover()
     if interrupted:
         log.warning("marked %d rollouts interrupted by restart as FAILED", interrupted)
