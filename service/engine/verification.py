@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from service.engine.groups.template import PreparedFilesystem
 from service.engine.staging import stage, staged_path, task_workdir
-from service.errors import FieldViolation, SandboxError, SpecError
+from service.errors import FieldViolation, SandboxError, SpecError, first_of
 from service.models import (
     CommandResult,
     CommandStage,
@@ -264,7 +264,5 @@ def _outermost(paths: Sequence[str]) -> list[str]:
 
 
 def _tampered(reasons: list[str]) -> str:
-    shown = "; ".join(reasons[:_SHOWN_REASONS])
-    if len(reasons) > _SHOWN_REASONS:
-        shown += f"; and {len(reasons) - _SHOWN_REASONS} more"
+    shown = first_of(reasons, _SHOWN_REASONS, "; ")
     return f"the agent changed what the verifier executes, so it was not run: {shown}"

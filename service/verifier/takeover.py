@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from service.errors import SandboxError
+from service.errors import SandboxError, first_of
 from service.models import NetworkPolicy, Notice, SandboxSpec
 from service.sandboxes import VERIFIER_DIR, InternetAccess, Sandbox
 
@@ -53,7 +53,7 @@ async def take_back(
             )
         )
     if VERIFIER_DIR in reclaimed.removed:
-        held = _named([entry.path for entry in left])
+        held = first_of([entry.path for entry in left], _NAMED_AT_MOST)
         notices.append(
             Notice(
                 topic="verifier.leftovers",
@@ -66,7 +66,7 @@ async def take_back(
             Notice(
                 topic="verifier.files_replaced",
                 message=f"removed what was at verifier file paths before staging them: "
-                f"{_named(in_the_way)}",
+                f"{first_of(in_the_way, _NAMED_AT_MOST)}",
             )
         )
     return notices
@@ -95,9 +95,3 @@ def verifier_network_notice(spec: SandboxSpec) -> Notice | None:
         topic="verifier.network",
         message="the verifier runs with network FULL (the agent ran with NONE)",
     )
-
-
-def _named(paths: list[str]) -> str:
-    shown = ", ".join(paths[:_NAMED_AT_MOST])
-    more = len(paths) - _NAMED_AT_MOST
-    return f"{shown} and {more} more" if more > 0 else shown
