@@ -23,11 +23,11 @@ the local sandbox's forwarder in `sandboxes.local`). Floors: inside `engine`, `p
 `sandboxes` the same rule holds between their parts (FLOORS). Doors: a module of another
 room takes from a room only what the room's `__init__` exports in `__all__` (a subpackage
 is reached through its parent's door, so it must be exported there too); what a room keeps
-to itself can change without its users noticing. `bench/` and `scripts/` import
-nothing of `tests/`: what both need lives in `service`'s support packages. Read from the
-source, so a lazy import inside a function, or one only for type checking, counts. No module
-may import, through any chain, a module that imports it back (a cycle hides which way a
-dependency points).
+to itself can change without its users noticing. `testing/`, `bench/` and `scripts/`
+import nothing of `tests/`: what tests and benchmarks both need lives in `testing/`. Read
+from the source, so a lazy import inside a function, or one only for type checking,
+counts. No module may import, through any chain, a module that imports it back (a cycle
+hides which way a dependency points).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import pytest
 import service
 
 ROOT = Path(service.__file__).parent.parent
-TREES = ("service", "bench", "scripts")
+TREES = ("service", "testing", "bench", "scripts")
 """The trees whose imports are read (`tests/` imports what it tests)."""
 LEVELS: tuple[tuple[str, ...], ...] = (
     ("models", "door"),
@@ -256,6 +256,18 @@ def test_every_exported_name_is_there(package: str) -> None:
     imported = importlib.import_module(package)
     missing = [name for name in sorted(_exports(package)) if not hasattr(imported, name)]
     assert not missing
+
+
+@pytest.mark.parametrize("tree", ["testing", "bench", "scripts"])
+def test_support_bench_and_scripts_import_nothing_of_the_tests(tree: str) -> None:
+    reached = sorted(
+        f"{importer} imports {module}"
+        for importer, pairs in IMPORTS.items()
+        if importer.startswith(tree + ".")
+        for module, _ in pairs
+        if module == "tests" or module.startswith("tests.")
+    )
+    assert not reached
 
 
 def test_no_module_imports_itself_through_others() -> None:

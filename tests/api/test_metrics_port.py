@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess, running
 
 pytestmark = pytest.mark.e2e
 
@@ -42,9 +42,8 @@ def metrics_url(server: ServerProcess) -> str:
 
 def started(tmp_path: Path, env: dict[str, str]) -> Iterator[ServerProcess]:
     server = ServerProcess(tmp_path / "state", env={"ROLLOUT_METRICS_LISTEN": "0", **env})
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.fakes.e2b_cloud import FakeE2B
-from tests.sandboxes.e2b.support import make_backend, make_request
-from tests.server_process import ServerProcess
+from testing.e2b_support import make_backend, make_request
+from testing.fakes.e2b_cloud import FakeE2B
+from testing.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
