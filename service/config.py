@@ -32,6 +32,7 @@ from pydantic_settings import (
 )
 
 from service.errors import ConfigError, excerpt
+from service.listen_address import host_and_port
 
 __all__ = ["Settings", "load_settings"]
 
@@ -329,8 +330,8 @@ class Settings(BaseSettings):
     @field_validator("proxy_listen")
     @classmethod
     def _host_and_port(cls, value: str) -> str:
-        _, colon, port = value.rpartition(":")
-        if not colon or not port.isdigit() or int(port) > 65535:
+        parsed = host_and_port(value)
+        if parsed is None or parsed[1] > 65535:
             raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:0 (port 0 picks a free one)")
         return value
 

@@ -45,7 +45,7 @@ from service.config import Settings, load_settings
 from service.dashboard import Dashboard
 from service.engine import EventHub, GroupManager, ModelRouter, RolloutManager, SessionManager
 from service.errors import ConfigError, MissingDependencyError
-from service.listen_address import advertised, ensure_free
+from service.listen_address import advertised, ensure_free, host_and_port, host_port
 from service.memory import freeze_startup_objects, return_large_frees_to_the_os
 from service.proxy import CaptureProxy
 from service.registry import BACKENDS
@@ -140,14 +140,13 @@ async def serve(settings: Settings) -> None:
     await store.advertise(settings.advertise_address or advertised(settings.listen, port))
     if health_port is not None:  # after the API, whose health ("") is SERVING from the start
         await health_port[0].start()
-        health_host = settings.health_listen.rsplit(":", 1)[0]
-        print(f"rollout-service health (plaintext) at {health_host}:{health_port[1]}", flush=True)
+        health = _with_port(settings.health_listen, health_port[1])
+        print(f"rollout-service health (plaintext) at {health}", flush=True)
     await _mark_serving(health_servicer)
     if dashboard is not None:
         print(f"rollout-service dashboard at {await dashboard.start()}", flush=True)
-    host = settings.listen.rsplit(":", 1)[0]
     freeze_startup_objects()
-    print(f"rollout-service listening on {host}:{port}", flush=True)
+    print(f"rollout-service listening on {_with_port(settings.listen, port)}", flush=True)
 
     await stop.wait()
     log.info("shutting down: draining for up to %.0fs", settings.shutdown_grace_s)
@@ -186,6 +185,12 @@ async def _take_over_gone_replicas(
             continue
         if ended or resumed:
             log.warning("took over %d rollouts and %d groups of a stopped replica", ended, resumed)
+
+
+def _with_port(listen: str, port: int) -> str:
+    """`listen` (HOST:PORT) with the port it was bound to."""
+    parsed = host_and_port(listen)
+    return listen if parsed is None else host_port(parsed[0], port)
 
 
 def _warn_if_opencode_unavailable(settings: Settings) -> None:

@@ -3,17 +3,18 @@
 Levels: a room of `service/` imports only rooms on lower levels.
 
     level  rooms                                        what they are
-    10     server                                       wires everything and serves
-    9      dashboard, openenv                           the web dashboard, on the API; the
+    11     server                                       wires everything and serves
+    10     dashboard, openenv                           the web dashboard, on the API; the
                                                         OpenEnv front door, a gRPC client
-    8      api                                          the gRPC edge: proto <-> domain
-    7      engine                                       the lifecycle, the manager, groups
-    6      registry                                     name -> backend or harness (lazy)
-    5      agents, proxy, verifier, harbor              each on its own: never one another
-    4      sandboxes                                    the `Sandbox` protocol and backends
-    3      images, store, telemetry                     what a sandbox, the engine, ... use
-    2      config, listen_address, file_lock, memory,   settings and small host facilities
-           user_namespace, host_python
+    9      api                                          the gRPC edge: proto <-> domain
+    8      engine                                       the lifecycle, the manager, groups
+    7      registry                                     name -> backend or harness (lazy)
+    6      agents, proxy, verifier, harbor              each on its own: never one another
+    5      sandboxes                                    the `Sandbox` protocol and backends
+    4      images, store, telemetry                     what a sandbox, the engine, ... use
+    3      config, file_lock, memory, user_namespace,   settings and small host facilities
+           host_python
+    2      listen_address                               HOST:PORT, read and written once
     1      errors                                       the one exception hierarchy
     0      models, door                                 the pydantic domain; lazy doors
 
@@ -47,7 +48,8 @@ TREES = ("service", "testing", "bench", "scripts")
 LEVELS: tuple[tuple[str, ...], ...] = (
     ("models", "door"),
     ("errors",),
-    ("config", "listen_address", "file_lock", "memory", "user_namespace", "host_python"),
+    ("listen_address",),
+    ("config", "file_lock", "memory", "user_namespace", "host_python"),
     ("images", "store", "telemetry"),
     ("sandboxes",),
     ("agents", "proxy", "verifier", "harbor"),
