@@ -1,7 +1,7 @@
 """Capture-proxy overhead per dialect: Anthropic Messages and OpenAI Responses, native and
 translated, each against the upstream called directly in the same dialect, in one run.
 
-Processes: the fake upstream in its standalone mode (`tests.fakes.llm_upstream`: one
+Processes: the fake upstream in its standalone mode (`testing.fakes.llm_upstream`: one
 pre-rendered reply on chat completions, with logprobs and ~12k prompt ids, and vLLM's
 native `/v1/messages` and `/v1/responses` answers), two standalone proxies
 (`service.proxy.remote.standalone`, `--dialect-mode translated` and `native`) and this load
@@ -214,7 +214,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1000, help="direct/proxied pairs per row")
     args = parser.parse_args()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ROLLOUT_PROXY_API_KEY": API_KEY}
-    argv = [sys.executable, "-m", "tests.fakes.llm_upstream", "--port", "0", "--text", REPLY]
+    argv = [sys.executable, "-m", "testing.fakes.llm_upstream", "--port", "0", "--text", REPLY]
     argv += ["--prompt-tokens", str(prompt_tokens())]
     upstream_process, upstream = start(argv, env, ready_on_stderr=False)
     processes: list[subprocess.Popen[str]] = [upstream_process]

@@ -46,10 +46,10 @@ from service.config import Settings
 from service.models import NetworkPolicy, SandboxSpec
 from service.sandboxes.base import SandboxRequest
 from service.sandboxes.e2b.backend import E2BBackend
-from tests.fakes.e2b_cloud import FakeE2B
-from tests.fakes.llm_upstream import FakeUpstream, Reply
-from tests.sandboxes.e2b.support import opencode_template
-from tests.server_process import ServerProcess
+from testing.e2b_support import opencode_template
+from testing.fakes.e2b_cloud import FakeE2B
+from testing.fakes.llm_upstream import FakeUpstream, Reply
+from testing.server_process import ServerProcess
 
 RESULTS = Path(__file__).parent / "results"
 KEY = "sk-bench-upstream"

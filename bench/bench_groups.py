@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess
 
 RESULTS = Path(__file__).parent / "results"
 _WORK = """python3 - <<'PY'

@@ -32,7 +32,7 @@ from service.images import ImageStore
 from service.models import SandboxSpec
 from service.sandboxes.base import SandboxRequest
 from service.sandboxes.local.backend import LocalBackend
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess
 
 RESULTS = Path(__file__).parent / "results"
 IMAGES = ("rollout/base", "host")

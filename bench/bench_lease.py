@@ -1,7 +1,7 @@
 """A replica's lease heartbeat while its store's connection pool is busy, against a baseline.
 
 A `PostgresStore` (lease 3 s: a heartbeat every 0.5 s) on a throwaway PostgreSQL cluster
-(`tests/store/postgres_server.py`); `--writers` tasks keep its pool busy with statements of
+(`testing/postgres_server.py`); `--writers` tasks keep its pool busy with statements of
 `--statement-s` each (as event writes on a loaded replica and database); the figure is the
 worst age of the lease's heartbeat (now() - heartbeat_at, sampled every 20 ms for `--window`
 s). Each scenario (pool idle, pool busy) runs in its own process against this tree and
@@ -79,7 +79,7 @@ def main() -> None:
     parser.add_argument("--baseline-ref", default=BASELINE_REF)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from tests.store.postgres_server import PostgresServer, postgres_bin_dir
+    from testing.postgres_server import PostgresServer, postgres_bin_dir
 
     bin_dir = postgres_bin_dir()
     if bin_dir is None:

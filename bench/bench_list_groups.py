@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from service.models.group import Group, GroupMember, GroupSpec, GroupStatus
 from service.store.postgres import PostgresStore, migrate
 from service.store.sqlite import SqliteStore
-from tests.store.postgres_server import PostgresServer, postgres_bin_dir
-from tests.store.samples import BASE_TIME, rollout
+from testing.postgres_server import PostgresServer, postgres_bin_dir
+from testing.samples import BASE_TIME, rollout
 
 Store = SqliteStore | PostgresStore
 

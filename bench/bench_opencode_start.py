@@ -36,7 +36,7 @@ from service.agents.opencode_config import XDG_ROOT, opencode_env, seed_files
 from service.agents.opencode_install import OpencodeInstaller
 from service.config import Settings
 from service.models.model_access import ModelAccess
-from tests.fakes.llm_upstream import FakeUpstream
+from testing.fakes.llm_upstream import FakeUpstream
 
 RESULTS = Path(__file__).parent / "results"
 MODEL = "policy"

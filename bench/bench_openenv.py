@@ -30,8 +30,8 @@ from openenv.core.mcp_client import MCPToolClient
 from rollout_client import AsyncRolloutClient
 
 from service.openenv.opencode_task import RolloutArguments, spec_of
-from tests.openenv.front_door import front_door
-from tests.server_process import ServerProcess
+from testing.front_door import front_door
+from testing.server_process import ServerProcess
 
 RESULTS = Path(__file__).parent / "results"
 TASK = {"instruction": "bench"}

@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.e2e.specs import model_calls
-from tests.fakes.llm_upstream import FakeUpstream, Reply
-from tests.server_process import ServerProcess
+from testing.fakes.llm_upstream import FakeUpstream, Reply
+from testing.server_process import ServerProcess
+from testing.specs import model_calls
 
 RESULTS = Path(__file__).parent / "results"
 MODEL = "bench-policy"

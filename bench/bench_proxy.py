@@ -1,6 +1,6 @@
 """Capture-proxy overhead: the same upstream called directly and through the proxy.
 
-Three processes: the fake upstream in its standalone mode (`tests.fakes.llm_upstream`: one
+Three processes: the fake upstream in its standalone mode (`testing.fakes.llm_upstream`: one
 pre-rendered reply, as vLLM shapes it with logprobs and token ids, ~12k prompt ids
 included), the proxy (`service.proxy.remote.standalone`, writing every turn as a JSON line to
 /dev/null) and this load generator, which uses the proxy's own lean HTTP client for both
@@ -293,7 +293,7 @@ def main() -> None:
         [
             sys.executable,
             "-m",
-            "tests.fakes.llm_upstream",
+            "testing.fakes.llm_upstream",
             "--port",
             "0",
             "--text",

@@ -1,6 +1,6 @@
 """Server memory around rollouts whose agent posts huge bodies through the capture proxy.
 
-A real server subprocess (`tests.server_process`) and the fake upstream (in this process).
+A real server subprocess (`testing.server_process`) and the fake upstream (in this process).
 Each rollout's command agent, in a real sandbox, posts one body of `--body-mib` MiB to each
 of `/v1/responses`, `/v1/messages` and `/v1/chat/completions` through its proxy route (the
 agent of `tests/e2e/test_turn_bounds.py`, at the issue's size). The rollout is run and read
@@ -32,11 +32,9 @@ sys.path.insert(0, str(ROOT))
 from rollout.v1 import rollout_pb2 as pb  # noqa: E402
 from rollout.v1 import rollout_pb2_grpc as pb_grpc  # noqa: E402
 
-from tests.e2e.specs import command_spec  # noqa: E402
-from tests.e2e.test_memory import resident_bytes  # noqa: E402
-from tests.e2e.test_turn_bounds import PATHS, POST  # noqa: E402
-from tests.fakes.llm_upstream import FakeUpstream  # noqa: E402
-from tests.server_process import ServerProcess  # noqa: E402
+from testing.fakes.llm_upstream import FakeUpstream  # noqa: E402
+from testing.server_process import ServerProcess, resident_bytes  # noqa: E402
+from testing.specs import PATHS, POST, command_spec  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 MIB = 1024 * 1024

@@ -38,7 +38,7 @@ from rollout_client.batch.results import PHASES
 from service.sandboxes.local.bwrap import SandboxLayout
 from service.sandboxes.local.disk_pool import DiskPool
 from service.sandboxes.local.removal import remove_tree
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess
 
 RESULTS = Path(__file__).parent / "results"
 CONFIGS = {

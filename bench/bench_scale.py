@@ -1,13 +1,13 @@
 """Many concurrent rollouts on E2B across three replicas sharing one PostgreSQL, ramped up.
 
 Real: three server subprocesses (`ROLLOUT_DATABASE_URL` on a throwaway PostgreSQL cluster,
-`tests/store/postgres_server.py`), their e2b backends and SDK, the fake E2B cloud's wire
+`testing/postgres_server.py`), their e2b backends and SDK, the fake E2B cloud's wire
 (one cloud process per replica, `bench/scale_cloud.py`), each replica's capture proxy (TCP,
 `ROLLOUT_PROXY_PUBLIC_URL`: the sandbox calls the service's proxy, no proxy inside it), the
 events, the store and the cross-replica fan-out (WatchRollout on a replica that does not run
 the rollout). Cheap: the agent, a coroutine of the cloud process that makes a streamed chat call
 through the proxy every `--every` s (jittered) and prints a line after each; the upstream is
-the fast fake (`python -m tests.fakes.llm_upstream`).
+the fast fake (`python -m testing.fakes.llm_upstream`).
 
 Rollouts are started round-robin over the replicas in steps (a tenth, a quarter, half, three
 quarters, all of `--rollouts`); once a step's agents all run, a window of `--window` s is
@@ -64,8 +64,8 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 from bench.bench_rollouts import rss_mb
 from bench.bench_watchers import percentile
 from bench.scale_cloud import AGENT_MARK
-from tests.server_process import ServerProcess
-from tests.store.postgres_server import PostgresServer, postgres_bin_dir
+from testing.postgres_server import PostgresServer, postgres_bin_dir
+from testing.server_process import ServerProcess
 
 RESULTS = Path(__file__).parent / "results"
 REPLICAS = 3
@@ -455,7 +455,7 @@ def final_statuses(url: str) -> dict[str, int]:
 
 def start_upstream() -> tuple[subprocess.Popen[str], str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.llm_upstream", "--text", "a short streamed reply"],
+        [sys.executable, "-m", "testing.fakes.llm_upstream", "--text", "a short streamed reply"],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -33,7 +33,7 @@ from service.config import Settings
 from service.models import SandboxSpec
 from service.sandboxes.base import SandboxRequest
 from service.sandboxes.local.backend import LocalBackend
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -26,7 +26,7 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from bench.bench_rollouts import rss_mb, run_batch
 from bench.bench_watchers import BASELINE_REF, baseline_command, ratio
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess
 
 RESULTS = Path(__file__).parent / "results"
 _SAMPLES = 10

@@ -1,6 +1,6 @@
 """The fake E2B cloud for `bench_scale.py`, in its own process, with scripted agents.
 
-Everything the service talks to is the test suite's fake (`tests.fakes.e2b_cloud`: the control
+Everything the service talks to is the test suite's fake (`testing.fakes.e2b_cloud`: the control
 plane, envd's Connect streams, files, network updates), on one loopback port. What is cheap is
 the agent: a command containing `AGENT_MARK` is not a process but a coroutine of this process
 that speaks envd's wire format like one (a start event, stdout chunks, an end event, killed
@@ -38,8 +38,8 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_watchers import percentile
-from tests.fakes.e2b_cloud import FakeE2B, SandboxRecord
-from tests.fakes.envd import FakeProcess, FakeSandbox
+from testing.fakes.e2b_cloud import FakeE2B, SandboxRecord
+from testing.fakes.envd import FakeProcess, FakeSandbox
 
 AGENT_MARK = "bench-scale-agent"
 _PIDS = itertools.count(1000)

@@ -32,6 +32,7 @@ from pydantic_settings import (
 )
 
 from service.errors import ConfigError, excerpt
+from service.listen_address import host_and_port
 
 __all__ = ["Settings", "load_settings"]
 
@@ -128,6 +129,10 @@ class Settings(BaseSettings):
     """Rollouts waiting for a running slot; beyond this StartRollout is RESOURCE_EXHAUSTED."""
     default_backend: str = "local"
     """Sandbox backend when the spec names none."""
+    start_backends: list[str] = []
+    """Backends built at start besides default_backend (a JSON list, e.g. ["e2b"]): a missing
+    dependency then stops the server at start, and the sandboxes this instance left behind
+    there are killed before it serves. Any other backend is built by its first rollout."""
 
     agent_timeout_default_s: float = 600.0
     """Agent budget when the spec sets none."""
@@ -331,8 +336,8 @@ class Settings(BaseSettings):
     @field_validator("proxy_listen")
     @classmethod
     def _host_and_port(cls, value: str) -> str:
-        _, colon, port = value.rpartition(":")
-        if not colon or not port.isdigit() or int(port) > 65535:
+        parsed = host_and_port(value)
+        if parsed is None or parsed[1] > 65535:
             raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:0 (port 0 picks a free one)")
         return value
 

@@ -55,6 +55,7 @@ __all__ = [
     "UpstreamError",
     "VerifierError",
     "excerpt",
+    "first_of",
 ]
 
 _EXCERPT_CHARS = 48
@@ -66,6 +67,13 @@ def excerpt(value: str, limit: int = _EXCERPT_CHARS) -> str:
     if len(value) <= limit:
         return repr(value)
     return f"{value[:limit]!r}... ({len(value)} chars)"
+
+
+def first_of(items: list[str], shown: int, separator: str = ", ") -> str:
+    """The first `shown` of `items` joined by `separator`, and how many more there are: a
+    message names a few of a long list, never all of it."""
+    more = len(items) - shown
+    return separator.join(items[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 class MissingDependencyError(RuntimeError):

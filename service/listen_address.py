@@ -1,4 +1,5 @@
-"""Whether a TCP listen address is free, and which process holds it when it is not.
+"""Listen addresses: HOST:PORT read (`host_and_port`) and written (`host_port`) here only;
+whether a TCP listen address is free, and which process holds it when it is not.
 
 A second server on a port in use must not start: gRPC binds with SO_REUSEPORT by default, so
 the kernel would split clients between two servers with two databases, and rollouts would
@@ -44,6 +45,7 @@ __all__ = [
     "bind_refusal",
     "ensure_free",
     "host_and_port",
+    "host_port",
     "names_listener",
 ]
 
@@ -63,6 +65,12 @@ def host_and_port(listen: str) -> tuple[str | None, int] | None:
     return host.removeprefix("[").removesuffix("]") or None, int(port)
 
 
+def host_port(host: str | None, port: int) -> str:
+    """HOST:PORT written back (an IPv6 host in brackets; no host: `:PORT`)."""
+    host = host or ""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def advertised(listen: str, port: int) -> str:
     """Where other servers reach a listener on `listen` bound to `port`: HOST:PORT, or ''
     when its host names no one address (every interface, or not TCP)."""
@@ -73,7 +81,7 @@ def advertised(listen: str, port: int) -> str:
     with contextlib.suppress(ValueError):
         if ipaddress.ip_address(host).is_unspecified:
             return ""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return host_port(host, port)
 
 
 def names_listener(hosts: Sequence[str], listen_host: str, names: Collection[str]) -> bool:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from service.agents.base import Agent
+from service.agents import Agent
 from service.config import Settings
 from service.errors import MissingDependencyError
-from service.sandboxes.base import SandboxBackend
+from service.sandboxes import Capabilities, SandboxBackend
 
-__all__ = ["AGENTS", "BACKENDS", "load_agent", "load_backend"]
+__all__ = ["AGENTS", "BACKENDS", "backend_capabilities", "load_agent", "load_backend"]
 
 BACKENDS: dict[str, tuple[str, str]] = {
     "local": ("service.sandboxes.local.backend:LocalBackend", "the Debian package bubblewrap"),
@@ -34,7 +34,8 @@ AGENTS: dict[str, tuple[str, str]] = {
 """Agent name -> (import path, what to install when the import fails)."""
 
 
-def _load(table: dict[str, tuple[str, str]], name: str, settings: Settings) -> Any:
+def _find(table: dict[str, tuple[str, str]], name: str) -> Any:
+    """The implementation called `name`, imported now."""
     target, requirement = table[name]
     module_name, _, attribute = target.partition(":")
     try:
@@ -45,16 +46,23 @@ def _load(table: dict[str, tuple[str, str]], name: str, settings: Settings) -> A
         raise MissingDependencyError(
             f"{name!r} needs {requirement or exc.name}: install it ({exc})"
         ) from exc
-    return getattr(module, attribute)(settings)
+    return getattr(module, attribute)
 
 
 def load_backend(name: str, settings: Settings) -> SandboxBackend:
     """Build the backend called `name` (a key of BACKENDS)."""
-    backend: SandboxBackend = _load(BACKENDS, name, settings)
+    backend: SandboxBackend = _find(BACKENDS, name)(settings)
     return backend
+
+
+def backend_capabilities(name: str) -> Capabilities:
+    """What the sandboxes of the backend called `name` (a key of BACKENDS) can do, as its
+    class declares, without building it."""
+    capabilities: Capabilities = _find(BACKENDS, name).capabilities
+    return capabilities
 
 
 def load_agent(name: str, settings: Settings) -> Agent:
     """Build the harness called `name` (a key of AGENTS)."""
-    agent: Agent = _load(AGENTS, name, settings)
+    agent: Agent = _find(AGENTS, name)(settings)
     return agent

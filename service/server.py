@@ -27,32 +27,31 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from rollout.v1 import rollout_pb2 as pb
 
-from service.agents.opencode_install import OpencodeInstaller, npm_missing
-from service.api.auth import BearerAuthInterceptor, TokenTable, load_tokens
-from service.api.handlers import add_servicer
-from service.api.health_port import check_health_listen, open_health_server
-from service.api.metrics_port import MetricsEndpoint
-from service.api.servicer import RolloutServicer
-from service.api.transport import (
+from service.agents import OpencodeInstaller, npm_missing
+from service.api import (
+    BearerAuthInterceptor,
+    MetricsEndpoint,
+    RolloutServicer,
+    TokenTable,
+    add_servicer,
     check_exposure,
+    check_health_listen,
     check_metrics_exposure,
     check_proxy_exposure,
+    load_tokens,
+    open_health_server,
     server_credentials,
 )
 from service.config import Settings, load_settings
-from service.dashboard.serve import Dashboard
-from service.engine.events import EventHub
-from service.engine.groups.manager import GroupManager
-from service.engine.manager import RolloutManager
-from service.engine.model_access import ModelRouter
-from service.engine.sessions import SessionManager
+from service.dashboard import Dashboard
+from service.engine import EventHub, GroupManager, ModelRouter, RolloutManager, SessionManager
 from service.errors import ConfigError, MissingDependencyError
-from service.listen_address import advertised, ensure_free
+from service.listen_address import advertised, ensure_free, host_and_port, host_port
 from service.memory import freeze_startup_objects, return_large_frees_to_the_os
-from service.proxy.server import CaptureProxy
+from service.proxy import CaptureProxy
+from service.registry import BACKENDS
 from service.store import new_store
-from service.telemetry.metrics import Metrics, start_metrics_export
-from service.telemetry.setup import setup_tracing
+from service.telemetry import Metrics, setup_tracing, start_metrics_export
 
 __all__ = ["main", "serve"]
 
@@ -112,8 +111,10 @@ async def serve(settings: Settings) -> None:
     )
     manager.load_default_backend()
     _warn_if_opencode_unavailable(settings)
-    if os.environ.get("E2B_API_KEY"):
-        manager.backend("e2b")  # loaded now so that recover() sweeps its orphans before we serve
+    for name in settings.start_backends:  # built now, so that recover() sweeps their orphans
+        if name not in BACKENDS:
+            raise ConfigError(f"start_backends names {name!r}, not one of {sorted(BACKENDS)}")
+        manager.backend(name)
     interrupted = await manager.recover()
     if interrupted:
         log.warning("marked %d rollouts interrupted by restart as FAILED", interrupted)
@@ -140,14 +141,13 @@ async def serve(settings: Settings) -> None:
     await store.advertise(settings.advertise_address or advertised(settings.listen, port))
     if health_port is not None:  # after the API, whose health ("") is SERVING from the start
         await health_port[0].start()
-        health_host = settings.health_listen.rsplit(":", 1)[0]
-        print(f"rollout-service health (plaintext) at {health_host}:{health_port[1]}", flush=True)
+        health = _with_port(settings.health_listen, health_port[1])
+        print(f"rollout-service health (plaintext) at {health}", flush=True)
     await _mark_serving(health_servicer)
     if dashboard is not None:
         print(f"rollout-service dashboard at {await dashboard.start()}", flush=True)
-    host = settings.listen.rsplit(":", 1)[0]
     freeze_startup_objects()
-    print(f"rollout-service listening on {host}:{port}", flush=True)
+    print(f"rollout-service listening on {_with_port(settings.listen, port)}", flush=True)
 
     await stop.wait()
     log.info("shutting down: draining for up to %.0fs", settings.shutdown_grace_s)
@@ -186,6 +186,12 @@ async def _take_over_gone_replicas(
             continue
         if ended or resumed:
             log.warning("took over %d rollouts and %d groups of a stopped replica", ended, resumed)
+
+
+def _with_port(listen: str, port: int) -> str:
+    """`listen` (HOST:PORT) with the port it was bound to."""
+    parsed = host_and_port(listen)
+    return listen if parsed is None else host_port(parsed[0], port)
 
 
 def _warn_if_opencode_unavailable(settings: Settings) -> None:

@@ -10,7 +10,7 @@ import grpc
 import pytest
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.server_process import ServerProcess, forget_inherited_settings
+from testing.server_process import ServerProcess, forget_inherited_settings, running
 
 # A developer's ROLLOUT_LISTEN (or any ROLLOUT_* setting) must not change what the suite tests.
 forget_inherited_settings()
@@ -27,9 +27,8 @@ def server_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
         tmp_path_factory.mktemp("server-state"),
         env={"ROLLOUT_MAX_RUNNING": "8", "ROLLOUT_SECRET_CANARY": "canary-7d1f"},
     )
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -1,31 +1,41 @@
-"""Layers point one way (STYLE.md): a room of `service/` imports only rooms on lower levels.
+"""Layers point one way, and a room is entered by its front door.
+
+Levels: a room of `service/` imports only rooms on lower levels.
 
     level  rooms                                        what they are
-    10     server                                       wires everything and serves
-    9      dashboard, openenv                           the web dashboard, on the API; the
+    11     server                                       wires everything and serves
+    10     dashboard, openenv                           the web dashboard, on the API; the
                                                         OpenEnv front door, a gRPC client
-    8      api                                          the gRPC edge: proto <-> domain
-    7      engine                                       the lifecycle, the manager, groups
-    6      registry                                     name -> backend or harness (lazy)
-    5      agents, proxy, verifier, harbor              each on its own: never one another
-    4      sandboxes                                    the `Sandbox` protocol and backends
-    3      images, store, telemetry                     what a sandbox, the engine, ... use
-    2      config, listen_address, file_lock, memory,   settings and small host facilities
-           user_namespace, host_python
+    9      api                                          the gRPC edge: proto <-> domain
+    8      engine                                       the lifecycle, the manager, groups
+    7      registry                                     name -> backend or harness (lazy)
+    6      agents, proxy, verifier, harbor              each on its own: never one another
+    5      sandboxes                                    the `Sandbox` protocol and backends
+    4      images, store, telemetry                     what a sandbox, the engine, ... use
+    3      config, file_lock, memory, user_namespace,   settings and small host facilities
+           host_python
+    2      listen_address                               HOST:PORT, read and written once
     1      errors                                       the one exception hierarchy
-    0      models                                       the pydantic domain: imports nothing
+    0      models, door                                 the pydantic domain; lazy doors
 
 Rooms on one level never import each other: what two of them share lives below both (a
 model type in `models`, like `ModelAccess`, which the proxy makes and the harnesses read;
-the local sandbox's forwarder in `sandboxes.local`). Read from the source, so a lazy import
-inside a function, or one only for type checking, counts. No module may import, through any
-chain, a module that imports it back (a cycle hides which way a dependency points).
+the local sandbox's forwarder in `sandboxes.local`). Floors: inside `engine`, `proxy` and
+`sandboxes` the same rule holds between their parts (FLOORS). Doors: a module of another
+room takes from a room only what the room's `__init__` exports in `__all__` (a subpackage
+is reached through its parent's door, so it must be exported there too); what a room keeps
+to itself can change without its users noticing. `testing/`, `bench/` and `scripts/`
+import nothing of `tests/`: what tests and benchmarks both need lives in `testing/`. Read
+from the source, so a lazy import inside a function, or one only for type checking,
+counts. No module may import, through any chain, a module that imports it back (a cycle
+hides which way a dependency points).
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Mapping
+import importlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,11 +43,14 @@ import rollout_client
 
 import service
 
-SERVICE = Path(service.__file__).parent
+ROOT = Path(service.__file__).parent.parent
+TREES = ("service", "testing", "bench", "scripts")
+"""The trees whose imports are read (`tests/` imports what it tests)."""
 LEVELS: tuple[tuple[str, ...], ...] = (
-    ("models",),
+    ("models", "door"),
     ("errors",),
-    ("config", "listen_address", "file_lock", "memory", "user_namespace", "host_python"),
+    ("listen_address",),
+    ("config", "file_lock", "memory", "user_namespace", "host_python"),
     ("images", "store", "telemetry"),
     ("sandboxes",),
     ("agents", "proxy", "verifier", "harbor"),
@@ -47,11 +60,41 @@ LEVELS: tuple[tuple[str, ...], ...] = (
     ("dashboard", "openenv"),
     ("server",),
 )
-LEVEL_OF = {room: level for level, rooms in enumerate(LEVELS) for room in rooms}
+FLOORS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "service.sandboxes": (
+        ("base",),
+        ("output", "deadline", "carry", "prestart", "seal", "internet"),
+        ("local", "e2b"),
+    ),
+    "service.proxy": (
+        ("transport", "endpoints"),
+        ("capture",),
+        ("dialects", "access"),
+        ("core",),
+        ("server", "remote"),
+    ),
+    "service.engine": (
+        ("task_paths", "call_rules", "feed", "collect", "output_cap", "output_scrub"),
+        ("admission", "remote_cancel", "live_rollout"),
+        ("task_extras", "model_calls", "events", "idempotency"),
+        ("staging", "validation"),
+        ("template",),  # setup's state, prepared once: the phase machine, groups and sessions
+        ("verification",),
+        ("lifecycle",),
+        ("model_access",),
+        ("checks",),
+        ("recovery",),
+        ("manager",),
+        ("groups",),
+        ("sessions",),
+    ),
+}
+"""A room's parts, lowest floor first, by their dotted name inside the room (the longest
+that names a module counts)."""
 
 
-def _modules(package: Path = SERVICE) -> dict[str, Path]:
-    """Every module of the service (or `package`) by dotted name (a package by its own name)."""
+def _package_modules(package: Path) -> dict[str, Path]:
+    """Every module of `package` by dotted name (a package by its own name)."""
     modules = {}
     for path in sorted(package.rglob("*.py")):
         parts = path.relative_to(package.parent).with_suffix("").parts
@@ -59,61 +102,180 @@ def _modules(package: Path = SERVICE) -> dict[str, Path]:
     return modules
 
 
+def _modules() -> dict[str, Path]:
+    """Every module of TREES by dotted name."""
+    return {name: path for tree in TREES for name, path in _package_modules(ROOT / tree).items()}
+
+
 MODULES = _modules()
+PACKAGES = {name for name, path in MODULES.items() if path.name == "__init__.py"}
 
 
-def _imports(name: str, path: Path, modules: Mapping[str, Path] = MODULES) -> Iterator[str]:
-    """The modules `name` imports (`from a import b` is `a.b` when b is one of `modules`)."""
+def _imports(name: str, path: Path) -> Iterator[tuple[str, str]]:
+    """(module, name) of each name `name` imports: `import a.b` is ("a", "b"), `from a import
+    b` is ("a", "b") and `from a.b import *` is ("a.b", "*")."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
+            for alias in node.names:
+                parent, _, last = alias.name.rpartition(".")
+                yield parent, last
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 base = f"{anchor}.{base}" if base else anchor
-            for alias in node.names:
-                yield f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+            yield from ((base, alias.name) for alias in node.names)
 
 
-def _room(module: str) -> str:
-    return module.split(".")[1] if module.count(".") else ""
+IMPORTS = {name: set(_imports(name, path)) for name, path in MODULES.items()}
+"""Module -> the (module, name) pairs it imports."""
+
+
+def _target(module: str, name: str) -> str:
+    """The module an import reaches: `from a import b` is `a.b` when b is a module."""
+    return f"{module}.{name}" if f"{module}.{name}" in MODULES else module
 
 
 GRAPH = {
-    name: {m for m in _imports(name, path) if m in MODULES and m != name}
-    for name, path in MODULES.items()
+    name: {t for t in (_target(*pair) for pair in pairs) if t in MODULES and t != name}
+    for name, pairs in IMPORTS.items()
 }
-"""Module -> the service modules it imports."""
+"""Module -> the modules of TREES it imports."""
+
+
+def _room(module: str) -> str:
+    return module.split(".")[1] if module.startswith("service.") else ""
+
+
+def _part(room: str, module: str) -> str:
+    """The part of `room` that `module` belongs to: the longest name of FLOORS[room] it is in."""
+    inside = module.removeprefix(room + ".").split(".") if module.startswith(room + ".") else []
+    parts = {part for floor in FLOORS[room] for part in floor}
+    return next(
+        (".".join(inside[:n]) for n in range(len(inside), 0, -1) if ".".join(inside[:n]) in parts),
+        inside[0] if inside else "",
+    )
+
+
+def _upward(
+    graph: dict[str, set[str]], where: dict[str, int], place: dict[str, str]
+) -> Iterator[str]:
+    """Each import of a module into a place on its own level or above (`where`: place -> level,
+    `place`: module -> its place, "" for none that counts)."""
+    for name, imported_modules in graph.items():
+        for imported in imported_modules:
+            mine, theirs = place[name], place[imported]
+            if mine and theirs and mine != theirs and where[theirs] >= where[mine]:
+                yield f"{name} imports {imported} (level {where[theirs]} >= {where[mine]})"
+
+
+def _levels(floors: tuple[tuple[str, ...], ...]) -> dict[str, int]:
+    return {place: level for level, places in enumerate(floors) for place in places}
+
+
+SERVICE = {name: imported for name, imported in GRAPH.items() if name.startswith("service.")}
 
 
 def test_every_room_has_a_level() -> None:
-    rooms = {_room(name) for name in MODULES} - {""}
+    rooms = {_room(name) for name in SERVICE} - {""}
     assert len(rooms) > 10  # the package was found
-    assert rooms == set(LEVEL_OF), "a new room needs its level in LEVELS (and the docs' table)"
+    assert rooms == set(_levels(LEVELS)), "a new room needs its level in LEVELS (and the docs')"
 
 
-@pytest.mark.parametrize("room", sorted(LEVEL_OF))
+@pytest.mark.parametrize("room", sorted(_levels(LEVELS)))
 def test_a_room_imports_only_lower_levels(room: str) -> None:
-    upward = sorted(
-        f"{name} imports {imported} (level {LEVEL_OF[_room(imported)]})"
-        for name, imported_modules in GRAPH.items()
-        if _room(name) == room
-        for imported in imported_modules
-        if _room(imported) not in ("", room) and LEVEL_OF[_room(imported)] >= LEVEL_OF[room]
-    )
-    assert not upward, f"{room} is on level {LEVEL_OF[room]}"
+    place = {name: _room(name) for name in MODULES}
+    mine = {name: imported for name, imported in SERVICE.items() if place[name] == room}
+    upward = sorted(_upward(mine, _levels(LEVELS), place))
+    assert not upward, f"{room} is on level {_levels(LEVELS)[room]}"
+
+
+@pytest.mark.parametrize("room", sorted(FLOORS))
+def test_every_part_of_a_room_has_a_floor(room: str) -> None:
+    parts = {_part(room, name) for name in MODULES if name.startswith(room + ".")}
+    assert parts == set(_levels(FLOORS[room])), "a new part needs its floor in FLOORS"
+
+
+@pytest.mark.parametrize("room", sorted(FLOORS))
+def test_a_floor_imports_only_lower_floors(room: str) -> None:
+    place = {name: _part(room, name) for name in MODULES}
+    inside = {
+        name: {imported for imported in modules if imported.startswith(room + ".")}
+        for name, modules in SERVICE.items()
+        if name.startswith(room + ".")
+    }
+    upward = sorted(_upward(inside, _levels(FLOORS[room]), place))
+    assert not upward
 
 
 def test_the_openenv_front_door_imports_no_other_room() -> None:
     """It reaches the server over gRPC (rollout_client) like any caller, never in-process."""
     reached = sorted(
         f"{name} imports {imported}"
-        for name, imported_modules in GRAPH.items()
+        for name, imported_modules in SERVICE.items()
         if _room(name) == "openenv"
         for imported in imported_modules
         if _room(imported) != "openenv"
+    )
+    assert not reached
+
+
+def _exports(package: str) -> frozenset[str]:
+    """What `package`'s `__init__` lists in `__all__` (read from the source)."""
+    for node in ast.parse(MODULES[package].read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            return frozenset(ast.literal_eval(node.value))
+    return frozenset()
+
+
+def _through_doors(importer: str, module: str, name: str) -> Iterator[str]:
+    """The door that `from module import name`, from another room, passes without being let
+    in: the room and each subpackage on the way must export the next step (a subpackage,
+    or the name). Inside a room, FLOORS hold its parts apart."""
+    if _room(module) in ("", _room(importer)):
+        return
+    steps = [*module.split("."), name]
+    for depth in range(2, len(steps)):
+        package = ".".join(steps[:depth])
+        if package in PACKAGES and steps[depth] not in _exports(package):
+            yield f"{importer} takes {steps[depth]} from {package}, which does not export it"
+            return
+
+
+@pytest.mark.parametrize("tree", ["service"])
+def test_a_package_is_entered_by_its_door(tree: str) -> None:
+    past_doors = sorted(
+        problem
+        for importer, pairs in IMPORTS.items()
+        if importer.startswith(tree + ".")
+        for module, name in pairs
+        if module.startswith("service.")
+        for problem in _through_doors(importer, module, name)
+    )
+    assert not past_doors
+
+
+DOORS = sorted(p for p in PACKAGES if p.startswith("service.") and _exports(p))
+
+
+@pytest.mark.parametrize("package", DOORS)
+def test_every_exported_name_is_there(package: str) -> None:
+    imported = importlib.import_module(package)
+    missing = [name for name in sorted(_exports(package)) if not hasattr(imported, name)]
+    assert not missing
+
+
+@pytest.mark.parametrize("tree", ["testing", "bench", "scripts"])
+def test_support_bench_and_scripts_import_nothing_of_the_tests(tree: str) -> None:
+    reached = sorted(
+        f"{importer} imports {module}"
+        for importer, pairs in IMPORTS.items()
+        if importer.startswith(tree + ".")
+        for module, _ in pairs
+        if module == "tests" or module.startswith("tests.")
     )
     assert not reached
 
@@ -154,9 +316,13 @@ def _walk(
 # modules import one another one way only. Kept apart from the service's rules above.
 
 CLIENT = Path(rollout_client.__file__).parent
-CLIENT_MODULES = _modules(CLIENT)
+CLIENT_MODULES = _package_modules(CLIENT)
 CLIENT_IMPORTS = {
-    name: set(_imports(name, path, CLIENT_MODULES)) for name, path in CLIENT_MODULES.items()
+    name: {
+        f"{module}.{imported}" if f"{module}.{imported}" in CLIENT_MODULES else module
+        for module, imported in _imports(name, path)
+    }
+    for name, path in CLIENT_MODULES.items()
 }
 """Client module -> every module it imports (the client's own, and any other)."""
 

@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from service.errors import FieldViolation
-from service.models import AgentOutput
-from service.models.model_access import ModelAccess
-from service.sandboxes.base import Sandbox
+from service.models import AgentOutput, ModelAccess
+from service.sandboxes import Sandbox
 
 __all__ = [
     "ORACLE",

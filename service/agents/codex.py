@@ -39,9 +39,8 @@ from service.agents.json_lines import JsonLineStream, LineLimits, as_text, clip
 from service.agents.packages import NpmPackage
 from service.config import Settings
 from service.errors import AgentError, FieldViolation
-from service.models import AgentOutput, AgentOutputKind
-from service.models.model_access import ModelAccess
-from service.sandboxes.base import HOME
+from service.models import AgentOutput, AgentOutputKind, ModelAccess
+from service.sandboxes import HOME
 
 __all__ = ["CodexAgent", "CodexHarness", "config_toml", "translate_event"]
 

@@ -10,7 +10,7 @@ from service.agents.process import run_in_task
 from service.config import Settings
 from service.errors import FieldViolation
 from service.models import AgentOutput, AgentOutputKind, ModelAccess
-from service.sandboxes.base import OutputCallback, OutputStream, Sandbox
+from service.sandboxes import OutputCallback, OutputStream, Sandbox
 
 __all__ = ["CommandAgent", "model_env", "stream_to"]
 

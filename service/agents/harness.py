@@ -51,13 +51,16 @@ from service.agents.process import run_in_task, task_launch, wait_for_agent
 from service.agents.warm_start import WarmStart, discard, hand_over, holder_script, settled
 from service.config import Settings
 from service.errors import AgentError, AgentInstallError, FieldViolation, MissingDependencyError
-from service.models.model_access import ModelAccess
-from service.sandboxes.base import OutputCallback, OutputStream, Sandbox, in_workdir
-from service.sandboxes.output import HeadTailBuffer
-from service.sandboxes.prestart import (
+from service.models import ModelAccess
+from service.sandboxes import (
     AgentPlan,
+    HeadTailBuffer,
+    OutputCallback,
+    OutputStream,
     PrestartedAgent,
+    Sandbox,
     has_warm_agents,
+    in_workdir,
     learn,
     take,
 )

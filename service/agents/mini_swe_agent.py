@@ -48,9 +48,8 @@ from service.agents.packages import PypiPackage
 from service.agents.warm_start import WarmStart
 from service.config import Settings
 from service.errors import FieldViolation
-from service.models import AgentOutput, AgentOutputKind
-from service.models.model_access import ModelAccess
-from service.sandboxes.base import HOME
+from service.models import AgentOutput, AgentOutputKind, ModelAccess
+from service.sandboxes import HOME
 
 __all__ = ["MINI_WARM", "MiniSweAgent", "MiniSweHarness", "config_document", "translate_message"]
 

@@ -30,7 +30,7 @@ from service.agents.opencode_install import opencode_package
 from service.agents.opencode_warm import OPENCODE_WARM
 from service.config import Settings
 from service.errors import FieldViolation
-from service.models.model_access import ModelAccess
+from service.models import ModelAccess
 
 __all__ = ["OpencodeAgent", "OpencodeHarness", "closed_to_sandbox_users"]
 

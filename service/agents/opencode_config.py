@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from service.errors import FieldViolation
-from service.models.model_access import ModelAccess
-from service.sandboxes.base import HOME
+from service.models import ModelAccess
+from service.sandboxes import HOME
 
 __all__ = [
     "DEFAULT_DISABLED_TOOLS",

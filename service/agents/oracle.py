@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from service.agents.base import ORACLE, AgentContext
 from service.agents.command import CommandAgent
-from service.sandboxes.base import SOLUTION_DIR
+from service.sandboxes import SOLUTION_DIR
 
 __all__ = ["OracleAgent"]
 

@@ -23,7 +23,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Protocol
 
-from service.sandboxes.base import HOME
+from service.sandboxes import HOME
 
 __all__ = ["NpmPackage", "Package", "PypiPackage"]
 

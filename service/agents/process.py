@@ -23,8 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from service.agents.base import AgentContext, AgentOutcome
-from service.sandboxes.base import BackgroundProcess, OutputCallback, Sandbox, in_workdir
-from service.sandboxes.deadline import wait_or_kill
+from service.sandboxes import BackgroundProcess, OutputCallback, Sandbox, in_workdir, wait_or_kill
 
 __all__ = ["run_in_task", "task_launch", "wait_for_agent"]
 

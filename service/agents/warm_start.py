@@ -27,8 +27,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from service.sandboxes.base import Sandbox, in_workdir
-from service.sandboxes.prestart import PrestartedAgent
+from service.sandboxes import PrestartedAgent, Sandbox, in_workdir
 
 __all__ = ["WarmStart", "discard", "hand_over", "holder_script", "settled"]
 

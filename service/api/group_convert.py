@@ -7,8 +7,7 @@ from rollout.v1 import rollout_pb2 as pb
 from service.api.convert import enum_to_proto, rollout_to_proto, spec_to_proto, timestamp
 from service.api.inbound import group_deadline_from_proto, rollout_id_from_proto, spec_from_proto
 from service.errors import FieldViolation, SpecError
-from service.models import Rollout
-from service.models.group import Group, GroupMember, GroupSpec, GroupStats
+from service.models import Group, GroupMember, GroupSpec, GroupStats, Rollout
 
 __all__ = [
     "group_id_from_proto",

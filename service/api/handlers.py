@@ -26,7 +26,7 @@ from google.protobuf.message import DecodeError, Message
 from rollout.v1 import rollout_pb2 as pb
 
 from service.api.errors import abort, invalid_argument
-from service.telemetry.metrics import Metrics
+from service.telemetry import Metrics
 
 __all__ = ["Undecodable", "add_servicer"]
 

@@ -26,8 +26,8 @@ from grpc_health.v1 import health, health_pb2_grpc
 from service.config import Settings
 from service.errors import ConfigError
 from service.listen_address import ensure_free, host_and_port
-from service.proxy.core import split_listen
-from service.telemetry.metrics import metrics_address
+from service.proxy import split_listen
+from service.telemetry import metrics_address
 
 __all__ = ["check_health_listen", "open_health_server"]
 

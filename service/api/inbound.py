@@ -18,7 +18,7 @@ from google.protobuf import duration_pb2, json_format, struct_pb2
 from google.protobuf.descriptor import EnumDescriptor
 from rollout.v1 import rollout_pb2 as pb
 
-from service.engine.validation import label_violations, text_violations
+from service.engine import label_violations, text_violations
 from service.errors import FieldViolation, SpecError
 from service.models import (
     AgentSpec,
@@ -26,6 +26,7 @@ from service.models import (
     CaptureSpec,
     DialectMode,
     EndpointSpec,
+    GroupStatus,
     HarborTaskSpec,
     NetworkPolicy,
     Resources,
@@ -37,7 +38,6 @@ from service.models import (
     TaskSpec,
     VerifyMode,
 )
-from service.models.group import GroupStatus
 
 __all__ = [
     "after_seq_from_proto",

@@ -49,9 +49,8 @@ from service.api.transport import server_ssl_context
 from service.config import Settings
 from service.errors import ConfigError
 from service.listen_address import bind, ensure_free, names_listener
-from service.proxy.transport.connections import ConnectionLimit
-from service.proxy.transport.httpserver import HttpRequest, HttpServerProtocol, Responder
-from service.telemetry.metrics import metrics_address
+from service.proxy import ConnectionLimit, HttpRequest, HttpServerProtocol, Responder
+from service.telemetry import metrics_address
 
 __all__ = ["MetricsEndpoint"]
 

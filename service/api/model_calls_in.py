@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from rollout.v1 import rollout_pb2 as pb
 
-from service.engine.model_calls import CallSelector
-from service.engine.validation import label_violations
+from service.engine import CallSelector, label_violations
 from service.errors import FieldViolation, SpecError
 
 __all__ = ["selector_from_proto", "version_from_proto"]

@@ -23,8 +23,7 @@ from rollout.v1 import rollout_pb2 as pb
 
 from service.api.convert import rollout_to_proto
 from service.api.group_convert import group_to_proto
-from service.models import Rollout
-from service.models.group import Group
+from service.models import Group, Rollout
 
 __all__ = ["GroupPageBuilder", "RolloutPageBuilder"]
 

@@ -33,10 +33,7 @@ from service.api.paging import GroupPageBuilder, RolloutPageBuilder
 from service.api.session_forward import SessionForwarder
 from service.api.session_methods import SessionMethods
 from service.api.watch import EncodedEvents, FallingBehind, write_events
-from service.engine.events import EventHub
-from service.engine.groups.manager import GroupManager
-from service.engine.manager import RolloutManager
-from service.engine.sessions import SessionManager
+from service.engine import EventHub, GroupManager, RolloutManager, SessionManager
 
 __all__ = ["RolloutServicer"]
 

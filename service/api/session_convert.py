@@ -6,15 +6,9 @@ from rollout.v1 import rollout_pb2 as pb
 
 from service.api.convert import duration, enum_to_proto, rollout_to_proto, timestamp
 from service.api.inbound import duration_from_proto, spec_from_proto
-from service.engine.sessions import (
-    CommandRequest,
-    ExecDone,
-    OpenRequest,
-    OutputChunk,
-    session_status,
-)
+from service.engine import CommandRequest, ExecDone, OpenRequest, OutputChunk, session_status
 from service.models import SESSION_LABEL, Rollout
-from service.sandboxes.base import OutputStream
+from service.sandboxes import OutputStream
 
 __all__ = [
     "command_from_proto",

@@ -20,8 +20,7 @@ from service.api.session_convert import (
 )
 from service.api.session_forward import SessionForwarder, forwarded, forwarded_stream
 from service.api.watch import EncodedEvents, FallingBehind, write_events
-from service.engine.events import EventHub
-from service.engine.sessions import SessionManager
+from service.engine import EventHub, SessionManager
 
 __all__ = ["SessionMethods"]
 

@@ -33,8 +33,9 @@ import grpc
 
 from service.config import Settings
 from service.errors import ConfigError
-from service.proxy.core import split_listen
-from service.telemetry.metrics import metrics_address
+from service.listen_address import host_and_port
+from service.proxy import split_listen
+from service.telemetry import metrics_address
 
 __all__ = [
     "check_dashboard_exposure",
@@ -52,7 +53,8 @@ def is_loopback(listen: str) -> bool:
     """Whether a gRPC listen address is reachable only from this machine."""
     if listen.startswith(("unix:", "unix-abstract:")):
         return True
-    return _is_loopback_host(listen.rsplit(":", 1)[0].removeprefix("[").removesuffix("]"))
+    parsed = host_and_port(listen)
+    return parsed is not None and _is_loopback_host(parsed[0] or "")
 
 
 def _is_loopback_host(host: str) -> bool:

@@ -22,7 +22,7 @@ from rollout.v1 import rollout_pb2 as pb
 
 from service.api.convert import event_to_proto
 from service.api.errors import abort
-from service.engine.events import Backlog
+from service.engine import Backlog
 from service.errors import CapacityError
 from service.models import RolloutEvent
 

@@ -19,3 +19,16 @@ reachable without the API's TLS certificate, whose names need not include a loop
 and without a client certificate the dashboard does not have; TLS and client certificates are
 enforced at the dashboard's own listener instead.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from service.door import door
+
+if TYPE_CHECKING:
+    from service.dashboard.serve import Dashboard
+
+__all__ = ["Dashboard"]
+
+__getattr__ = door(__name__)

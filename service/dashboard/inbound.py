@@ -43,7 +43,7 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from google.protobuf.message import Message
 
-from service.api.auth import TokenTable, Unauthenticated, authenticate
+from service.api import TokenTable, Unauthenticated, authenticate
 from service.dashboard.budget import BodyBudget, Held
 from service.dashboard.decode import (
     CODECS,

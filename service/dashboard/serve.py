@@ -21,8 +21,7 @@ import grpc
 from hypercorn.asyncio import serve
 from hypercorn.config import Config
 
-from service.api.auth import TokenTable
-from service.api.transport import check_dashboard_exposure
+from service.api import TokenTable, check_dashboard_exposure
 from service.config import Settings
 from service.dashboard.budget import BodyBudget
 from service.dashboard.inbound import REQUEST_MAX_BYTES, REQUESTS_HELD_MAX_BYTES, CallGate

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 
 from service.config import Settings
 from service.errors import CapacityError, ShuttingDownError
-from service.telemetry.metrics import Metrics
+from service.telemetry import Metrics
 
 __all__ = ["Admission"]
 

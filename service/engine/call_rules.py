@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from service.errors import CapacityError, FieldViolation, SpecError
-from service.proxy.endpoints import normalized_base_url
+from service.proxy import normalized_base_url
 
 __all__ = ["CallRules", "CallSelector", "Selectable"]
 

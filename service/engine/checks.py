@@ -14,16 +14,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from service.agents.base import Agent
+from service.agents import Agent
 from service.config import Settings
 from service.engine.model_access import ModelRouter
 from service.engine.validation import validate_spec
 from service.engine.verification import check_verify_mode
 from service.errors import FieldViolation, MissingDependencyError, SpecError
 from service.models import RolloutSpec, SandboxSpec
-from service.proxy.endpoints import ResolvedEndpoint
+from service.proxy import ResolvedEndpoint
 from service.registry import BACKENDS, load_agent, load_backend
-from service.sandboxes.base import SandboxBackend
+from service.sandboxes import SandboxBackend
 
 __all__ = ["Checked", "SpecChecks"]
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from service.config import Settings
-from service.sandboxes.base import WORKDIR, FileEntry, Sandbox
+from service.sandboxes import WORKDIR, FileEntry, Sandbox
 
 __all__ = ["MAX_OMITTED", "CollectedFiles", "collect_workdir"]
 

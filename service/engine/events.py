@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 
 from service.engine.feed import EventFeed
 from service.models import EventPayload, Rollout, RolloutEvent
-from service.store.base import FencedError, RolloutStore
+from service.store import FencedError, RolloutStore
 
 __all__ = ["Backlog", "EventHub", "RolloutLog"]
 

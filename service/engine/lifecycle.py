@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from opentelemetry import trace
 
-from service.agents.base import ORACLE, Agent, AgentContext, AgentOutcome
+from service.agents import ORACLE, Agent, AgentContext, AgentOutcome
 from service.config import Settings
 from service.engine.collect import collect_workdir
 from service.engine.output_cap import OutputCap
@@ -47,12 +47,10 @@ from service.models import (
     RolloutStatus,
     Turn,
 )
-from service.proxy.capture.gate import CallGate
-from service.proxy.capture.record import scrub_text
-from service.proxy.capture.tally import CallTally
-from service.sandboxes.base import Sandbox, SandboxBackend, SandboxRequest, in_workdir
-from service.telemetry.metrics import Metrics
-from service.verifier.commands import run_commands
+from service.proxy import CallGate, CallTally, scrub_text
+from service.sandboxes import Sandbox, SandboxBackend, SandboxRequest, in_workdir
+from service.telemetry import Metrics
+from service.verifier import run_commands
 
 __all__ = ["ModelAttachment", "RolloutRun", "Slot"]
 

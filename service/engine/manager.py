@@ -31,7 +31,7 @@ from service.engine.remote_cancel import cancel_elsewhere
 from service.engine.template import PreparedFilesystem
 from service.engine.validation import spec_bytes
 from service.errors import NotFoundError
-from service.harbor.tasks import HarborTasks
+from service.harbor import HarborTasks
 from service.memory import HeapTrimmer
 from service.models import (
     EventPayload,
@@ -42,9 +42,9 @@ from service.models import (
     RolloutStatus,
     SessionRecord,
 )
-from service.sandboxes.base import SandboxBackend
-from service.store.base import FencedError, Holder, RolloutPage, RolloutStore, TakeRollout
-from service.telemetry.metrics import Metrics
+from service.sandboxes import SandboxBackend
+from service.store import FencedError, Holder, RolloutPage, RolloutStore, TakeRollout
+from service.telemetry import Metrics
 
 __all__ = ["RolloutManager"]
 

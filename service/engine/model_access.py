@@ -1,11 +1,12 @@
 """Choosing how a rollout's agent reaches the model: through the capture proxy or directly.
 
 Where the proxy runs for a rollout with capture TRANSPARENT_PROXY (`ModelRouter._placement`):
-- a local sandbox reaches the service's proxy through a Unix socket of its own, which the
-  proxy binds in the sandbox's proxy directory (`SandboxProxySocket`) for the rollout's
-  route: the route is reachable from that sandbox only, and carries no token; the
-  service starts the forwarder to it before the agent (`proxy.access.start_forwarder`),
-  so a forwarder that cannot start fails the rollout as SANDBOX, never as the agent's;
+- a sandbox of a backend whose capabilities have `host_socket` (local) reaches the service's
+  proxy through a Unix socket of its own, which the proxy binds in the sandbox's proxy
+  directory (`SandboxProxySocket`) for the rollout's route: the route is reachable from
+  that sandbox only, and carries no token; the service starts the forwarder to it before
+  the agent (`proxy.access.start_forwarder`), so a forwarder that cannot start fails the
+  rollout as SANDBOX, never as the agent's;
 - a remote sandbox (E2B) reaches it at `Settings.proxy_public_url` when the operator set one
   (host placement);
 - otherwise the proxy runs inside the remote sandbox (`service.proxy.remote.in_sandbox`).
@@ -31,24 +32,22 @@ from service.config import Settings
 from service.engine.lifecycle import AttachModel, ModelAttachment
 from service.engine.model_calls import ModelCalls, Publish, RouteEntry
 from service.errors import FieldViolation, SandboxError, SpecError
-from service.models import CaptureMode, NetworkPolicy, RolloutSpec, Turn
-from service.models.model_access import ModelAccess
-from service.proxy.access import (
+from service.models import CaptureMode, ModelAccess, NetworkPolicy, RolloutSpec, Turn
+from service.proxy import (
+    CaptureProxy,
+    InSandboxProxy,
+    ResolvedEndpoint,
+    Route,
     direct_access,
     host_socket_access,
+    resolve_endpoint,
     start_forwarder,
     stop_forwarder,
 )
-from service.proxy.capture.route import Route
-from service.proxy.endpoints import ResolvedEndpoint, resolve_endpoint
-from service.proxy.remote.in_sandbox import InSandboxProxy
-from service.proxy.server import CaptureProxy
-from service.sandboxes.base import Sandbox
+from service.registry import backend_capabilities
+from service.sandboxes import Sandbox
 
 __all__ = ["ModelRouter", "Placement"]
-
-_HOST_SOCKET_BACKENDS = frozenset({"local"})
-"""Backends whose sandboxes can have the service's proxy socket bound in."""
 
 
 class Placement(Enum):
@@ -119,7 +118,7 @@ class ModelRouter:
 
     def _placement(self, spec: RolloutSpec) -> Placement:
         backend = spec.sandbox.backend or self._settings.default_backend
-        if backend in _HOST_SOCKET_BACKENDS:
+        if backend_capabilities(backend).host_socket:
             return Placement.HOST_SOCKET
         if self._settings.proxy_public_url:
             return Placement.PUBLIC_URL

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from service.engine.call_rules import CallRules, CallSelector
 from service.errors import FieldViolation, SpecError
 from service.models import EventPayload, Notice
-from service.proxy.capture.gate import CallGate
+from service.proxy import CallGate
 
 __all__ = ["CallSelector", "DrainReport", "ModelCalls", "Publish", "RouteEntry"]
 

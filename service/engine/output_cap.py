@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from service.models import AgentOutput, AgentOutputKind
-from service.sandboxes.output import HeadTailBuffer
+from service.sandboxes import HeadTailBuffer
 
 __all__ = ["OutputCap"]
 

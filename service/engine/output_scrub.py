@@ -12,7 +12,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import AnyStr, Generic, TypeVar
 
 from service.models import AgentOutput, AgentOutputKind
-from service.proxy.capture.record import REDACTED, scrub_text
+from service.proxy import REDACTED, scrub_text
 
 __all__ = ["REDACTED", "ByteScrubber", "OutputScrubber", "kept_secrets"]
 

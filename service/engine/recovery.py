@@ -17,8 +17,8 @@ from service.engine.events import EventHub
 from service.errors import SandboxError, SpecError
 from service.models import ErrorKind, Phase, RolloutError, RolloutStatus
 from service.registry import BACKENDS
-from service.sandboxes.base import SandboxBackend
-from service.store.base import Interrupted, RolloutStore
+from service.sandboxes import SandboxBackend
+from service.store import Interrupted, RolloutStore
 
 __all__ = ["end_interrupted", "sweep_orphans"]
 

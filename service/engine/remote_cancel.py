@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 from service.models import TERMINAL_STATUSES, Rollout
-from service.store.base import RolloutStore
+from service.store import RolloutStore
 
 __all__ = ["cancel_elsewhere"]
 

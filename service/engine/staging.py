@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from service.engine.task_extras import file_mode
 from service.errors import SandboxError
 from service.models import TaskSpec
-from service.sandboxes.base import SOLUTION_DIR, WORKDIR, Sandbox
+from service.sandboxes import SOLUTION_DIR, WORKDIR, Sandbox
 
 __all__ = ["make_workdir", "stage", "staged_path", "task_workdir"]
 

@@ -21,9 +21,9 @@ from collections.abc import Iterator, Mapping
 from service.config import Settings
 from service.engine.task_paths import map_violations
 from service.errors import FieldViolation, excerpt
-from service.harbor.mapping import task_template_name
+from service.harbor import task_template_name
 from service.models import RolloutSpec, TaskSpec
-from service.sandboxes.base import HOME, SOLUTION_DIR
+from service.sandboxes import HOME, SOLUTION_DIR
 
 __all__ = ["file_mode", "task_extras_violations"]
 

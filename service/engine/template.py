@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from service.engine.staging import make_workdir, stage
 from service.errors import RolloutFailure, SandboxError
 from service.models import CommandResult, CommandStage, ErrorKind, RolloutSpec
-from service.sandboxes.base import SandboxBackend, SandboxRequest, Snapshot, in_workdir
-from service.verifier.commands import run_commands
+from service.sandboxes import SandboxBackend, SandboxRequest, Snapshot, in_workdir
+from service.verifier import run_commands
 
 __all__ = ["PreparedFilesystem", "prepare_filesystem", "worth_a_template"]
 

@@ -29,7 +29,7 @@ from service.models import (
     Sampling,
     TaskSpec,
 )
-from service.proxy.transport.addresses import url_problem
+from service.proxy import url_problem
 from service.registry import AGENTS, BACKENDS
 
 __all__ = [

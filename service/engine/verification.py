@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from service.engine.staging import stage, staged_path, task_workdir
 from service.engine.template import PreparedFilesystem
-from service.errors import FieldViolation, SandboxError, SpecError
+from service.errors import FieldViolation, SandboxError, SpecError, first_of
 from service.models import (
     CommandResult,
     CommandStage,
@@ -47,21 +47,27 @@ from service.models import (
     RolloutSpec,
     VerifyMode,
 )
-from service.sandboxes.base import (
+from service.sandboxes import (
     VERIFIER_DIR,
+    PathCarrier,
     Sandbox,
     SandboxBackend,
     SandboxRequest,
     Snapshot,
+    SystemSeal,
     in_workdir,
 )
-from service.sandboxes.carry import PathCarrier
-from service.sandboxes.seal import SystemSeal
-from service.verifier.commands import run_commands
-from service.verifier.environment import BYTECODE_DIR, VERIFIER_ENV
-from service.verifier.integrity import tampering
-from service.verifier.reward import Reward, compute_reward
-from service.verifier.takeover import open_verifier_network, take_back, verifier_network_notice
+from service.verifier import (
+    BYTECODE_DIR,
+    VERIFIER_ENV,
+    Reward,
+    compute_reward,
+    open_verifier_network,
+    run_commands,
+    take_back,
+    tampering,
+    verifier_network_notice,
+)
 
 __all__ = ["Verification", "VerifyOutcome", "check_verify_mode", "verifier_dirs"]
 
@@ -258,7 +264,5 @@ def _outermost(paths: Sequence[str]) -> list[str]:
 
 
 def _tampered(reasons: list[str]) -> str:
-    shown = "; ".join(reasons[:_SHOWN_REASONS])
-    if len(reasons) > _SHOWN_REASONS:
-        shown += f"; and {len(reasons) - _SHOWN_REASONS} more"
+    shown = first_of(reasons, _SHOWN_REASONS, "; ")
     return f"the agent changed what the verifier executes, so it was not run: {shown}"

@@ -37,8 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from service.errors import ImageError
 from service.harbor.source import FIELD, TaskTree, refuse
-from service.images import ImageConfig
-from service.images.dockerfile import final_stage
+from service.images import ImageConfig, final_stage
 from service.models import (
     HarborTaskSpec,
     NetworkPolicy,
@@ -48,7 +47,7 @@ from service.models import (
     TaskSpec,
     VerifyMode,
 )
-from service.sandboxes.base import VERIFIER_DIR
+from service.sandboxes import VERIFIER_DIR
 
 __all__ = [
     "HARBOR_VERIFY",

@@ -37,12 +37,11 @@ from service.harbor.mapping import (
     task_template_name,
 )
 from service.harbor.source import FIELD, TaskTree, read_archive, read_rooted, tree_digest
-from service.images import ImageConfig, ImageProgress, ImageStore
-from service.images.dockerfile import from_images
+from service.images import ImageConfig, ImageProgress, ImageStore, from_images
 from service.models import RolloutSpec, SandboxSpec
 
 if TYPE_CHECKING:
-    from service.sandboxes.e2b.template import TemplateBuilds
+    from service.sandboxes import TemplateBuilds
 
 __all__ = ["HarborTasks"]
 
@@ -266,7 +265,7 @@ class HarborTasks:
         """The E2B template builder, imported at first use (the e2b SDK is the e2b backend's
         dependency, loaded only when a rollout asks for that backend)."""
         if self._templates is None:
-            from service.sandboxes.e2b.template import TemplateBuilds
+            from service.sandboxes import TemplateBuilds
 
             url = self._settings.database_url
             self._templates = TemplateBuilds(url.get_secret_value() if url else None)

@@ -26,6 +26,8 @@ per content id into `<cache_dir>/images/unpacked/<id>/rootfs` with its config in
 
 from __future__ import annotations
 
+from service.images.base import BASE_NAMES
+from service.images.dockerfile import final_stage, from_images
 from service.images.models import (
     BuildOutcome,
     Image,
@@ -35,9 +37,13 @@ from service.images.models import (
     ProgressCallback,
     PruneReport,
 )
-from service.images.store import ImageStore
+from service.images.names import qualify
+from service.images.owned import owned_copy
+from service.images.store import BASE_NOT_MADE, ImageStore
 
 __all__ = [
+    "BASE_NAMES",
+    "BASE_NOT_MADE",
     "BuildOutcome",
     "Image",
     "ImageConfig",
@@ -46,4 +52,8 @@ __all__ = [
     "ImageSummary",
     "ProgressCallback",
     "PruneReport",
+    "final_stage",
+    "from_images",
+    "owned_copy",
+    "qualify",
 ]

@@ -13,6 +13,15 @@ from service.models.events import (
     PhaseChanged,
     RolloutEvent,
 )
+from service.models.group import (
+    GROUP_LABEL,
+    INFRASTRUCTURE_KINDS,
+    Group,
+    GroupMember,
+    GroupSpec,
+    GroupStats,
+    GroupStatus,
+)
 from service.models.model_access import ModelAccess
 from service.models.rollout import (
     TERMINAL_STATUSES,
@@ -51,6 +60,8 @@ from service.models.spec import (
 from service.models.turn import TokenLogprob, ToolCall, Turn, Usage
 
 __all__ = [
+    "GROUP_LABEL",
+    "INFRASTRUCTURE_KINDS",
     "SESSION_AGENT",
     "SESSION_LABEL",
     "TERMINAL_STATUSES",
@@ -66,6 +77,11 @@ __all__ = [
     "EndpointSpec",
     "ErrorKind",
     "EventPayload",
+    "Group",
+    "GroupMember",
+    "GroupSpec",
+    "GroupStats",
+    "GroupStatus",
     "HarborTaskSpec",
     "ModelAccess",
     "NetworkPolicy",

@@ -14,18 +14,62 @@
 - `transport/`: the lean HTTP layer (`httpserver`, `upstream`, `sse`) and connection bounds.
 """
 
-from service.proxy.capture.rewrite import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS
-from service.proxy.capture.route import OnTurn, Route
-from service.proxy.endpoints import ENDPOINT_KINDS, ResolvedEndpoint, resolve_endpoint
-from service.proxy.server import CaptureProxy
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from service.door import door
+
+if TYPE_CHECKING:
+    from service.proxy.access import (
+        direct_access,
+        host_socket_access,
+        start_forwarder,
+        stop_forwarder,
+    )
+    from service.proxy.capture.gate import CallGate
+    from service.proxy.capture.record import REDACTED, scrub_text
+    from service.proxy.capture.rewrite import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS
+    from service.proxy.capture.route import OnTurn, Route
+    from service.proxy.capture.tally import CallTally
+    from service.proxy.core import split_listen
+    from service.proxy.endpoints import (
+        ENDPOINT_KINDS,
+        ResolvedEndpoint,
+        normalized_base_url,
+        resolve_endpoint,
+    )
+    from service.proxy.remote.in_sandbox import InSandboxProxy
+    from service.proxy.server import CaptureProxy
+    from service.proxy.transport.addresses import url_problem
+    from service.proxy.transport.connections import ConnectionLimit
+    from service.proxy.transport.httpserver import HttpRequest, HttpServerProtocol, Responder
 
 __all__ = [
     "AUX_MODEL_ALIAS",
     "ENDPOINT_KINDS",
     "MAIN_MODEL_ALIAS",
+    "REDACTED",
+    "CallGate",
+    "CallTally",
     "CaptureProxy",
+    "ConnectionLimit",
+    "HttpRequest",
+    "HttpServerProtocol",
+    "InSandboxProxy",
     "OnTurn",
     "ResolvedEndpoint",
+    "Responder",
     "Route",
+    "direct_access",
+    "host_socket_access",
+    "normalized_base_url",
     "resolve_endpoint",
+    "scrub_text",
+    "split_listen",
+    "start_forwarder",
+    "stop_forwarder",
+    "url_problem",
 ]
+
+__getattr__ = door(__name__)

@@ -12,10 +12,10 @@ import shlex
 from collections.abc import Sequence
 
 from service.errors import SandboxError
-from service.models.model_access import ModelAccess
+from service.models import ModelAccess
 from service.proxy.capture.rewrite import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS
 from service.proxy.capture.route import Route
-from service.sandboxes.base import PROXY_SOCKET, Sandbox
+from service.sandboxes import PROXY_SOCKET, Sandbox
 
 __all__ = [
     "DEFAULT_FORWARD_PORT",

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import orjson
 
+from service.listen_address import host_and_port, host_port
 from service.models import CaptureSpec
 from service.proxy.capture.failures import error_body
 from service.proxy.capture.record import RecordBounds
@@ -59,13 +60,15 @@ _BAD_REQUEST = error_body(
 
 def split_listen(listen: str) -> tuple[str, int]:
     """HOST:PORT (an IPv6 host in brackets; no host is 127.0.0.1) as host and port."""
-    host, _, port = listen.rpartition(":")
-    return host.strip("[]") or "127.0.0.1", int(port)
+    parsed = host_and_port(listen)
+    if parsed is None:
+        raise ValueError(f"expected HOST:PORT, got {listen!r}")
+    return parsed[0] or "127.0.0.1", parsed[1]
 
 
 def base_url(host: str, port: int) -> str:
     """The URL of the TCP listener at host and port (an IPv6 host in brackets)."""
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return f"http://{host_port(host, port)}"
 
 
 class ConnectionBounds:

@@ -10,7 +10,7 @@ import shlex
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from service.models import SandboxSpec
 
@@ -25,6 +25,7 @@ __all__ = [
     "VERIFIER_DIR",
     "WORKDIR",
     "BackgroundProcess",
+    "Capabilities",
     "ExecResult",
     "FileEntry",
     "OutputCallback",
@@ -219,10 +220,21 @@ class Sandbox(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend's sandboxes can do, declared by the backend: the engine asks the backend
+    (`SandboxBackend.capabilities`), never guesses from its name."""
+
+    host_socket: bool = False
+    """Its sandboxes share this host, so the service's capture proxy socket can be bound into
+    them (else the proxy is reached at a public URL or runs inside the sandbox)."""
+
+
 class SandboxBackend(Protocol):
     """Creates sandboxes of one kind."""
 
     name: str
+    capabilities: ClassVar[Capabilities]
 
     def check_ready(self) -> None:
         """Raise SpecError (field spec.sandbox.backend) if this backend cannot take rollouts now."""

@@ -1,7 +1,8 @@
 """Durable rollouts, events and groups: SQLite embedded (the default) or PostgreSQL (shared).
 
 `new_store` picks the backend from the settings' values; each backend's module is imported
-only when chosen.
+only when chosen. What the engine and the sandboxes use besides is exported here, imported
+when first asked for (`service.door`).
 """
 
 from __future__ import annotations
@@ -10,11 +11,38 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from service.door import door
+
 if TYPE_CHECKING:
+    from service.store.base import (
+        FencedError,
+        Holder,
+        Interrupted,
+        RolloutPage,
+        RolloutStore,
+        TakeRollout,
+    )
+    from service.store.group_listing import GroupLister, GroupPage
+    from service.store.groups import GroupStore
     from service.store.postgres import PostgresStore
+    from service.store.postgres_lock import shared_lock
     from service.store.sqlite import SqliteStore
 
-__all__ = ["new_store"]
+__all__ = [
+    "FencedError",
+    "GroupLister",
+    "GroupPage",
+    "GroupStore",
+    "Holder",
+    "Interrupted",
+    "RolloutPage",
+    "RolloutStore",
+    "TakeRollout",
+    "new_store",
+    "shared_lock",
+]
+
+__getattr__ = door(__name__)
 
 
 def new_store(

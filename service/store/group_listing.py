@@ -9,7 +9,7 @@ import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from service.models.group import Group, GroupStatus
+from service.models import Group, GroupStatus
 from service.store.codec import decode_model
 from service.store.listing import GROUPS, page_query
 from service.store.rows import epoch_us

@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
-from service.models.group import Group, GroupStatus
+from service.models import Group, GroupStatus
 from service.store.codec import decode_model, encode_model
 from service.store.group_listing import group_label_rows
 from service.store.rows import epoch_us

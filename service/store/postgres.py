@@ -42,12 +42,13 @@ from psycopg_pool import AsyncConnectionPool
 from service.errors import NotFoundError
 from service.models import (
     TERMINAL_STATUSES,
+    Group,
+    GroupStatus,
     PhaseChanged,
     Rollout,
     RolloutEvent,
     RolloutStatus,
 )
-from service.models.group import Group, GroupStatus
 from service.store.base import (
     RESTARTED,
     FencedError,

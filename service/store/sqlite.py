@@ -20,8 +20,14 @@ from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from service.errors import NotFoundError
-from service.models import TERMINAL_STATUSES, Rollout, RolloutEvent, RolloutStatus
-from service.models.group import Group, GroupStatus
+from service.models import (
+    TERMINAL_STATUSES,
+    Group,
+    GroupStatus,
+    Rollout,
+    RolloutEvent,
+    RolloutStatus,
+)
 from service.store import groups
 from service.store.base import (
     RESTARTED,

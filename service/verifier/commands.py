@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from service.models import CommandResult, CommandStage
-from service.sandboxes.base import Sandbox
+from service.sandboxes import Sandbox
 
 __all__ = ["run_commands"]
 

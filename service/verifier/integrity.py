@@ -36,7 +36,8 @@ from __future__ import annotations
 import re
 import struct
 
-from service.sandboxes.seal import SYSTEM_TREES, EntryKind, PathState, SystemDiff
+from service.errors import first_of
+from service.sandboxes import SYSTEM_TREES, EntryKind, PathState, SystemDiff
 
 __all__ = ["tampering"]
 
@@ -126,9 +127,11 @@ def _ld_cache_reasons(before: bytes, after: bytes) -> list[str]:
     )
     reasons = []
     if moved:
-        reasons.append(f"/etc/ld.so.cache no longer finds {_named(moved)} where it did")
+        named = first_of(moved, _NAMED_AT_MOST)
+        reasons.append(f"/etc/ld.so.cache no longer finds {named} where it did")
     if outside:
-        reasons.append(f"/etc/ld.so.cache names libraries outside the system: {_named(outside)}")
+        named = first_of(outside, _NAMED_AT_MOST)
+        reasons.append(f"/etc/ld.so.cache names libraries outside the system: {named}")
     return reasons
 
 
@@ -158,9 +161,3 @@ def _string(data: bytes, offset: int) -> str | None:
     if offset >= len(data) or end < 0:
         return None
     return data[offset:end].decode("utf-8", "replace")
-
-
-def _named(items: list[str]) -> str:
-    shown = ", ".join(items[:_NAMED_AT_MOST])
-    more = len(items) - _NAMED_AT_MOST
-    return f"{shown} and {more} more" if more > 0 else shown

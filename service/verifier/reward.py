@@ -26,7 +26,7 @@ from typing import Any
 
 from service.errors import VerifierError
 from service.models import CommandResult, RewardSource, TaskSpec
-from service.sandboxes.base import REWARD_JSON, REWARD_TXT, VERIFIER_DIR, Sandbox
+from service.sandboxes import REWARD_JSON, REWARD_TXT, VERIFIER_DIR, Sandbox
 
 __all__ = ["Reward", "compute_reward", "parse_reward_json", "parse_reward_txt"]
 

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from service.errors import SandboxError
+from service.errors import SandboxError, first_of
 from service.models import NetworkPolicy, Notice, SandboxSpec
-from service.sandboxes.base import VERIFIER_DIR, Sandbox
-from service.sandboxes.internet import InternetAccess
+from service.sandboxes import VERIFIER_DIR, InternetAccess, Sandbox
 
 __all__ = ["open_verifier_network", "take_back", "verifier_network_notice"]
 
@@ -54,7 +53,7 @@ async def take_back(
             )
         )
     if VERIFIER_DIR in reclaimed.removed:
-        held = _named([entry.path for entry in left])
+        held = first_of([entry.path for entry in left], _NAMED_AT_MOST)
         notices.append(
             Notice(
                 topic="verifier.leftovers",
@@ -67,7 +66,7 @@ async def take_back(
             Notice(
                 topic="verifier.files_replaced",
                 message=f"removed what was at verifier file paths before staging them: "
-                f"{_named(in_the_way)}",
+                f"{first_of(in_the_way, _NAMED_AT_MOST)}",
             )
         )
     return notices
@@ -96,9 +95,3 @@ def verifier_network_notice(spec: SandboxSpec) -> Notice | None:
         topic="verifier.network",
         message="the verifier runs with network FULL (the agent ran with NONE)",
     )
-
-
-def _named(paths: list[str]) -> str:
-    shown = ", ".join(paths[:_NAMED_AT_MOST])
-    more = len(paths) - _NAMED_AT_MOST
-    return f"{shown} and {more} more" if more > 0 else shown

@@ -21,7 +21,7 @@ from service.proxy.server import CaptureProxy
 from service.sandboxes.base import PROXY_SOCKET, SandboxRequest
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
 from service.sandboxes.local.bwrap import sandbox_uid
-from tests.fakes.llm_upstream import FakeUpstream
+from testing.fakes.llm_upstream import FakeUpstream
 
 UPSTREAM_KEY = "sk-upstream-secret-5b1e"
 """The upstream's real key: only the proxy may send it."""

@@ -14,8 +14,8 @@ from service.agents.mini_swe_agent import MiniSweAgent, MiniSweHarness
 from service.errors import AgentError, AgentInstallError
 from service.models import AgentOutputKind, ErrorKind
 from service.sandboxes.base import WORKDIR
+from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 from tests.agents.conftest import UPSTREAM_KEY, Rig
-from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 
 pytestmark = [pytest.mark.agents, pytest.mark.timeout(900)]
 

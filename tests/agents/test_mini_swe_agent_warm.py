@@ -18,8 +18,8 @@ from service.config import Settings
 from service.models import AgentOutput
 from service.proxy.server import CaptureProxy
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
+from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 from tests.agents.test_opencode_warm import Rollouts, Run
-from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 
 pytestmark = [pytest.mark.agents, pytest.mark.timeout(900)]
 

@@ -22,11 +22,11 @@ from service.models import AgentOutput, AgentOutputKind, NetworkPolicy, SandboxS
 from service.proxy.capture.rewrite import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS
 from service.sandboxes.base import WORKDIR, SandboxRequest
 from service.sandboxes.local.backend import LocalBackend
+from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
+from testing.fakes.public_host import public_host
 from tests.agents.conftest import UPSTREAM_KEY, Rig
 from tests.agents.npm_registry import FakeNpmRegistry, host_npm_arch
 from tests.agents.processes import running, until
-from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
-from tests.fakes.public_host import public_host
 
 pytestmark = pytest.mark.opencode
 

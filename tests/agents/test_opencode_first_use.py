@@ -18,10 +18,10 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
+from testing.server_process import ServerProcess
 from tests.agents.npm_registry import FakeNpmRegistry
 from tests.e2e.processes import eventually
-from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -15,8 +15,8 @@ from service.errors import AgentInstallError
 from service.models import ErrorKind, NetworkPolicy, SandboxSpec
 from service.sandboxes.base import SandboxRequest
 from service.sandboxes.local.backend import LocalBackend
+from testing.fakes.public_host import public_host
 from tests.agents.npm_registry import FakeNpmRegistry
-from tests.fakes.public_host import public_host
 
 pytestmark = pytest.mark.opencode
 

@@ -30,8 +30,8 @@ from service.proxy.endpoints import ResolvedEndpoint
 from service.proxy.server import CaptureProxy
 from service.sandboxes.base import SandboxRequest
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
+from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 from tests.agents.conftest import UPSTREAM_KEY, UPSTREAM_MODEL
-from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 
 pytestmark = pytest.mark.opencode
 

@@ -20,10 +20,10 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.sandboxes.base import WORKDIR
+from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
+from testing.server_process import ServerProcess, running
 from tests.e2e.processes import eventually
 from tests.export.checks import agent_steps, assert_exact_tokens, assert_train_records, valid_atif
-from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
-from tests.server_process import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.agents, pytest.mark.timeout(900)]
 
@@ -40,9 +40,8 @@ def traced_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
         tmp_path_factory.mktemp("agents-state"),
         env={"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "100"},
     )
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 @pytest.fixture

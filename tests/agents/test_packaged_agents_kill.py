@@ -15,9 +15,9 @@ from service.agents.codex import CodexAgent
 from service.agents.harness import HarnessAgent
 from service.agents.mini_swe_agent import MiniSweAgent
 from service.config import Settings
+from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 from tests.agents.conftest import Rig
 from tests.agents.processes import running, until
-from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 
 pytestmark = [pytest.mark.agents, pytest.mark.timeout(900)]
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from testing.server_process import ServerProcess, running
 from tests.e2e.auth_support import Certificates, make_certificates
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -44,9 +44,8 @@ def metrics_url(server: ServerProcess) -> str:
 
 def started(tmp_path: Path, env: dict[str, str]) -> Iterator[ServerProcess]:
     server = ServerProcess(tmp_path / "state", env={"ROLLOUT_METRICS_LISTEN": "0", **env})
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 @pytest.fixture

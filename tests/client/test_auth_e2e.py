@@ -19,6 +19,7 @@ from rollout_client import (
 from rollout_client.cli import EXIT_ERROR, app
 from typer.testing import CliRunner, Result
 
+from testing.server_process import ServerProcess
 from tests.e2e.auth_support import (
     TENANT_A_TOKEN,
     TENANT_B_TOKEN,
@@ -26,7 +27,6 @@ from tests.e2e.auth_support import (
     make_certificates,
     write_token_file,
 )
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

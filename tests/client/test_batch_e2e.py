@@ -20,8 +20,8 @@ from rollout_client import AsyncRolloutClient, RolloutClient
 from rollout_client.batch import BATCH_LABEL
 from rollout_client.specfile import SpecOverrides
 
+from testing.server_process import ServerProcess
 from tests.client.conftest import cli_argv
-from tests.server_process import ServerProcess
 
 pytestmark = [
     pytest.mark.e2e,

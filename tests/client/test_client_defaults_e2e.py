@@ -13,7 +13,7 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout_client import AsyncRolloutClient, RolloutClient
 
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

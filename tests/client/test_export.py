@@ -18,11 +18,11 @@ from rollout_client.export.command import ExportFormat, render
 from rollout_client.export.train import to_train_records
 from typer.testing import CliRunner
 
+from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
+from testing.specs import command_spec
 from tests.e2e.processes import eventually
-from tests.e2e.specs import command_spec
 from tests.export.atif_spec import Trajectory
 from tests.export.checks import agent_steps, assert_exact_tokens, assert_train_records, valid_atif
-from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 
 pytestmark = pytest.mark.e2e
 

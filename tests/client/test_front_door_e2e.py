@@ -11,7 +11,7 @@ from rollout_client import AsyncRolloutClient, InvalidArgumentError, RolloutClie
 from rollout_client.cli import app
 from typer.testing import CliRunner
 
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,7 @@ import pytest
 from rollout_client import AsyncRolloutClient, RolloutClient
 from rollout_client.errors import NotFoundError
 
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

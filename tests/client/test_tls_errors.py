@@ -13,9 +13,9 @@ from rollout_client.cli import EXIT_ERROR, app
 from rollout_client.unreachable import why_unreachable
 from typer.testing import CliRunner
 
+from testing.server_process import ServerProcess
 from tests.client.conftest import cli_argv
 from tests.e2e.auth_support import Certificates, make_certificates
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

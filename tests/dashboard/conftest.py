@@ -9,8 +9,8 @@ import grpc
 import pytest
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.fakes.llm_upstream import FakeUpstream
-from tests.server_process import ServerProcess
+from testing.fakes.llm_upstream import FakeUpstream
+from testing.server_process import ServerProcess
 
 MODEL = "fake-policy-8b"
 KEY = "sk-dashboard-test"

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 import pytest
 from playwright.async_api import Browser, async_playwright
 
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess
 
 __all__ = ["CHROMIUM", "chromium", "dashboard_url"]
 

@@ -21,6 +21,8 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.server_process import ServerProcess, running
+from testing.specs import command_spec
 from tests.dashboard.support import dashboard_url
 from tests.e2e.auth_support import (
     ADMIN_TOKEN,
@@ -31,8 +33,6 @@ from tests.e2e.auth_support import (
     make_certificates,
     write_token_file,
 )
-from tests.e2e.specs import command_spec
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -59,9 +59,8 @@ def secure_server(
             "ROLLOUT_TLS_KEY_FILE": str(certificates.server_key),
         },
     )
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
     for token in (TENANT_A_TOKEN, TENANT_B_TOKEN, ADMIN_TOKEN):
         assert token not in server.text()
 

@@ -26,10 +26,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.fakes.llm_upstream import FakeUpstream, Reply
+from testing.server_process import ServerProcess, running
 from tests.dashboard.conftest import KEY, MODEL
 from tests.dashboard.support import chromium, dashboard_url
-from tests.fakes.llm_upstream import FakeUpstream, Reply
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 # What the page shows waits on a loaded machine's server and browser: room, never a timing.
@@ -74,9 +74,8 @@ def dashboard_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
             "ROLLOUT_METRICS_LISTEN": "0",  # counts the open watch streams
         },
     )
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 def spec(upstream: FakeUpstream, marker: str, count: int) -> pb.RolloutSpec:

@@ -25,11 +25,11 @@ from playwright.async_api import expect
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.fakes.llm_upstream import FakeUpstream, Reply
+from testing.server_process import ServerProcess, running
 from tests.dashboard.conftest import KEY, MODEL
 from tests.dashboard.support import chromium, dashboard_url
 from tests.e2e.group_support import call_model_then
-from tests.fakes.llm_upstream import FakeUpstream, Reply
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 # What the page shows waits on a loaded machine's server and browser: room, never a timing.
@@ -56,9 +56,8 @@ def dashboard_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
         tmp_path_factory.mktemp("dashboard-groups"),
         env={"ROLLOUT_DASHBOARD_LISTEN": "127.0.0.1:0"},
     )
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 async def test_a_group_appears_on_the_groups_page_and_finishes_there(

@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from service.dashboard.inbound import REQUEST_MAX_BYTES, REQUESTS_HELD_MAX_BYTES
+from testing.server_process import ServerProcess, running
 from tests.dashboard.support import dashboard_url
 from tests.e2e.auth_support import ADMIN_TOKEN
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -56,9 +56,8 @@ def token_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
 
 def _serve(folder: Path, env: Mapping[str, str]) -> Iterator[ServerProcess]:
     server = ServerProcess(folder / "state", env={"ROLLOUT_DASHBOARD_LISTEN": "127.0.0.1:0", **env})
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
     assert ADMIN_TOKEN not in server.text()
 
 

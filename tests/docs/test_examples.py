@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
+from testing.server_process import ServerProcess
 from tests.docs.pages import ROOT, Block, claimed_output, marked_blocks
-from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

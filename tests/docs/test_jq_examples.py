@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from rollout_client import AsyncRolloutClient
 
+from testing.fakes.llm_upstream import FakeUpstream
+from testing.specs import model_calls
 from tests.docs.pages import doc_pages
-from tests.e2e.specs import model_calls
-from tests.fakes.llm_upstream import FakeUpstream
 
 pytestmark = pytest.mark.e2e
 

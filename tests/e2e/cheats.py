@@ -7,7 +7,7 @@ import base64
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.e2e.specs import command_spec
+from testing.specs import command_spec
 
 __all__ = ["DAEMON", "FORGE", "HIDDEN", "failing_task", "notices"]
 

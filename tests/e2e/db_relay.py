@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess
 
 __all__ = ["Relay", "relayed", "relayed_pair"]
 

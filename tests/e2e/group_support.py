@@ -6,7 +6,7 @@ from __future__ import annotations
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess
 
 __all__ = ["call_model_then", "group_spec", "run_to_end", "snapshots_left", "start_group"]
 

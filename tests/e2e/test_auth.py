@@ -18,6 +18,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.server_process import ServerProcess, running
+from testing.specs import command_spec
 from tests.e2e.auth_support import (
     ADMIN_TOKEN,
     TENANT_A_TOKEN,
@@ -25,8 +27,6 @@ from tests.e2e.auth_support import (
     bearer,
     write_token_file,
 )
-from tests.e2e.specs import command_spec
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -46,9 +46,8 @@ def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
             "ROLLOUT_AUTH_REFLECTION_OPEN": "false",
         },
     )
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
     for token in (TENANT_A_TOKEN, TENANT_B_TOKEN, ADMIN_TOKEN):
         assert token not in server.text()
 

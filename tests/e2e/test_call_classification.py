@@ -13,7 +13,7 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.proxy import AUX_MODEL_ALIAS
-from tests.fakes.llm_upstream import FakeUpstream, Reply
+from testing.fakes.llm_upstream import FakeUpstream, Reply
 
 pytestmark = pytest.mark.e2e
 

@@ -16,6 +16,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.server_process import ServerProcess
 from tests.e2e.auth_support import (
     TENANT_A_TOKEN,
     Certificates,
@@ -23,7 +24,6 @@ from tests.e2e.auth_support import (
     make_certificates,
     write_token_file,
 )
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

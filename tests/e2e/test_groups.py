@@ -16,6 +16,9 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.engine.groups.members import member_seed
+from testing.fakes.llm_upstream import FakeUpstream, Reply
+from testing.server_process import ServerProcess, running
+from testing.specs import command_spec
 from tests.e2e.bad_request import violated_fields
 from tests.e2e.group_support import (
     call_model_then,
@@ -25,9 +28,6 @@ from tests.e2e.group_support import (
     start_group,
 )
 from tests.e2e.processes import eventually, kill_sandbox_holder, processes_with
-from tests.e2e.specs import command_spec
-from tests.fakes.llm_upstream import FakeUpstream, Reply
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -45,9 +45,8 @@ def group_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
             "ROLLOUT_LOCAL_WARM_SANDBOXES": "0",
         },
     )
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 @pytest.fixture

@@ -14,6 +14,8 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.server_process import ServerProcess, running
+from testing.specs import command_spec
 from tests.e2e.auth_support import (
     ADMIN_TOKEN,
     TENANT_A_TOKEN,
@@ -23,8 +25,6 @@ from tests.e2e.auth_support import (
 )
 from tests.e2e.bad_request import violated_fields
 from tests.e2e.group_support import group_spec
-from tests.e2e.specs import command_spec
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -41,9 +41,8 @@ def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
             "ROLLOUT_AUTH_TOKENS": json.dumps([f"{TENANT_B_TOKEN} tenant-b"]),
         },
     )
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 @pytest.fixture

@@ -14,6 +14,9 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.engine.groups.members import member_seed
+from testing.fakes.llm_upstream import FakeUpstream, Reply
+from testing.server_process import ServerProcess
+from testing.specs import command_spec
 from tests.e2e.group_support import (
     call_model_then,
     group_spec,
@@ -22,9 +25,6 @@ from tests.e2e.group_support import (
     start_group,
 )
 from tests.e2e.processes import eventually, processes_with
-from tests.e2e.specs import command_spec
-from tests.fakes.llm_upstream import FakeUpstream, Reply
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

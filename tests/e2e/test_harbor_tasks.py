@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 from service.config import Settings
 from service.harbor.mapping import HARBOR_VERIFY
 from service.images import ImageStore
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess, running
 
 pytestmark = [
     pytest.mark.e2e,
@@ -59,9 +59,8 @@ def harbor_server(
         tmp_path_factory.mktemp("harbor-state"),
         env={"ROLLOUT_TASK_ROOTS": f'["{task_root}"]', "ROLLOUT_IMAGE_BUILD_TIMEOUT_S": "1500"},
     )
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 @pytest.fixture

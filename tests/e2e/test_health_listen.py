@@ -15,9 +15,9 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc
 
+from testing.server_process import ServerProcess
 from tests.e2e.auth_support import make_certificates
 from tests.e2e.test_startup import refused
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

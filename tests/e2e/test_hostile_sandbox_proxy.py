@@ -20,10 +20,10 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 from service.proxy.access import SOCKET_ROUTE_KEY
 from service.sandboxes.base import PROXY_SOCKET
 from service.sandboxes.local.bwrap import SandboxLayout
+from testing.fakes.llm_upstream import FakeUpstream
+from testing.server_process import ServerProcess
+from testing.specs import terminal
 from tests.e2e.processes import eventually
-from tests.e2e.specs import terminal
-from tests.fakes.llm_upstream import FakeUpstream
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -24,7 +24,7 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.config import Settings
 from service.images import ImageStore
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess
 
 pytestmark = [
     pytest.mark.e2e,

@@ -20,8 +20,8 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.config import Settings
 from service.images import ImageStore
-from tests.e2e.specs import command_spec
-from tests.fakes.llm_upstream import FakeUpstream, Reply
+from testing.fakes.llm_upstream import FakeUpstream, Reply
+from testing.specs import command_spec
 
 pytestmark = [
     pytest.mark.e2e,

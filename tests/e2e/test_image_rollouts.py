@@ -23,8 +23,8 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.config import Settings
 from service.images import ImageStore
-from tests.e2e.specs import command_spec
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess, running
+from testing.specs import command_spec
 
 pytestmark = [
     pytest.mark.e2e,
@@ -117,9 +117,8 @@ def default_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
     """A server on the shipped defaults: no image setting at all."""
     server = ServerProcess(tmp_path_factory.mktemp("default-image-state"))
     server.env.pop("ROLLOUT_SANDBOX_IMAGE", None)
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 async def test_the_default_is_the_debian_base(default_server: ServerProcess) -> None:

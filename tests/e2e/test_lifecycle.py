@@ -9,7 +9,7 @@ from google.protobuf import json_format
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.e2e.specs import command_spec
+from testing.specs import command_spec
 
 pytestmark = pytest.mark.e2e
 

@@ -11,15 +11,14 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import grpc
 import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.e2e.specs import command_spec
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess, resident_bytes
+from testing.specs import command_spec
 
 pytestmark = pytest.mark.e2e
 
@@ -31,13 +30,6 @@ _GROWTH_BOUND_BYTES = _ROLLOUTS * _SPEC_FILES_BYTES // 2
 _FRESH_GROWTH_BOUND_BYTES = 64 * _MIB
 """From a fresh server: ~30 MiB is what the first rollouts set up for good (imports, pools,
 caches); 86 MiB and more was kept before the heaps were trimmed."""
-
-
-def resident_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
+from testing.server_process import ServerProcess, running
 from tests.e2e.processes import eventually
-from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
-from tests.server_process import ServerProcess
 from tests.telemetry.console_spans import console_spans
 
 pytestmark = pytest.mark.e2e
@@ -51,9 +51,8 @@ def traced_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
         tmp_path_factory.mktemp("traced-state"),
         env={"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "100"},
     )
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 @pytest.fixture

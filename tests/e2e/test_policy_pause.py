@@ -20,11 +20,11 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 from rollout_client import AsyncRolloutClient, InvalidArgumentError, RolloutClient
 
+from testing.fakes.llm_upstream import FakeUpstream, Reply
+from testing.server_process import ServerProcess, running
+from testing.specs import command_spec, model_calls
 from tests.e2e.auth_support import ADMIN_TOKEN, TENANT_A_TOKEN, TENANT_B_TOKEN, bearer
 from tests.e2e.bad_request import violated_fields
-from tests.e2e.specs import command_spec, model_calls
-from tests.fakes.llm_upstream import FakeUpstream, Reply
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -247,9 +247,8 @@ TOKENS = json.dumps([f"{TENANT_A_TOKEN} tenant-a", f"{TENANT_B_TOKEN} tenant-b",
 def serving(state: Path, env: dict[str, str]) -> Iterator[ServerProcess]:
     """A server of the module's own with `env`, stopped cleanly after its tests."""
     server = ServerProcess(state, env=env)
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 @pytest.fixture(scope="module")

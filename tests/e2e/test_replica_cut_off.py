@@ -16,11 +16,11 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.server_process import ServerProcess
+from testing.specs import command_spec
 from tests.e2e.db_relay import Relay, relayed_pair
-from tests.e2e.specs import command_spec
 from tests.e2e.test_replicas import _processes_with, events_until_ready
 from tests.e2e.test_replicas import database_url as database_url  # the PostgreSQL fixture
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

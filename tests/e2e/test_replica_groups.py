@@ -22,8 +22,8 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.specs import command_spec
 from tests.e2e.group_support import group_spec, start_group
-from tests.e2e.specs import command_spec
 from tests.e2e.test_replicas import Replicas, _processes_with, three_replicas
 from tests.e2e.test_replicas import database_url as database_url  # the PostgreSQL fixture
 

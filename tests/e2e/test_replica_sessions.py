@@ -18,10 +18,10 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.server_process import ServerProcess
 from tests.e2e.processes import eventually, processes_with
 from tests.e2e.test_replicas import database_url as database_url  # the PostgreSQL fixture
 from tests.e2e.test_sessions import SOLVABLE, open_one, run
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

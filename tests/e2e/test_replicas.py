@@ -18,10 +18,10 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.e2e.specs import command_spec
+from testing.postgres_server import PostgresServer, postgres_bin_dir
+from testing.server_process import ServerProcess
+from testing.specs import command_spec
 from tests.e2e.test_startup import refused
-from tests.server_process import ServerProcess
-from tests.store.postgres_server import PostgresServer, postgres_bin_dir
 
 pytestmark = pytest.mark.e2e
 

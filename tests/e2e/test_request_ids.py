@@ -9,9 +9,9 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.server_process import ServerProcess
+from testing.specs import command_spec
 from tests.e2e.bad_request import violated_fields
-from tests.e2e.specs import command_spec
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

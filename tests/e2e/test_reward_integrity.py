@@ -8,8 +8,8 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.specs import command_spec
 from tests.e2e.cheats import DAEMON, FORGE, HIDDEN, failing_task, notices
-from tests.e2e.specs import command_spec
 
 pytestmark = pytest.mark.e2e
 

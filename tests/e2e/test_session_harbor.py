@@ -18,8 +18,8 @@ from google.protobuf import json_format
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.server_process import ServerProcess, running
 from tests.e2e.processes import eventually, processes_with
-from tests.server_process import ServerProcess
 
 if TYPE_CHECKING:
     Stub = pb_grpc.RolloutServiceAsyncStub
@@ -45,9 +45,8 @@ def harbor_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     server = ServerProcess(
         tmp_path_factory.mktemp("harbor-state"), env={"ROLLOUT_TASK_ROOTS": f'["{root}"]'}
     )
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 @pytest.fixture

@@ -18,11 +18,11 @@ from grpc_status import rpc_status
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.fakes.llm_upstream import FakeUpstream
+from testing.server_process import ServerProcess
+from testing.specs import command_spec
 from tests.e2e.bad_request import violated_fields
 from tests.e2e.processes import eventually, kill_namespace_holder, processes_with
-from tests.e2e.specs import command_spec
-from tests.fakes.llm_upstream import FakeUpstream
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.server_process import HARNESS_VARIABLES, ServerProcess
+from testing.server_process import HARNESS_VARIABLES, ServerProcess, running
 
 pytestmark = pytest.mark.e2e
 
@@ -30,9 +30,8 @@ def free_port() -> int:
 def first(tmp_path: Path, free_port: int) -> Iterator[ServerProcess]:
     """A running server on 127.0.0.1:<free_port>."""
     server = ServerProcess(tmp_path / "first", env={"ROLLOUT_LISTEN": f"127.0.0.1:{free_port}"})
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 def refused(tmp_path: Path, env: Mapping[str, str], *args: str) -> str:

@@ -16,7 +16,7 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
+from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 
 pytestmark = [
     pytest.mark.e2e,

@@ -15,10 +15,9 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.e2e.specs import command_spec
-from tests.e2e.test_memory import resident_bytes
-from tests.fakes.llm_upstream import FakeUpstream, Reply
-from tests.server_process import ServerProcess
+from testing.fakes.llm_upstream import FakeUpstream, Reply
+from testing.server_process import ServerProcess, resident_bytes, running
+from testing.specs import PATHS, POST, command_spec
 
 pytestmark = pytest.mark.e2e
 
@@ -28,22 +27,8 @@ MESSAGE_LIMIT = 16 * MIB
 TURN_CAP = 1 * MIB
 ROLLOUT_BUDGET = 2 * MIB
 BODY_BYTES = 8 * MIB
-PATHS = ("responses", "messages", "chat/completions")
 RETURNED_BODY_BYTES = 24 * MIB
 """Each body of the rollouts whose memory must come back once they ended."""
-
-# The agent: one 8 MiB call to each route (each a new message), printing each status.
-POST = """python3 - <<'PY'
-import json, os, urllib.request
-base, key = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
-for mark, path in zip("rmc", {paths!r}):
-    message = {{"role": "user", "content": mark * {size}}}
-    body = {{"model": os.environ["OPENAI_MODEL"], "max_tokens": 64}}
-    body["input" if path == "responses" else "messages"] = [message]
-    request = urllib.request.Request(base + "/" + path, data=json.dumps(body).encode(),
-        headers={{"Authorization": "Bearer " + key, "Content-Type": "application/json"}})
-    print(path, urllib.request.urlopen(request, timeout=60).status, flush=True)
-PY"""
 
 # The agent: a streamed and a unary chat call whose answers echo the key.
 ECHO = """python3 - <<'PY'
@@ -71,9 +56,8 @@ def bounded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
             "ROLLOUT_PROXY_ROLLOUT_RECORD_BYTES": str(ROLLOUT_BUDGET),
         },
     )
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 @pytest.fixture

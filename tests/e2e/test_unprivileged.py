@@ -38,8 +38,8 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.config import Settings
 from service.images import ImageStore, rootless
-from tests.e2e.specs import command_spec
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess, running
+from testing.specs import command_spec
 
 pytestmark = [
     pytest.mark.e2e,
@@ -131,9 +131,8 @@ def server(user: pwd.struct_passwd, user_namespaces: None, home: Path) -> Iterat
         "HOME": str(home),
     }
     server = ServerProcess(home / "state", env=env, command=command)
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 async def _run(target: str, spec: pb.RolloutSpec) -> pb.Rollout:

@@ -16,8 +16,8 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.e2e.specs import command_spec
-from tests.fakes.llm_upstream import FakeUpstream
+from testing.fakes.llm_upstream import FakeUpstream
+from testing.specs import command_spec
 
 pytestmark = pytest.mark.e2e
 

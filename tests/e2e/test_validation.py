@@ -9,9 +9,9 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.specs import command_spec
 from tests.e2e.bad_request import violated_fields
 from tests.e2e.group_support import group_spec
-from tests.e2e.specs import command_spec
 
 pytestmark = pytest.mark.e2e
 

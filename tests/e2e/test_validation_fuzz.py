@@ -29,10 +29,10 @@ from hypothesis import strategies as st
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.server_process import ServerProcess, running
+from testing.specs import terminal
 from tests.e2e.bad_request import violated_fields
 from tests.e2e.proto_strategies import EDGE_TEXT, messages, mutants
-from tests.e2e.specs import terminal
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -112,9 +112,8 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
         "VLLM_MODEL": "m",
     }
     server = ServerProcess(tmp_path_factory.mktemp("fuzz-state"), env=env)
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 @pytest.fixture(scope="module")

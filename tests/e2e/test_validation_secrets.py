@@ -14,10 +14,10 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.fakes.llm_upstream import FakeUpstream
+from testing.server_process import ServerProcess, running
+from testing.specs import command_spec
 from tests.e2e.bad_request import violated_fields
-from tests.e2e.specs import command_spec
-from tests.fakes.llm_upstream import FakeUpstream
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -43,9 +43,8 @@ PY"""
 def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """A server holding a vLLM key in its environment."""
     server = ServerProcess(tmp_path_factory.mktemp("keyed-state"), env=SERVER_ENV)
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 @pytest.fixture

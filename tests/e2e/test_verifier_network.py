@@ -1,7 +1,7 @@
 """Through the real server: the verifier's network apart from the agent's (issue 22).
 
 Terminal-Bench and Harbor tests fetch their runner at verification; under the agent's
-network NONE they all failed. A "public" test host (`tests.fakes.public_host`, a network
+network NONE they all failed. A "public" test host (`testing.fakes.public_host`, a network
 namespace behind a veth pair) stands in for the internet: the agent, under NONE, cannot
 reach it; the verifier, under FULL, can, and still never a private or host address.
 Connections are bash's /dev/tcp: nothing beyond bash in the sandbox.

@@ -29,9 +29,9 @@ from google.protobuf import json_format
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.server_process import ServerProcess, running
 from tests.e2e.cheats import notices
 from tests.e2e.test_harbor_tasks import _HOST_CA, TASKS, pytestmark  # noqa: F401
-from tests.server_process import ServerProcess
 
 _SITE = "/usr/local/lib/python3.11/dist-packages"
 _USER_SITE = "/home/user/.local/lib/python3.11/site-packages"
@@ -181,9 +181,8 @@ def harbor_server(
         tmp_path_factory.mktemp("harbor-state"),
         env={"ROLLOUT_TASK_ROOTS": f'["{task_root}"]', "ROLLOUT_IMAGE_BUILD_TIMEOUT_S": "1500"},
     )
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.config import Settings
 from service.images import ImageStore
+from testing.specs import command_spec
 from tests.e2e.cheats import notices
-from tests.e2e.specs import command_spec
 
 pytestmark = [
     pytest.mark.e2e,

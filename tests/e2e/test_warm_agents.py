@@ -15,8 +15,8 @@ from google.protobuf.json_format import MessageToDict
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.fakes.llm_upstream import FakeUpstream
-from tests.server_process import ServerProcess
+from testing.fakes.llm_upstream import FakeUpstream
+from testing.server_process import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.opencode]
 

@@ -8,7 +8,7 @@ import pytest
 from google.protobuf.message import Message
 from rollout.v1 import rollout_pb2 as pb
 
-from tests.e2e.specs import command_spec
+from testing.specs import command_spec
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,7 @@ from service.engine.idempotency import check_same_request, spec_digest
 from service.errors import RequestConflictError
 from service.models import EndpointSpec, RolloutSpec, TaskSpec
 from service.store.sqlite import SqliteStore
-from tests.store.samples import full_rollout
+from testing.samples import full_rollout
 
 
 def spec(**changes: object) -> RolloutSpec:

@@ -37,7 +37,7 @@ from service.models import (
     TaskSpec,
 )
 from service.sandboxes.base import REWARD_JSON, REWARD_TXT, WORKDIR, ExecResult, Sandbox
-from tests.fakes.memory_sandbox import Handler, Hook, MemoryBackend, MemorySandbox, exited
+from testing.fakes.memory_sandbox import Handler, Hook, MemoryBackend, MemorySandbox, exited
 
 Reply = int | ExecResult | Callable[[MemorySandbox], Awaitable[int]]
 """How a scripted command ends: an exit code, a result, or something it does first."""

@@ -18,7 +18,7 @@ from service.errors import CapacityError, ShuttingDownError
 from service.models import AgentSpec, ErrorKind, Phase, RolloutSpec, RolloutStatus, TaskSpec
 from service.proxy.server import CaptureProxy
 from service.store.sqlite import SqliteStore
-from tests.fakes.memory_sandbox import MemoryBackend, MemorySandbox
+from testing.fakes.memory_sandbox import MemoryBackend, MemorySandbox
 
 _HOLD = "hold-step"
 """An agent command that runs until it is killed."""

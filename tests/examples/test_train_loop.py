@@ -23,10 +23,10 @@ from rollout_client import AsyncRolloutClient
 from rollout_client.batch import BatchResult
 
 from examples.train_loop import EPS, RUN_LABEL, group_advantages
-from tests.e2e.specs import command_spec
+from testing.fakes.llm_upstream import FakeUpstream, Reply
+from testing.server_process import ServerProcess
+from testing.specs import command_spec
 from tests.examples.batch_checks import assert_group_normalised, assert_mask_lines_up, read_lines
-from tests.fakes.llm_upstream import FakeUpstream, Reply
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

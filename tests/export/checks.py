@@ -12,8 +12,8 @@ from rollout_client.export.atif import ATIF_VERSION, to_atif
 from rollout_client.export.command import ExportFormat, render
 from rollout_client.export.train import to_train_records
 
+from testing.fakes.llm_replies import SentReply
 from tests.export.atif_spec import Trajectory
-from tests.fakes.llm_replies import SentReply
 
 __all__ = ["agent_steps", "assert_exact_tokens", "assert_train_records", "valid_atif"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess
 
 ROOT = Path(__file__).parent.parent.parent
 HARBOR_PYTHON = ROOT / ".harbor-venv" / "bin" / "python"

@@ -6,16 +6,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.openenv.front_door import front_door
-from tests.server_process import ServerProcess
+from testing.front_door import front_door
+from testing.server_process import ServerProcess, running
 
 
 @pytest.fixture(scope="module")
 def rollout_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     server = ServerProcess(tmp_path_factory.mktemp("rollout-state"))
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from openenv.core.generic_client import GenericEnvClient
 from openenv.core.mcp_client import MCPToolClient
 
-from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
+from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 
 pytestmark = pytest.mark.e2e
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from testing.front_door import front_door
+from testing.server_process import ServerProcess
 from tests.e2e.auth_support import ADMIN_TOKEN
-from tests.openenv.front_door import front_door
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -19,8 +19,8 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout_client import RolloutClient
 from rollout_client.harbor_pack import pack_task_dir
 
+from testing.server_process import ServerProcess, running
 from tests.e2e.processes import eventually, processes_with
-from tests.server_process import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 TASKS = Path(__file__).parent.parent / "harbor" / "tasks"
@@ -52,9 +52,8 @@ def rollout_server(
     server = ServerProcess(
         tmp_path_factory.mktemp("rollout-state"), env={"ROLLOUT_TASK_ROOTS": f'["{task_root}"]'}
     )
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 @pytest.fixture

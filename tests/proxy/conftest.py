@@ -16,7 +16,7 @@ import pytest
 from service.config import Settings
 from service.models import CaptureSpec, Turn
 from service.proxy import MAIN_MODEL_ALIAS, CaptureProxy, ResolvedEndpoint, Route
-from tests.fakes.llm_upstream import FakeUpstream
+from testing.fakes.llm_upstream import FakeUpstream
 
 UPSTREAM_KEY = "sk-upstream-secret-9c4d"
 """The upstream's real key: only the proxy may send it, and only upstream."""

@@ -16,7 +16,7 @@ from service.proxy.access import forwarder_command, host_socket_access
 from service.sandboxes.base import PROXY_DIR
 from service.sandboxes.local import forward
 from service.sandboxes.local.host_kit import forwarder_argv
-from tests.fakes.llm_upstream import FakeUpstream, Reply
+from testing.fakes.llm_upstream import FakeUpstream, Reply
 from tests.proxy.conftest import UPSTREAM_KEY, UPSTREAM_MODEL
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")

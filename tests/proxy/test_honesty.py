@@ -12,7 +12,7 @@ import pytest
 
 from service.models import CaptureSpec, Turn
 from service.proxy import AUX_MODEL_ALIAS
-from tests.fakes.llm_upstream import FakeUpstream, Reply, TokenShape, ToolCallReply, has_tools
+from testing.fakes.llm_upstream import FakeUpstream, Reply, TokenShape, ToolCallReply, has_tools
 from tests.proxy.conftest import UPSTREAM_KEY, OpenRollout, Rollout, chat, stream_events
 
 LOGPROBS = CaptureSpec(top_logprobs=1)

@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from service.proxy import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS, CaptureProxy
-from tests.fakes.llm_replies import prompt_ids_of
-from tests.fakes.llm_upstream import FakeUpstream
+from testing.fakes.llm_replies import prompt_ids_of
+from testing.fakes.llm_upstream import FakeUpstream
 from tests.proxy.conftest import UPSTREAM_MODEL, OpenRollout, chat, stream_events
 
 

@@ -29,8 +29,8 @@ from service.models import (
 from service.proxy import CaptureProxy, ResolvedEndpoint, Route
 from service.sandboxes.base import PROXY_DIR, SandboxRequest
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
+from testing.fakes.llm_upstream import FakeUpstream, Reply
 from tests.e2e.processes import eventually
-from tests.fakes.llm_upstream import FakeUpstream, Reply
 from tests.proxy.conftest import UPSTREAM_KEY, UPSTREAM_MODEL, chat
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")

@@ -7,7 +7,7 @@ import logging
 import httpx
 import pytest
 
-from tests.fakes.llm_upstream import FakeUpstream, Reply
+from testing.fakes.llm_upstream import FakeUpstream, Reply
 from tests.proxy.conftest import UPSTREAM_KEY, OpenRollout, chat, stream_events
 
 

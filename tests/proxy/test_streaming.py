@@ -6,7 +6,7 @@ import asyncio
 
 import httpx
 
-from tests.fakes.llm_upstream import FakeUpstream, Reply
+from testing.fakes.llm_upstream import FakeUpstream, Reply
 from tests.proxy.conftest import OpenRollout, chat
 
 

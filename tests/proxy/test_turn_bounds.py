@@ -10,7 +10,7 @@ import pytest
 
 from service.proxy import MAIN_MODEL_ALIAS
 from service.proxy.capture.record import REDACTED, RecordBounds
-from tests.fakes.llm_upstream import FakeUpstream, Reply
+from testing.fakes.llm_upstream import FakeUpstream, Reply
 from tests.proxy.conftest import UPSTREAM_KEY, OpenRollout, chat, stream_events
 
 MIB = 1024 * 1024

@@ -30,8 +30,8 @@ from rollout_client.results import reward_of
 
 from examples import train_loop
 from service.proxy import AUX_MODEL_ALIAS
+from testing.server_process import ServerProcess
 from tests.examples.batch_checks import assert_group_normalised, assert_mask_lines_up, read_lines
-from tests.server_process import ServerProcess
 
 LLAMA_PYTHON = os.environ.get("ROLLOUT_LLAMA_PYTHON", "")
 pytestmark = [

@@ -15,8 +15,8 @@ from service.models import NetworkPolicy, Resources, SandboxSpec
 from service.sandboxes.base import SandboxRequest
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
 from service.sandboxes.local.spawner import fork_server_argv
-from tests.fakes.e2b_cloud import FakeE2B
-from tests.sandboxes.e2b.support import fake_cloud
+from testing.e2b_support import fake_cloud
+from testing.fakes.e2b_cloud import FakeE2B
 
 MakeSandbox = Callable[..., Awaitable[LocalSandbox]]
 _POLL_S = 0.02

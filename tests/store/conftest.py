@@ -15,7 +15,7 @@ import pytest
 
 from service.store.postgres import PostgresStore, migrate
 from service.store.sqlite import SqliteStore
-from tests.store.postgres_server import PostgresServer, postgres_bin_dir
+from testing.postgres_server import PostgresServer, postgres_bin_dir
 
 AnyStore = SqliteStore | PostgresStore
 """Both backends: each has every method of `RolloutStore` and `GroupStore`."""

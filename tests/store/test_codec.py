@@ -14,7 +14,7 @@ from service.store.codec import (
     encode_model,
     encode_page_token,
 )
-from tests.store.samples import BINARY, full_rollout
+from testing.samples import BINARY, full_rollout
 
 
 class _Ambiguous(BaseModel):

@@ -16,8 +16,8 @@ from service.store.codec import encode_model
 from service.store.rows import epoch_us
 from service.store.schema import MIGRATIONS
 from service.store.sqlite import SqliteStore
+from testing.samples import BASE_TIME, rollout
 from tests.store.conftest import AnyStore
-from tests.store.samples import BASE_TIME, rollout
 
 
 def _group(

@@ -11,8 +11,8 @@ from service.models import ErrorKind, RolloutStatus, Sampling
 from service.models.group import Group, GroupMember, GroupSpec, GroupStats, GroupStatus
 from service.store.schema import MIGRATIONS, SCHEMA_VERSION
 from service.store.sqlite import SqliteStore
+from testing.samples import BASE_TIME, rollout
 from tests.store.conftest import AnyStore
-from tests.store.samples import BASE_TIME, rollout
 
 
 def _group(group_id: str, *, tenant: str = "", request_id: str = "") -> Group:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from service.models import Rollout
 from service.store.base import TakeRollout
+from testing.samples import BINARY, full_rollout, rollout
 from tests.store.conftest import AnyStore
-from tests.store.samples import BINARY, full_rollout, rollout
 
 
 async def test_a_slim_row_is_the_slim_rollout(store: AnyStore) -> None:

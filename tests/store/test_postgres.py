@@ -26,8 +26,8 @@ from service.store import postgres
 from service.store.base import FencedError
 from service.store.postgres import PostgresStore
 from service.store.rows import encode_event
-from tests.store.postgres_server import PostgresServer
-from tests.store.samples import BASE_TIME, full_rollout, rollout
+from testing.postgres_server import PostgresServer
+from testing.samples import BASE_TIME, full_rollout, rollout
 
 _TABLES = ("rollouts", "rollout_labels", "events", "groups", "group_labels")
 _POLL_S = 0.2

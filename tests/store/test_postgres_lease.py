@@ -14,8 +14,8 @@ from service.store import postgres
 from service.store.base import RESTARTED
 from service.store.postgres import PostgresStore
 from service.store.postgres_leases import APPLICATION_NAME
+from testing.samples import rollout
 from tests.e2e.processes import eventually
-from tests.store.samples import rollout
 
 _LEASE_S = 1.2
 """A short lease: a heartbeat every 0.2 s."""

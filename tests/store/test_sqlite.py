@@ -25,8 +25,8 @@ from service.store.base import RESTARTED, RolloutStore
 from service.store.codec import encode_page_token
 from service.store.schema import SCHEMA_VERSION
 from service.store.sqlite import SqliteStore
+from testing.samples import BASE_TIME, full_rollout, payloads, rollout
 from tests.store.conftest import AnyStore
-from tests.store.samples import BASE_TIME, full_rollout, payloads, rollout
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from service.store.codec import encode_model
 from service.store.rows import encode_insert
 from service.store.schema import MIGRATIONS, SCHEMA_VERSION
 from service.store.sqlite import SqliteStore
+from testing.samples import BASE_TIME, rollout
 from tests.store.conftest import AnyStore
-from tests.store.samples import BASE_TIME, rollout
 
 
 def of(tenant: str, number: int, **kwargs: object) -> Rollout:

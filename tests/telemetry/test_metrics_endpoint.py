@@ -24,12 +24,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.fakes.llm_replies import Reply, TokenShape, prompt_ids_of
+from testing.fakes.llm_upstream import FakeUpstream
+from testing.server_process import ServerProcess, running
+from testing.specs import command_spec
 from tests.e2e.group_support import call_model_then, group_spec
 from tests.e2e.processes import eventually
-from tests.e2e.specs import command_spec
-from tests.fakes.llm_replies import Reply, TokenShape, prompt_ids_of
-from tests.fakes.llm_upstream import FakeUpstream
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -61,9 +61,8 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
         # No warm sandbox, so that "live sandboxes" is the test's alone and ends at 0.
         env={"ROLLOUT_METRICS_LISTEN": "0", "ROLLOUT_LOCAL_WARM_SANDBOXES": "0"},
     )
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 @pytest.fixture

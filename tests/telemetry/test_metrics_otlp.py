@@ -20,8 +20,8 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.e2e.specs import command_spec
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess
+from testing.specs import command_spec
 
 pytestmark = pytest.mark.e2e
 

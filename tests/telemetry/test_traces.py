@@ -12,9 +12,9 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.server_process import ServerProcess, running
+from testing.specs import command_spec
 from tests.e2e.processes import eventually
-from tests.e2e.specs import command_spec
-from tests.server_process import ServerProcess
 from tests.telemetry.console_spans import console_spans
 from tests.telemetry.test_metrics_endpoint import metrics_url, scrape, value
 
@@ -33,9 +33,8 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
             "OTEL_BSP_SCHEDULE_DELAY": "100",
         },
     )
-    server.start()
-    yield server
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server
 
 
 @pytest.fixture

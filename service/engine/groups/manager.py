@@ -41,12 +41,9 @@ from service.errors import (
     SandboxError,
     SpecError,
 )
-from service.models import Rollout, RolloutSpec
-from service.models.group import GROUP_LABEL, Group, GroupSpec, GroupStatus
-from service.sandboxes.base import SandboxBackend
-from service.store.base import RolloutStore
-from service.store.group_listing import GroupLister, GroupPage
-from service.store.groups import GroupStore
+from service.models import GROUP_LABEL, Group, GroupSpec, GroupStatus, Rollout, RolloutSpec
+from service.sandboxes import SandboxBackend
+from service.store import GroupLister, GroupPage, GroupStore, RolloutStore
 
 __all__ = ["GroupManager"]
 

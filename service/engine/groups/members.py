@@ -14,13 +14,16 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable
 
-from service.models import ErrorKind, Rollout, RolloutSpec, RolloutStatus
-from service.models.group import (
+from service.models import (
     GROUP_LABEL,
     INFRASTRUCTURE_KINDS,
+    ErrorKind,
     Group,
     GroupMember,
     GroupStats,
+    Rollout,
+    RolloutSpec,
+    RolloutStatus,
 )
 
 __all__ = [

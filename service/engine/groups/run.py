@@ -33,9 +33,17 @@ from service.engine.groups.members import (
 )
 from service.engine.template import PreparedFilesystem
 from service.errors import RolloutFailure
-from service.models import ErrorKind, Rollout, RolloutError, RolloutSpec
-from service.models.group import Group, GroupMember, GroupSpec, GroupStatus
-from service.store.base import FencedError
+from service.models import (
+    ErrorKind,
+    Group,
+    GroupMember,
+    GroupSpec,
+    GroupStatus,
+    Rollout,
+    RolloutError,
+    RolloutSpec,
+)
+from service.store import FencedError
 
 __all__ = ["GroupRun", "MemberOps"]
 

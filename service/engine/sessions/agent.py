@@ -14,10 +14,10 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from service.agents.base import AgentContext, AgentOutcome, EmitOutput, Progress
+from service.agents import AgentContext, AgentOutcome, EmitOutput, Progress
 from service.errors import FieldViolation, SandboxError
 from service.models import SESSION_AGENT
-from service.sandboxes.base import Sandbox
+from service.sandboxes import Sandbox
 
 __all__ = ["CallerAgent"]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from service.agents.command import model_env
+from service.agents import model_env
 from service.config import Settings
 from service.engine.manager import RolloutManager
 from service.engine.output_scrub import ByteScrubber
@@ -45,8 +45,8 @@ from service.models import (
     SessionRecord,
     SessionStatus,
 )
-from service.proxy.capture.record import scrub_text
-from service.sandboxes.base import ExecResult, FileEntry, OutputStream, Sandbox
+from service.proxy import scrub_text
+from service.sandboxes import ExecResult, FileEntry, OutputStream, Sandbox
 
 __all__ = ["ExecDone", "LiveSession", "OutputChunk"]
 

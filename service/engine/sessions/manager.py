@@ -51,8 +51,8 @@ from service.models import (
     SessionEnding,
     SessionRecord,
 )
-from service.sandboxes.base import SandboxBackend
-from service.store.base import RolloutPage
+from service.sandboxes import SandboxBackend
+from service.store import RolloutPage
 
 __all__ = ["SessionManager"]
 

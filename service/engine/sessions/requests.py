@@ -14,7 +14,7 @@ from service.engine.staging import staged_path
 from service.engine.validation import text_violations
 from service.errors import FieldViolation, SpecError
 from service.models import AgentSpec, RolloutSpec, TaskSpec
-from service.sandboxes.base import in_workdir
+from service.sandboxes import in_workdir
 
 __all__ = [
     "DEFAULT_FILE_BYTES",

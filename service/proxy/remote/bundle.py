@@ -4,7 +4,8 @@ The standalone proxy (`service.proxy.remote.standalone`) needs Python >= 3.11 an
 standard library, the compiled libraries httptools, orjson and pydantic (with
 pydantic-core). A proxy directory in a sandbox is laid out as
 
-    <dir>/src/service/...   this service's `service/__init__.py`, `errors.py`, `models/`, `proxy/`
+    <dir>/src/service/...   this service's `service/__init__.py`, `door.py`, `errors.py`,
+                            `listen_address.py`, `models/`, `proxy/`
     <dir>/lib/...           those libraries (absent when the sandbox's python has them)
     <dir>/DIGEST            `source_digest()` of src, written by the template build
 
@@ -46,7 +47,7 @@ _DISTRIBUTIONS = ("httptools", "orjson", "pydantic")
 """The distributions that provide IMPORTS (with their dependencies)."""
 _SPEEDUPS = ("uvloop",)
 """Used by the proxy when present: worth a template's disk, not a per-rollout upload."""
-_SOURCE_PARTS = ("__init__.py", "errors.py", "listen_address.py", "models", "proxy")
+_SOURCE_PARTS = ("__init__.py", "door.py", "errors.py", "listen_address.py", "models", "proxy")
 """What of the `service` package the standalone proxy imports."""
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _GZIP_LEVEL = 6

@@ -26,8 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from service.errors import SandboxError
-from service.models import CaptureSpec, Turn
-from service.models.model_access import ModelAccess
+from service.models import CaptureSpec, ModelAccess, Turn
 from service.proxy.capture.record import scrub_text
 from service.proxy.capture.rewrite import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS
 from service.proxy.capture.route import OnTurn
@@ -36,7 +35,7 @@ from service.proxy.endpoints import ResolvedEndpoint
 from service.proxy.remote.bundle import libraries_tarball, sources_tarball
 from service.proxy.remote.placement import UPLOAD_DIR, Layout, choose_layout, probe
 from service.proxy.remote.standalone import API_KEY_ENV
-from service.sandboxes.base import BackgroundProcess, OutputStream, Sandbox
+from service.sandboxes import BackgroundProcess, OutputStream, Sandbox
 
 __all__ = ["READY_TIMEOUT_S", "InSandboxProxy"]
 

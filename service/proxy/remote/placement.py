@@ -18,7 +18,7 @@ from typing import Any
 
 from service.errors import SandboxError
 from service.proxy.remote.bundle import IMPORTS, host_abi, source_digest
-from service.sandboxes.base import Sandbox
+from service.sandboxes import Sandbox
 
 __all__ = ["TEMPLATE_DIR", "UPLOAD_DIR", "Layout", "Probe", "choose_layout", "probe"]
 

@@ -40,7 +40,7 @@ from e2b import (
 from service.config import Settings
 from service.errors import FieldViolation, RolloutFailure, SandboxError, SpecError
 from service.models import ErrorKind, NetworkPolicy, SandboxSpec
-from service.sandboxes.base import WORKDIR, Sandbox, SandboxRequest
+from service.sandboxes.base import WORKDIR, Capabilities, Sandbox, SandboxRequest
 from service.sandboxes.e2b.guard import (
     CreateRateLimiter,
     RetryPolicy,
@@ -85,6 +85,7 @@ class E2BBackend:
     """Creates sandboxes in E2B (`SandboxBackend`)."""
 
     name = "e2b"
+    capabilities = Capabilities()
 
     def __init__(
         self,

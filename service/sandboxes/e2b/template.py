@@ -38,7 +38,7 @@ from e2b.template_async.build_api import wait_for_build_finish
 from service.errors import SandboxError
 from service.sandboxes.e2b.backend import API_KEY_ENV
 from service.sandboxes.e2b.sandbox import SDK_ERRORS
-from service.store.postgres_lock import shared_lock
+from service.store import shared_lock
 
 __all__ = ["TemplateBuilds"]
 

@@ -29,11 +29,9 @@ from typing import Any
 
 from service.config import Settings
 from service.errors import FieldViolation, SandboxError, SpecError
-from service.images import Image, ImageStore
-from service.images.base import BASE_NAMES
-from service.images.names import qualify
+from service.images import BASE_NAMES, Image, ImageStore, qualify
 from service.models import NetworkPolicy, Resources, SandboxSpec
-from service.sandboxes.base import HOME, WORKDIR, Sandbox, SandboxRequest, Snapshot
+from service.sandboxes.base import HOME, WORKDIR, Capabilities, Sandbox, SandboxRequest, Snapshot
 from service.sandboxes.local.bwrap import (
     SANDBOX_USER,
     SandboxLayout,
@@ -108,6 +106,7 @@ class LocalBackend:
     """Creates bubblewrap sandboxes on this host; matches `SandboxBackend`."""
 
     name = "local"
+    capabilities = Capabilities(host_socket=True)
 
     def __init__(self, settings: Settings) -> None:
         self._bwrap = require_bwrap()

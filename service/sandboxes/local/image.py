@@ -24,11 +24,15 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from service.errors import FieldViolation, ImageError, SandboxError, SpecError
-from service.images import Image, ImageProgress, ImageStore
-from service.images.base import BASE_NAMES
-from service.images.names import qualify
-from service.images.owned import owned_copy
-from service.images.store import BASE_NOT_MADE
+from service.images import (
+    BASE_NAMES,
+    BASE_NOT_MADE,
+    Image,
+    ImageProgress,
+    ImageStore,
+    owned_copy,
+    qualify,
+)
 from service.sandboxes.local.bwrap import SandboxLayout
 from service.sandboxes.local.overlay_start import ID_SPAN
 

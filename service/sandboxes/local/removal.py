@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from service.errors import first_of
 from service.sandboxes.local.disk import detach_mounts_below
 
 __all__ = ["open_directory", "remove_entry", "remove_tree", "summary"]
@@ -55,8 +56,7 @@ def remove_tree(path: Path) -> None:
 
 def summary(failures: list[str]) -> str:
     """The first few failures, and how many more there are."""
-    more = len(failures) - _REPORTED
-    return "; ".join(failures[:_REPORTED]) + (f" (and {more} more)" if more > 0 else "")
+    return first_of(failures, _REPORTED, "; ")
 
 
 def remove_entry(parent: int, name: str) -> list[str]:

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
+from testing.server_process import ServerProcess
 from tests.docs.pages import claimed_output, marked_blocks
 from tests.e2e.auth_support import TENANT_A_TOKEN, write_token_file
-from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
-from tests.server_process import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from service.models import Turn
-from tests.fakes.llm_upstream import FakeUpstream, Reply
+from testing.fakes.llm_upstream import FakeUpstream, Reply
 from tests.proxy.conftest import OpenRollout, chat, stream_events
 
 

@@ -12,7 +12,7 @@ from service.models import CaptureSpec
 from service.proxy import AUX_MODEL_ALIAS, ResolvedEndpoint, Route
 from service.proxy.capture.history import LANES_KEPT, LaneHistory
 from service.proxy.capture.prompt_ids import PromptIdCache, cut_prompt_ids
-from tests.fakes.llm_upstream import FakeUpstream
+from testing.fakes.llm_upstream import FakeUpstream
 from tests.proxy.conftest import OpenRollout, Rollout, chat
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]

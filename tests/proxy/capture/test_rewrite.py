@@ -10,7 +10,7 @@ from service.models import CaptureSpec
 from service.proxy import AUX_MODEL_ALIAS
 from service.proxy.capture.rewrite import rewrite_request
 from service.proxy.endpoints import ResolvedEndpoint
-from tests.fakes.llm_upstream import FakeUpstream
+from testing.fakes.llm_upstream import FakeUpstream
 from tests.proxy.conftest import UPSTREAM_KEY, UPSTREAM_MODEL, OpenRollout, chat, stream_events
 
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from service.models import CaptureSpec, Sampling
-from tests.fakes.llm_upstream import FakeUpstream
+from testing.fakes.llm_upstream import FakeUpstream
 from tests.proxy.capture.test_rewrite import sent_upstream
 from tests.proxy.conftest import OpenRollout, chat
 

@@ -7,7 +7,7 @@ import pytest
 
 from service.models import CaptureSpec, Turn
 from service.proxy.capture.assembly import CompletionAssembler
-from tests.fakes.llm_upstream import FakeUpstream, Reply, TokenShape, ToolCallReply
+from testing.fakes.llm_upstream import FakeUpstream, Reply, TokenShape, ToolCallReply
 from tests.proxy.conftest import OpenRollout, chat, stream_events
 
 REPLY = Reply(

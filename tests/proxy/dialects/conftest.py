@@ -10,7 +10,7 @@ import pytest
 
 from service.models import CaptureSpec, DialectMode
 from service.proxy import CaptureProxy, ResolvedEndpoint
-from tests.fakes.llm_upstream import FakeUpstream
+from testing.fakes.llm_upstream import FakeUpstream
 from tests.proxy.conftest import UPSTREAM_KEY, UPSTREAM_MODEL, Rollout
 
 

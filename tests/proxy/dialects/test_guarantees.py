@@ -11,8 +11,8 @@ import pytest
 
 from service.models import CaptureSpec, Dialect, DialectMode
 from service.proxy import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS
-from tests.fakes.llm_dialects import token_count
-from tests.fakes.llm_upstream import FakeUpstream, Reply
+from testing.fakes.llm_dialects import token_count
+from testing.fakes.llm_upstream import FakeUpstream, Reply
 from tests.proxy.conftest import UPSTREAM_KEY, UPSTREAM_MODEL
 from tests.proxy.dialects.conftest import OpenDialectRoute, anthropic_client, openai_client
 

@@ -9,7 +9,7 @@ import pytest
 
 from service.models import CaptureSpec, Dialect, DialectMode, Sampling
 from service.proxy import MAIN_MODEL_ALIAS
-from tests.fakes.llm_upstream import FakeUpstream, Reply, TokenShape, ToolCallReply
+from testing.fakes.llm_upstream import FakeUpstream, Reply, TokenShape, ToolCallReply
 from tests.proxy.conftest import UPSTREAM_KEY, UPSTREAM_MODEL
 from tests.proxy.dialects.conftest import OpenDialectRoute, anthropic_client, openai_client
 

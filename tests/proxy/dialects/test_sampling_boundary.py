@@ -11,7 +11,7 @@ import pytest
 
 from service.models import CaptureSpec, Dialect, DialectMode, Sampling
 from service.proxy import MAIN_MODEL_ALIAS
-from tests.fakes.llm_upstream import FakeUpstream
+from testing.fakes.llm_upstream import FakeUpstream
 from tests.proxy.dialects.conftest import OpenDialectRoute
 
 SAMPLING = Sampling(seed=9, temperature=0.6, min_p=0.05)

@@ -10,7 +10,7 @@ import openai
 
 from service.models import CaptureSpec, Dialect, Turn
 from service.proxy import MAIN_MODEL_ALIAS, CaptureProxy, ResolvedEndpoint
-from tests.fakes.llm_upstream import FakeUpstream, Reply
+from testing.fakes.llm_upstream import FakeUpstream, Reply
 from tests.proxy.conftest import UPSTREAM_KEY, UPSTREAM_MODEL
 
 

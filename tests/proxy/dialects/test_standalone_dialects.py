@@ -11,7 +11,7 @@ import anthropic
 from service.models import Dialect, Turn
 from service.proxy import MAIN_MODEL_ALIAS
 from service.proxy.remote.bundle import source_files
-from tests.fakes.llm_upstream import FakeUpstream, Reply
+from testing.fakes.llm_upstream import FakeUpstream, Reply
 from tests.proxy.conftest import UPSTREAM_KEY, UPSTREAM_MODEL
 from tests.proxy.remote.test_standalone import lines, start
 

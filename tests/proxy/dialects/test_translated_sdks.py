@@ -12,7 +12,7 @@ import pytest
 
 from service.models import Dialect, Turn
 from service.proxy import MAIN_MODEL_ALIAS
-from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
+from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 from tests.proxy.conftest import UPSTREAM_KEY, OpenRollout, Rollout
 
 WRITE = ToolCallReply("write", '{"path": "a.txt", "content": "hello"}', id="call_w1")

@@ -15,7 +15,7 @@ import pytest
 
 from service.models import Turn
 from service.proxy.remote.standalone import API_KEY_ENV, OnTurnWriter
-from tests.fakes.llm_upstream import FakeUpstream, Reply, TokenShape
+from testing.fakes.llm_upstream import FakeUpstream, Reply, TokenShape
 from tests.proxy.conftest import UPSTREAM_KEY, UPSTREAM_MODEL, chat
 
 ROOT = Path(__file__).resolve().parents[3]

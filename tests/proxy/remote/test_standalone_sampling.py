@@ -9,7 +9,7 @@ import json
 import httpx
 
 from service.models import Sampling
-from tests.fakes.llm_upstream import FakeUpstream
+from testing.fakes.llm_upstream import FakeUpstream
 from tests.proxy.conftest import UPSTREAM_MODEL, chat
 from tests.proxy.remote.test_standalone import start
 

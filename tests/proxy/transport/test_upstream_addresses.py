@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from service.proxy.transport.upstream import UpstreamPool, UpstreamTarget, UpstreamUnreachable
-from tests.fakes.llm_upstream import FakeUpstream
+from testing.fakes.llm_upstream import FakeUpstream
 
 _CHAT = orjson.dumps({"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]})
 

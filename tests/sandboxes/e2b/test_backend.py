@@ -16,8 +16,8 @@ from service.models import ErrorKind, NetworkPolicy
 from service.sandboxes.base import WORKDIR, OutputStream
 from service.sandboxes.e2b.backend import INSTANCE_LABEL, ROLLOUT_LABEL, E2BBackend
 from service.sandboxes.e2b.sandbox import E2BSandbox
-from tests.fakes.e2b_cloud import FakeE2B
-from tests.sandboxes.e2b.support import fake_cloud, make_backend, make_request
+from testing.e2b_support import fake_cloud, make_backend, make_request
+from testing.fakes.e2b_cloud import FakeE2B
 
 HOST_SECRET = "sk-host-secret-never-in-a-sandbox"
 

@@ -18,9 +18,9 @@ from google.protobuf import json_format
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.fakes.e2b_cloud import FakeE2B
-from tests.sandboxes.e2b.support import HARBOR_BUILDS, HARBOR_TASKS
-from tests.server_process import ServerProcess
+from testing.e2b_support import HARBOR_BUILDS, HARBOR_TASKS
+from testing.fakes.e2b_cloud import FakeE2B
+from testing.server_process import ServerProcess
 
 pytestmark = HARBOR_BUILDS
 

@@ -8,8 +8,8 @@ import pytest
 
 from service.errors import SpecError
 from service.models import SandboxSpec
-from tests.fakes.e2b_cloud import FakeE2B
-from tests.sandboxes.e2b.support import make_backend
+from testing.e2b_support import make_backend
+from testing.fakes.e2b_cloud import FakeE2B
 
 
 async def test_an_image_is_refused_pointing_at_the_template(tmp_path: Path, cloud: FakeE2B) -> None:

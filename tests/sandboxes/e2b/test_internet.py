@@ -13,8 +13,8 @@ import pytest
 
 from service.models import NetworkPolicy
 from service.sandboxes.internet import InternetAccess
-from tests.fakes.e2b_cloud import FakeE2B
-from tests.sandboxes.e2b.support import fake_cloud, make_backend, make_request
+from testing.e2b_support import fake_cloud, make_backend, make_request
+from testing.fakes.e2b_cloud import FakeE2B
 
 
 @pytest.fixture

@@ -15,14 +15,14 @@ from service.errors import RolloutFailure, SandboxError, SpecError
 from service.models import ErrorKind
 from service.registry import load_backend
 from service.sandboxes.e2b.backend import ROLLOUT_LABEL, E2BBackend
-from tests.fakes.e2b_cloud import FakeE2B
-from tests.sandboxes.e2b.support import (
+from testing.e2b_support import (
     FAST_RETRY,
     eventually,
     make_backend,
     make_request,
     make_settings,
 )
+from testing.fakes.e2b_cloud import FakeE2B
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from service.engine.collect import collect_workdir
 from service.sandboxes.base import LIST_MAX_DEPTH, WORKDIR, FileEntry
 from service.sandboxes.e2b.backend import E2BBackend
 from service.sandboxes.e2b.sandbox import E2BSandbox
-from tests.fakes.e2b_cloud import FakeE2B
-from tests.sandboxes.e2b.support import make_backend, make_request, make_settings
+from testing.e2b_support import make_backend, make_request, make_settings
+from testing.fakes.e2b_cloud import FakeE2B
 from tests.sandboxes.listing_tree import TRICKY, expected, make_tree_command
 
 

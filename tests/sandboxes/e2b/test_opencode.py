@@ -21,11 +21,11 @@ from service.agents.opencode_config import LAUNCHER
 from service.config import Settings
 from service.models import NetworkPolicy
 from service.sandboxes.e2b.backend import E2BBackend
+from testing.e2b_support import fake_cloud, make_backend, make_request, opencode_template
+from testing.fakes.e2b_cloud import FakeE2B
+from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
+from testing.server_process import ServerProcess
 from tests.agents.npm_registry import FakeNpmRegistry
-from tests.fakes.e2b_cloud import FakeE2B
-from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
-from tests.sandboxes.e2b.support import fake_cloud, make_backend, make_request, opencode_template
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.opencode
 

@@ -29,9 +29,9 @@ from service.proxy.remote.placement import Probe, choose_layout
 from service.proxy.server import CaptureProxy
 from service.sandboxes.e2b.backend import E2BBackend
 from service.sandboxes.e2b.sandbox import E2BSandbox
-from tests.fakes.e2b_cloud import FakeE2B
-from tests.fakes.llm_upstream import FakeUpstream, Reply, TokenShape
-from tests.sandboxes.e2b.support import eventually, make_backend, make_request
+from testing.e2b_support import eventually, make_backend, make_request
+from testing.fakes.e2b_cloud import FakeE2B
+from testing.fakes.llm_upstream import FakeUpstream, Reply, TokenShape
 
 UPSTREAM_KEY = "sk-upstream-secret-e2b-3f9a"
 UPSTREAM_MODEL = "fake-policy-e2b"

@@ -13,9 +13,9 @@ import pytest
 from service.sandboxes.base import VERIFIER_DIR, WORKDIR
 from service.sandboxes.e2b.backend import E2BBackend
 from service.sandboxes.e2b.sandbox import E2BSandbox
-from tests.fakes.e2b_cloud import FakeE2B
+from testing.e2b_support import eventually, make_backend, make_request
+from testing.fakes.e2b_cloud import FakeE2B
 from tests.sandboxes.conftest import LEADER_LEAVES, SleepMarker, threads_named
-from tests.sandboxes.e2b.support import eventually, make_backend, make_request
 
 
 @pytest.fixture

@@ -18,13 +18,13 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.sandboxes.e2b.backend import INSTANCE_LABEL
+from testing.e2b_support import eventually, fake_cloud
+from testing.fakes.e2b_cloud import FakeE2B
+from testing.server_process import ServerProcess
+from testing.specs import command_spec
 from tests.e2e.group_support import group_spec, start_group
-from tests.e2e.specs import command_spec
 from tests.e2e.test_replicas import database_url as database_url  # the PostgreSQL fixture
-from tests.fakes.e2b_cloud import FakeE2B
-from tests.sandboxes.e2b.support import eventually, fake_cloud
 from tests.sandboxes.e2b.test_rollout import _running
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -13,9 +13,9 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from testing.fakes.e2b_cloud import FakeE2B
+from testing.server_process import ServerProcess
 from tests.e2e.cheats import DAEMON, FORGE, failing_task, notices
-from tests.fakes.e2b_cloud import FakeE2B
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -12,10 +12,10 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from tests.e2e.specs import command_spec, terminal
-from tests.fakes.e2b_cloud import FakeE2B
-from tests.sandboxes.e2b.support import eventually
-from tests.server_process import ServerProcess
+from testing.e2b_support import eventually
+from testing.fakes.e2b_cloud import FakeE2B
+from testing.server_process import ServerProcess
+from testing.specs import command_spec, terminal
 
 pytestmark = pytest.mark.e2e
 

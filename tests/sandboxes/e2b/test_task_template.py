@@ -12,8 +12,8 @@ import pytest
 
 from service.errors import SandboxError
 from service.sandboxes.e2b.template import TemplateBuilds
-from tests.fakes.e2b_cloud import FakeE2B
-from tests.sandboxes.e2b.support import make_backend, make_request
+from testing.e2b_support import make_backend, make_request
+from testing.fakes.e2b_cloud import FakeE2B
 
 pytestmark = [
     pytest.mark.timeout(600),  # a cold buildah build on a loaded machine

@@ -18,9 +18,9 @@ import pytest
 
 from service.errors import SandboxError
 from service.sandboxes.e2b.template import TemplateBuilds
+from testing.e2b_support import eventually, make_backend, make_request
+from testing.fakes.e2b_cloud import FakeE2B
 from tests.e2e.test_replicas import database_url as database_url  # the PostgreSQL fixture
-from tests.fakes.e2b_cloud import FakeE2B
-from tests.sandboxes.e2b.support import eventually, make_backend, make_request
 
 pytestmark = [
     pytest.mark.timeout(600),  # cold buildah builds on a loaded machine

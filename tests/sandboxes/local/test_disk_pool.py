@@ -17,9 +17,9 @@ from service.config import Settings
 from service.models import Resources, SandboxSpec
 from service.sandboxes.base import SandboxRequest
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
+from testing.server_process import ServerProcess
+from testing.specs import command_spec
 from tests.e2e.processes import eventually
-from tests.e2e.specs import command_spec
-from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="disk quotas need a root server")
 

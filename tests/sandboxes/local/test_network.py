@@ -19,7 +19,7 @@ from service.models import NetworkPolicy, SandboxSpec
 from service.sandboxes.base import SandboxRequest
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
 from service.sandboxes.local.network import host_addresses
-from tests.fakes.public_host import PublicHost, public_host
+from testing.fakes.public_host import PublicHost, public_host
 from tests.sandboxes.conftest import MakeSandbox
 
 

@@ -7,7 +7,7 @@ for logprobs (top 1), token ids (`return_token_ids`, with `prompt_tokens` prompt
 stream usage. A body containing `"stream":true` (compact JSON, as orjson and the proxy
 write it) gets the SSE form, one write per event; anything else the unary form. The
 request is not parsed and the key is not checked. Run it with
-`python -m tests.fakes.llm_upstream` (see there).
+`python -m testing.fakes.llm_upstream` (see there).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from typing import cast
 import httptools
 import orjson
 
-from tests.fakes.llm_dialects import (
+from testing.fakes.llm_dialects import (
     messages_body,
     messages_events,
     responses_body,
     responses_events,
 )
-from tests.fakes.llm_replies import RenderOptions, Reply, stream_chunks, tokens_of, unary_body
+from testing.fakes.llm_replies import RenderOptions, Reply, stream_chunks, tokens_of, unary_body
 
 __all__ = ["FastUpstreamProtocol", "render", "render_dialects"]
 

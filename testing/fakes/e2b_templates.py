@@ -1,4 +1,4 @@
-"""E2B's template-build API for the fake cloud (`tests.fakes.e2b_cloud`), in the wire format
+"""E2B's template-build API for the fake cloud (`testing.fakes.e2b_cloud`), in the wire format
 the e2b SDK's `AsyncTemplate.build` and `AsyncTemplate.exists` speak:
 
     POST /v3/templates                               {name} -> 202 {templateID, buildID, ...}
@@ -38,7 +38,7 @@ from typing import Any
 
 from service.errors import ImageError
 from service.images import Image, ImageProgress, ImageStore
-from tests.fakes.http1 import HttpRequest, HttpResponse
+from testing.fakes.http1 import HttpRequest, HttpResponse
 
 __all__ = ["UPLOAD_PREFIX", "FakeBuild", "FakeTemplateBuilds"]
 

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess
 
 __all__ = ["front_door"]
 

@@ -15,7 +15,7 @@ kills only the sandbox's. Like envd, a dropped stream leaves its process running
 `Connect-Timeout-Ms` kills it, and a signal reaches only the command's own process, not
 its children. Commands run as the host's user whatever `user` they ask for.
 
-A sandbox of a built template (`rootfs`, `tests.fakes.e2b_templates`) runs on that image's
+A sandbox of a built template (`rootfs`, `testing.fakes.e2b_templates`) runs on that image's
 root filesystem instead, all of it writable as a VM's disk is: an overlay over the image
 (upper layer under the sandbox's directory), mounted in a mount namespace of the sandbox's
 own (`unshare`, so the host never sees it) before bwrap binds it as `/`; its files are
@@ -38,9 +38,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.connect import END_STREAM, RpcError, envelope, http_status
-from tests.fakes.envd_files import make_dir, serve_files
-from tests.fakes.http1 import HttpRequest, HttpResponse
+from testing.fakes.connect import END_STREAM, RpcError, envelope, http_status
+from testing.fakes.envd_files import make_dir, serve_files
+from testing.fakes.http1 import HttpRequest, HttpResponse
 
 __all__ = ["ENVD_VERSION", "FakeProcess", "FakeSandbox", "serve_envd"]
 

@@ -7,7 +7,7 @@ from typing import Any
 from google.protobuf import json_format
 from rollout.v1 import rollout_pb2 as pb
 
-__all__ = ["command_spec", "model_calls", "terminal"]
+__all__ = ["PATHS", "POST", "command_spec", "model_calls", "terminal"]
 
 
 def command_spec(
@@ -59,3 +59,20 @@ TERMINAL = {
 
 def terminal(rollout: pb.Rollout) -> bool:
     return rollout.status in TERMINAL
+
+
+PATHS = ("responses", "messages", "chat/completions")
+"""The model routes an agent calls, one per dialect."""
+POST = """python3 - <<'PY'
+import json, os, urllib.request
+base, key = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
+for mark, path in zip("rmc", {paths!r}):
+    message = {{"role": "user", "content": mark * {size}}}
+    body = {{"model": os.environ["OPENAI_MODEL"], "max_tokens": 64}}
+    body["input" if path == "responses" else "messages"] = [message]
+    request = urllib.request.Request(base + "/" + path, data=json.dumps(body).encode(),
+        headers={{"Authorization": "Bearer " + key, "Content-Type": "application/json"}})
+    print(path, urllib.request.urlopen(request, timeout=60).status, flush=True)
+PY"""
+"""An agent command: one call of `size` characters to each of `paths` (each a new message),
+printing each status (`POST.format(size=..., paths=PATHS)`)."""

@@ -2,7 +2,7 @@
 
 The control-plane REST API (`POST/GET /v2/sandboxes`, `DELETE /sandboxes/{id}`, JSON as the
 SDK's generated client reads it) and, behind the same port, every sandbox's envd
-(`tests.fakes.envd`), routed by the `E2b-Sandbox-Id` header as E2B's sandbox proxy does.
+(`testing.fakes.envd`), routed by the `E2b-Sandbox-Id` header as E2B's sandbox proxy does.
 A request for a sandbox that is gone gets the proxy's 502 "... was not found".
 
 Point the SDK at it with `environment()` (`E2B_API_URL` and `E2B_SANDBOX_URL`; not debug
@@ -11,7 +11,7 @@ mode, which skips create/kill and would test nothing). Faults: `fail_creates` (s
 
 Templates: `add_template(name, files)` seeds files into the writable paths of every sandbox
 made from it. Templates are also built through the SDK's template builder (`templates`,
-`tests.fakes.e2b_templates`: the build routes, realised by the service's image store); a
+`testing.fakes.e2b_templates`: the build routes, realised by the service's image store); a
 sandbox of a built one runs on its image's root filesystem, with its ENV.
 Snapshots (`POST /sandboxes/{id}/snapshots`, as `create_snapshot` sends it) are
 templates too: the sandbox's regular files under its writable paths, with their modes (no
@@ -35,9 +35,9 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 
 from service.config import Settings
-from tests.fakes.e2b_templates import UPLOAD_PREFIX, FakeTemplateBuilds
-from tests.fakes.envd import ENVD_VERSION, FakeSandbox, serve_envd
-from tests.fakes.http1 import Http1Server, HttpRequest, HttpResponse
+from testing.fakes.e2b_templates import UPLOAD_PREFIX, FakeTemplateBuilds
+from testing.fakes.envd import ENVD_VERSION, FakeSandbox, serve_envd
+from testing.fakes.http1 import Http1Server, HttpRequest, HttpResponse
 
 __all__ = ["FakeE2B", "SandboxRecord"]
 

@@ -17,7 +17,7 @@ from service.models import NetworkPolicy, SandboxSpec
 from service.sandboxes.base import SandboxRequest
 from service.sandboxes.e2b.backend import E2BBackend
 from service.sandboxes.e2b.guard import RetryPolicy
-from tests.fakes.e2b_cloud import FakeE2B
+from testing.fakes.e2b_cloud import FakeE2B
 
 __all__ = [
     "FAST_RETRY",
@@ -33,7 +33,7 @@ __all__ = [
 
 FAST_RETRY = RetryPolicy(attempts=4, base_delay_s=0.01, max_delay_s=0.05)
 HEALTH_INTERVAL_S = 0.2
-HARBOR_TASKS = Path(__file__).parents[2] / "harbor" / "tasks"
+HARBOR_TASKS = Path(__file__).parents[1] / "tests" / "harbor" / "tasks"
 """The fixture Harbor tasks, which a test copies under a fresh digest."""
 HARBOR_BUILDS = [
     pytest.mark.e2e,

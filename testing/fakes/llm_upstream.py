@@ -2,7 +2,7 @@
 
 Stands in for the trainer's endpoint (vLLM, OpenAI, ...) in tests and benchmarks.
 
-    from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, TokenShape, has_tools
+    from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, TokenShape, has_tools
 
     async with FakeUpstream(api_key="sk-test") as upstream:
         upstream.base_url                   # "http://127.0.0.1:<port>/v1"
@@ -18,7 +18,7 @@ Stands in for the trainer's endpoint (vLLM, OpenAI, ...) in tests and benchmarks
 Routes: `POST /v1/chat/completions` (unary, or SSE with `stream: true`; a usage chunk when
 `stream_options.include_usage`; then `data: [DONE]`) and `GET /v1/models`; vLLM's native
 `POST /v1/messages` and `/v1/responses`, `POST /v1/messages/count_tokens` and `POST
-/tokenize` (`tests.fakes.llm_dialects`: the same script, faults `status`,
+/tokenize` (`testing.fakes.llm_dialects`: the same script, faults `status`,
 `close_after_chunks`, `stream_error_after_chunks` and `hold_after_first`).
 
 Script: `script(*replies, match=None)` appends to a queue. A request takes the next reply
@@ -28,7 +28,7 @@ of the first queue (in the order queues were created) whose `match(body)` is tru
 returns once n requests have arrived (a held call is in flight from then on).
 
 Token data: each reply is cut into deterministic word-sized tokens with ids and
-logprobs (`tests.fakes.llm_replies.tokens_of`). Logprobs are sent only when the request
+logprobs (`testing.fakes.llm_replies.tokens_of`). Logprobs are sent only when the request
 has `logprobs: true` (`top_logprobs` alternatives per token). Ids follow `Reply.shape`
 (`TokenShape`): VLLM (top-level `prompt_token_ids` + choice `token_ids`, only when the
 request asks `return_token_ids: true`), LOGPROB_TOKEN_ID (a `token_id` key per logprob
@@ -48,10 +48,10 @@ TLS: with `tls` (a server SSLContext) it serves https at `https://localhost:<por
 Auth: with `api_key` set, a request without `Authorization: Bearer <api_key>` gets 401
 (it is still recorded).
 
-Standalone (benchmarks): `python -m tests.fakes.llm_upstream --port 0 [--text ...]
+Standalone (benchmarks): `python -m testing.fakes.llm_upstream --port 0 [--text ...]
 [--prompt-tokens N]` prints its base URL on stdout once listening and answers every request
 with one pre-rendered reply (chat completions; native Messages and Responses on their
-paths), as cheaply as possible (`tests.fakes.llm_upstream_fast`);
+paths), as cheaply as possible (`testing.fakes.llm_upstream_fast`);
 it runs until SIGTERM/SIGINT.
 """
 
@@ -69,7 +69,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests.fakes.llm_dialects import (
+from testing.fakes.llm_dialects import (
     messages_body,
     messages_events,
     responses_body,
@@ -77,7 +77,7 @@ from tests.fakes.llm_dialects import (
     stream_failure,
     token_count,
 )
-from tests.fakes.llm_replies import (
+from testing.fakes.llm_replies import (
     RenderOptions,
     Reply,
     SentReply,
@@ -89,7 +89,7 @@ from tests.fakes.llm_replies import (
     tokens_of,
     unary_body,
 )
-from tests.fakes.llm_upstream_fast import FastUpstreamProtocol, render, render_dialects
+from testing.fakes.llm_upstream_fast import FastUpstreamProtocol, render, render_dialects
 
 __all__ = [
     "FakeUpstream",
@@ -249,7 +249,7 @@ class FakeUpstream:
         return web.json_response({"input_tokens": count})
 
     async def _native(self, request: web.Request) -> web.StreamResponse:
-        """vLLM's native `/v1/messages` and `/v1/responses` (`tests.fakes.llm_dialects`)."""
+        """vLLM's native `/v1/messages` and `/v1/responses` (`testing.fakes.llm_dialects`)."""
         body = await self._read(request)
         if isinstance(body, web.Response):
             return body
@@ -435,7 +435,7 @@ async def _serve(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description="Fake OpenAI-compatible upstream for benchmarks: one pre-rendered reply "
-        "(see tests.fakes.llm_upstream_fast)."
+        "(see testing.fakes.llm_upstream_fast)."
     )
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--text", default="Done.", help="text of every reply")

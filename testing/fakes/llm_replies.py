@@ -4,7 +4,7 @@ A `Reply` is one completion the fake will send: text, reasoning and tool calls,
 plus faults. It is cut into deterministic tokens (`tokens_of`), each with an id
 and a log-probability, and rendered as an OpenAI chat completion (`unary_body`)
 or as SSE chunks (`stream_chunks`) carrying the ids in the requested
-`TokenShape`. See `tests.fakes.llm_upstream` for the server and its API.
+`TokenShape`. See `testing.fakes.llm_upstream` for the server and its API.
 """
 
 from __future__ import annotations

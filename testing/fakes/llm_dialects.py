@@ -18,7 +18,7 @@ import orjson
 from anthropic import types as anthropic_types
 from openai.types import responses as openai_types
 
-from tests.fakes.llm_replies import Reply, Token, _call_id, _logprob_entry, prompt_ids_of
+from testing.fakes.llm_replies import Reply, Token, _call_id, _logprob_entry, prompt_ids_of
 
 __all__ = [
     "messages_body",

@@ -1,4 +1,4 @@
-"""envd's filesystem side, for the fake in `tests.fakes.envd`: `GET /files` (download),
+"""envd's filesystem side, for the fake in `testing.fakes.envd`: `GET /files` (download),
 `POST /files` (multipart or octet-stream upload) and `filesystem.Filesystem/MakeDir`."""
 
 from __future__ import annotations
@@ -6,15 +6,21 @@ from __future__ import annotations
 import gzip
 import posixpath
 import re
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
-from tests.fakes.connect import RpcError
-from tests.fakes.http1 import HttpRequest, HttpResponse
-
-if TYPE_CHECKING:
-    from tests.fakes.envd import FakeSandbox
+from testing.fakes.connect import RpcError
+from testing.fakes.http1 import HttpRequest, HttpResponse
 
 __all__ = ["make_dir", "serve_files"]
+
+
+class FakeSandbox(Protocol):
+    """What the files side needs of `testing.fakes.envd.FakeSandbox` (which imports this)."""
+
+    def resolve(self, path: str) -> tuple[Path, bool]:
+        """Host path of a sandbox path, and whether the sandbox may write there."""
+        ...
 
 
 def make_dir(sandbox: FakeSandbox, path: str) -> dict[str, Any]:

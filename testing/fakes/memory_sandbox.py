@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from typing import ClassVar
 
 from service.errors import SandboxError
 from service.models import SandboxSpec
 from service.sandboxes.base import (
+    Capabilities,
     ExecResult,
     FileEntry,
     OutputCallback,
@@ -164,6 +166,7 @@ class MemoryBackend:
     """Makes `MemorySandbox`es; it cannot snapshot, so nothing is forked or verified fresh."""
 
     name = "memory"
+    capabilities: ClassVar[Capabilities] = Capabilities(host_socket=False)
 
     def __init__(self, handler: Handler, hook: Hook | None = None) -> None:
         self._handler = handler

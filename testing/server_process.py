@@ -7,6 +7,7 @@ not change what a test means. A test gives its server settings through `env`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -14,10 +15,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["HARNESS_VARIABLES", "ServerProcess", "forget_inherited_settings"]
+__all__ = [
+    "HARNESS_VARIABLES",
+    "ServerProcess",
+    "forget_inherited_settings",
+    "resident_bytes",
+    "running",
+]
 
 _LISTENING = re.compile(r"listening on (\S+)")
 _START_TIMEOUT_S = 30.0
@@ -116,3 +123,20 @@ class ServerProcess:
         """Everything the server printed so far (logs and, if enabled, spans)."""
         time.sleep(0)
         return "".join(self.output)
+
+
+def resident_bytes(pid: int) -> int:
+    """The resident memory of process `pid` (VmRSS), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+@contextlib.contextmanager
+def running(server: ServerProcess) -> Iterator[ServerProcess]:
+    """`server` started, then stopped, which must end it cleanly (exit 0): a fixture's server
+    is `with running(server): yield server`."""
+    server.start()
+    yield server
+    assert server.stop() == 0, server.text()
