@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from service.models import Turn
-from service.proxy.capture.record import REDACTED, RecordBounds, Recorder
+from service.proxy.capture.record import REDACTED, RecordBounds, Recorder, scrub_bytes
 
 MIB = 1024 * 1024
 KEY = "sk-record-secret-51aa"
@@ -141,3 +141,17 @@ def test_cutting_a_big_ascii_body_copies_only_what_is_kept() -> None:
     assert len(kept) + recorded["body_bytes_dropped"] == len(content)
     assert DEFAULTS.turn_bytes - 1024 < len(kept) < DEFAULTS.turn_bytes
     assert peak < 2 * DEFAULTS.turn_bytes, f"{peak / MIB:.1f} MiB allocated to cut"
+
+
+def test_scrub_bytes_finds_a_key_wherever_its_first_byte_is_common() -> None:
+    """Past the few places of the key's first byte it tries one by one, it searches whole:
+    a key after many near misses, or after none of its first byte, is replaced all the same."""
+    key = KEY.encode()
+    redacted = REDACTED.encode()
+    ids = b'{"prompt_token_ids":[' + b",".join(b"%d" % i for i in range(12000)) + b"]}"
+    near_misses = b"sk-recordsk-" * 40
+    for data in (ids, ids + key, key + ids, near_misses + key + b"s", b"s" * 9 + key):
+        expected = data.replace(key, redacted)
+        assert scrub_bytes(data, [key, b"other-secret"]) == expected
+    assert scrub_bytes(b"no secret here", [key]) == b"no secret here"
+    assert scrub_bytes(b"sk", [b""]) == b"sk"  # an empty secret is no secret
