@@ -21,7 +21,7 @@ import orjson
 
 from service.proxy.capture.codec import ChatCodec, Codec
 from service.proxy.capture.failures import transport_failure, upstream_error_message
-from service.proxy.capture.prompt_ids import cut_prompt_ids
+from service.proxy.capture.prompt_ids import cut_prompt_ids, cut_span, prompt_ids_span
 from service.proxy.capture.route import Exchange
 from service.proxy.transport.httpserver import Responder
 from service.proxy.transport.sse import DONE, SseSplitter, event_data
@@ -125,7 +125,8 @@ def _send_failure(responder: Responder, exchange: Exchange, codec: Codec, status
 
 
 def _relay_unary(responder: Responder, exchange: Exchange, body: bytes, codec: Codec) -> None:
-    rest, exchange.assembler.prompt_raw = cut_prompt_ids(body)
+    span = prompt_ids_span(body)
+    rest, exchange.assembler.prompt_raw = cut_span(body, span)
     try:
         doc = orjson.loads(rest)
     except orjson.JSONDecodeError:
@@ -139,7 +140,9 @@ def _relay_unary(responder: Responder, exchange: Exchange, body: bytes, codec: C
         _send_failure(responder, exchange, codec, 502)
         return
     try:
-        responder.send(200, exchange.scrub_bytes(codec.unary_body(body, doc)))
+        out = codec.unary_body(body, doc)
+        # The ids are scrubbed by their first byte only when they are the bytes sent.
+        responder.send(200, exchange.scrub_bytes(out, span if out is body else None))
     except ConnectionResetError:
         exchange.fail(_AGENT_GONE, upstream=False)
     codec.add_unary(doc)

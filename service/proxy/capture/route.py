@@ -295,9 +295,10 @@ class Exchange:
         """`text` without the upstream API key or the route token (errors may echo them)."""
         return scrub_text(text, self.route.secrets)
 
-    def scrub_bytes(self, data: bytes) -> bytes:
-        """Bytes for the agent without the upstream API key (a server may echo it anywhere)."""
-        return scrub_bytes(data, self.route.secret_bytes)
+    def scrub_bytes(self, data: bytes, quiet: tuple[int, int] | None = None) -> bytes:
+        """Bytes for the agent without the upstream API key (a server may echo it anywhere);
+        `quiet` as `record.scrub_bytes` takes it."""
+        return scrub_bytes(data, self.route.secret_bytes, quiet)
 
     def mark_first_token(self) -> None:
         if self.first_token_s is None:

@@ -155,3 +155,23 @@ def test_scrub_bytes_finds_a_key_wherever_its_first_byte_is_common() -> None:
         assert scrub_bytes(data, [key, b"other-secret"]) == expected
     assert scrub_bytes(b"no secret here", [key]) == b"no secret here"
     assert scrub_bytes(b"sk", [b""]) == b"sk"  # an empty secret is no secret
+
+
+def test_scrub_bytes_with_a_quiet_span_is_exact() -> None:
+    """Around vLLM's prompt ids (the `quiet` span) a key is found wherever it begins: before
+    the span and running into it, inside it (its first byte is there), after it."""
+    head, ids, tail = b'{"a":"x","prompt_token_ids":[', b"1,2,3,4,5,6,7,8,9,10", b'],"b":1}'
+    for key in (b"1-secret-key", b"sk-secret-key"):  # the first begins as an id does
+        for data in (
+            head + ids + tail,
+            head + key + ids + tail,
+            head + ids[:4] + key + ids[4:] + tail,
+            head + ids + key + tail,
+            key + head + ids + tail,
+        ):
+            quiet = (len(head), len(data) - len(tail))
+            if data.startswith(key):
+                quiet = (quiet[0] + len(key), quiet[1])
+            expected = data.replace(key, REDACTED.encode())
+            assert scrub_bytes(data, [key], quiet) == expected
+            assert scrub_bytes(data, [key], (quiet[0] - 2, quiet[0] + 2)) == expected
