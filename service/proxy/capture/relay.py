@@ -163,14 +163,19 @@ class _StreamState:
 async def _relay_stream(
     responder: Responder, exchange: Exchange, response: UpstreamResponse, codec: Codec
 ) -> None:
-    responder.start_stream()
+    # The head goes out with the first events when they came with it (a fast upstream's
+    # do): one write, and one wake-up of the agent, before its first token instead of two;
+    # it is held no longer than the bytes already here.
+    responder.start_stream(hold=response.buffered)
     state = _StreamState()
     splitter = SseSplitter()
     async for data in response.iter_chunks():
         out = _take_events(responder, exchange, codec, splitter.feed(data), state)
         if out:
-            responder.write(out)
+            responder.write(*out)
             await responder.drain()
+        else:
+            responder.flush()
         if state.done or state.failure:
             break
     if not state.done and not state.failure:
@@ -194,11 +199,11 @@ def _take_events(
     codec: Codec,
     events: list[bytes],
     state: _StreamState,
-) -> bytes:
+) -> list[bytes]:
     """The raw bytes of the events to forward; feeds each parsed chunk to the assembler.
     The events up to the first generated token are written at once, not after the rest of
     the batch is checked: a fast upstream's whole reply can arrive in one read."""
-    out = bytearray()
+    out: list[bytes] = []
     for event in events:
         data = event_data(event)
         if data == DONE and not (exchange.assembler.finish_reason or exchange.assembler.error):
@@ -220,14 +225,14 @@ def _take_events(
                 break
             if codec.add_chunk(chunk) and exchange.first_token_s is None:
                 exchange.mark_first_token()
-                out += exchange.scrub_bytes(codec.event(event, chunk))
-                responder.write(bytes(out))
+                out.append(exchange.scrub_bytes(codec.event(event, chunk)))
+                responder.write(*out)
                 out.clear()
                 continue
             # Errors (an OpenAI `error`, Anthropic's error event, a Responses
             # `response.failed`) and any text may echo the request's key.
             event = exchange.scrub_bytes(codec.event(event, chunk))
-        out += event
+        out.append(event)
         if state.done:
             break
-    return bytes(out)
+    return out
