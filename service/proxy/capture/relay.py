@@ -163,21 +163,27 @@ class _StreamState:
 async def _relay_stream(
     responder: Responder, exchange: Exchange, response: UpstreamResponse, codec: Codec
 ) -> None:
-    # The head goes out with the first events when they came with it (a fast upstream's
-    # do): one write, and one wake-up of the agent, before its first token instead of two;
-    # it is held no longer than the bytes already here.
+    # What is already here goes out in one write: the head with the first events when they
+    # came with it (a fast upstream's do), and the events of every piece already received
+    # (a piece is an event as the upstream wrote it). Each write is a syscall and a wake-up
+    # of the agent; the head is held no longer than the bytes already here.
     responder.start_stream(hold=response.buffered)
     state = _StreamState()
     splitter = SseSplitter()
+    out: list[bytes] = []
     async for data in response.iter_chunks():
-        out = _take_events(responder, exchange, codec, splitter.feed(data), state)
+        _take_events(responder, exchange, codec, splitter.feed(data), state, out)
+        if state.done or state.failure:
+            break
+        if response.buffered:
+            continue
         if out:
             responder.write(*out)
+            out.clear()
             await responder.drain()
         else:
             responder.flush()
-        if state.done or state.failure:
-            break
+    responder.write(*out)
     if not state.done and not state.failure:
         # A stream that finished (or reported its own error) without [DONE] is completed here.
         if exchange.assembler.finish_reason or exchange.assembler.error:
@@ -199,11 +205,11 @@ def _take_events(
     codec: Codec,
     events: list[bytes],
     state: _StreamState,
-) -> list[bytes]:
-    """The raw bytes of the events to forward; feeds each parsed chunk to the assembler.
-    The events up to the first generated token are written at once, not after the rest of
-    the batch is checked: a fast upstream's whole reply can arrive in one read."""
-    out: list[bytes] = []
+    out: list[bytes],
+) -> None:
+    """Add the raw bytes of the events to forward to `out`; feeds each parsed chunk to the
+    assembler. `out` is written at once with the first generated token, not after the rest
+    of what arrived is checked: a fast upstream's whole reply can arrive in one read."""
     for event in events:
         data = event_data(event)
         if data == DONE and not (exchange.assembler.finish_reason or exchange.assembler.error):
@@ -235,4 +241,3 @@ def _take_events(
         out.append(event)
         if state.done:
             break
-    return out
