@@ -13,10 +13,14 @@ Measured in one run:
   proxy's addition);
 - time to first token of a stream at concurrency 1, likewise;
 - requests/s at concurrency 64, direct then proxied, with the proxy's CPU time per request.
+With `--openenv-proxy FILE` (OpenEnv's `envs/opencode_env/sandbox/interception.py`, a
+FastAPI + httpx proxy; not shipped here, it needs fastapi, uvicorn and httpx) that proxy
+runs on the same upstream as the reference, its calls interleaved with the others at c1,
+and each latency figure gets its ratio: this proxy's added latency over OpenEnv's.
 Prints a markdown table and writes bench/results/proxy.json. The machine's other load shows
 up in every figure: run it on a quiet machine.
 
-    python bench/bench_proxy.py [--pairs 1500] [--seconds 5]
+    python bench/bench_proxy.py [--pairs 1500] [--seconds 5] [--openenv-proxy FILE]
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import asyncio
 import json
 import os
 import platform
+import socket
 import subprocess
 import sys
 import time
@@ -170,17 +175,19 @@ def first_token_call(pool: UpstreamPool, target: UpstreamTarget) -> Call:
 
 
 async def paired(
-    direct: Call, proxied: Call, body: bytes, pairs: int
-) -> tuple[list[float], list[float]]:
-    """Direct and proxied calls in turn, back to back; latencies in ms. A proxied call is
-    always followed by a direct one, as an agent's call is by its tool: the proxy builds the
-    turn after answering, and that work is not charged to the next proxied call."""
-    results: tuple[list[float], list[float]] = ([], [])
+    direct: Call, proxied: list[Call], body: bytes, pairs: int
+) -> tuple[list[float], list[list[float]]]:
+    """A direct call before each proxied one, the proxies in turn; latencies in ms (the
+    direct calls of all pairs, and each proxy's). A proxied call is always followed by a
+    direct one, as an agent's call is by its tool: the proxy builds the turn after
+    answering, and that work is not charged to the next proxied call."""
+    direct_ms: list[float] = []
+    proxied_ms: list[list[float]] = [[] for _ in proxied]
     for _ in range(pairs):
-        for which in (0, 1):
-            seconds = await (direct, proxied)[which](body)
-            results[which].append(seconds * 1000)
-    return results
+        for call, results in zip(proxied, proxied_ms, strict=True):
+            direct_ms.append(await direct(body) * 1000)
+            results.append(await call(body) * 1000)
+    return direct_ms, proxied_ms
 
 
 async def throughput(call: Call, concurrency: int, seconds: float) -> float:
@@ -219,32 +226,40 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def measure(
-    upstream: str, proxy: str, proxy_pid: int, args: argparse.Namespace
+    upstream: str, proxies: list[str], proxy_pid: int, args: argparse.Namespace
 ) -> dict[str, Any]:
+    """`proxies`: this proxy's base URL, then the reference's (if any)."""
     pool = UpstreamPool()
     direct = UpstreamTarget(f"{upstream}/chat/completions", {"Authorization": f"Bearer {API_KEY}"})
-    proxied = UpstreamTarget(f"{proxy}/chat/completions", {"Authorization": "Bearer route-token"})
-    unary = (unary_call(pool, direct), unary_call(pool, proxied))
-    ttft = (first_token_call(pool, direct), first_token_call(pool, proxied))
+    targets = [
+        UpstreamTarget(f"{url}/chat/completions", {"Authorization": "Bearer route-token"})
+        for url in proxies
+    ]
     body, stream_body = chat_request(0, stream=False), chat_request(0, stream=True)
-    await paired(*unary, body, 200)  # warm-up: connections, caches
-    unary_ms = await paired(*unary, body, args.pairs)
-    await paired(*ttft, stream_body, 100)
-    ttft_ms = await paired(*ttft, stream_body, args.pairs)
-    await throughput(unary[1], 64, 1.0)
-    direct_rps = await throughput(unary[0], 64, args.seconds)
+    unary_d, unary_p = unary_call(pool, direct), [unary_call(pool, t) for t in targets]
+    ttft_d, ttft_p = first_token_call(pool, direct), [first_token_call(pool, t) for t in targets]
+    await paired(unary_d, unary_p, body, 200)  # warm-up: connections, caches
+    unary_ms = await paired(unary_d, unary_p, body, args.pairs)
+    await paired(ttft_d, ttft_p, stream_body, 100)
+    ttft_ms = await paired(ttft_d, ttft_p, stream_body, args.pairs)
+    await throughput(unary_p[0], 64, 1.0)
+    direct_rps = await throughput(unary_d, 64, args.seconds)
     cpu_before = cpu_seconds(proxy_pid)
-    proxied_rps = await throughput(unary[1], 64, args.seconds)
+    proxied_rps = await throughput(unary_p[0], 64, args.seconds)
     cpu_ms = (cpu_seconds(proxy_pid) - cpu_before) * 1000 / (proxied_rps * args.seconds)
     await pool.close()
-    return {
+    result: dict[str, Any] = {
         "request_bytes": len(body),
         "prompt_token_ids_per_reply": prompt_tokens(),
-        "unary_c1": summary(*unary_ms),
-        "ttft_c1": summary(*ttft_ms),
+        "unary_c1": summary(unary_ms[0], unary_ms[1][0]),
+        "ttft_c1": summary(ttft_ms[0], ttft_ms[1][0]),
         "c64_rps": {"direct": direct_rps, "proxied": proxied_rps},
         "proxy_cpu_ms_per_request_c64": cpu_ms,
     }
+    if len(proxies) > 1:
+        result["openenv_unary_c1"] = summary(unary_ms[0], unary_ms[1][1])
+        result["openenv_ttft_c1"] = summary(ttft_ms[0], ttft_ms[1][1])
+    return result
 
 
 def _row(label: str, stats: dict[str, float], quantile: str, target: str) -> str:
@@ -253,21 +268,56 @@ def _row(label: str, stats: dict[str, float], quantile: str, target: str) -> str
     return f"| {label} | {direct:.3f} | {proxied:.3f} | {added:+.3f} | {target} |"
 
 
+def _ratio(ours: dict[str, float], reference: dict[str, float], quantile: str) -> str:
+    key = f"added_{quantile}_ms"
+    return f"{ours[key] / reference[key]:.2f}x" if reference[key] > 0 else "n/a"
+
+
 def table(result: dict[str, Any]) -> str:
     unary, ttft, rps = result["unary_c1"], result["ttft_c1"], result["c64_rps"]
     cpu = result["proxy_cpu_ms_per_request_c64"]
-    return "\n".join(
-        [
-            "| measure | direct | proxied | added | target |",
-            "| --- | ---: | ---: | ---: | --- |",
-            _row("unary latency p50, c1 (ms)", unary, "p50", "<= +0.5"),
-            _row("unary latency p99, c1 (ms)", unary, "p99", "<= +2"),
-            _row("stream time to first token p50, c1 (ms)", ttft, "p50", ""),
-            _row("stream time to first token p99, c1 (ms)", ttft, "p99", ""),
-            f"| requests/s, c64 | {rps['direct']:.0f} | {rps['proxied']:.0f} | | >= 2000 |",
-            f"| proxy CPU per request, c64 (ms) | | {cpu:.3f} | | |",
+    rows = [
+        "| measure | direct | proxied | added | target |",
+        "| --- | ---: | ---: | ---: | --- |",
+        _row("unary latency p50, c1 (ms)", unary, "p50", "<= +0.5"),
+        _row("unary latency p99, c1 (ms)", unary, "p99", "<= +2"),
+        _row("stream time to first token p50, c1 (ms)", ttft, "p50", ""),
+        _row("stream time to first token p99, c1 (ms)", ttft, "p99", ""),
+        f"| requests/s, c64 | {rps['direct']:.0f} | {rps['proxied']:.0f} | | >= 2000 |",
+        f"| proxy CPU per request, c64 (ms) | | {cpu:.3f} | | |",
+    ]
+    if "openenv_unary_c1" in result:
+        o_unary, o_ttft = result["openenv_unary_c1"], result["openenv_ttft_c1"]
+        rows += [
+            _row("OpenEnv's proxy: unary latency p50, c1 (ms)", o_unary, "p50", ""),
+            _row("OpenEnv's proxy: unary latency p99, c1 (ms)", o_unary, "p99", ""),
+            _row("OpenEnv's proxy: time to first token p50, c1 (ms)", o_ttft, "p50", ""),
+            _row("OpenEnv's proxy: time to first token p99, c1 (ms)", o_ttft, "p99", ""),
+            f"| added over OpenEnv's, unary p50 | | | {_ratio(unary, o_unary, 'p50')} | <= 0.15x |",
+            f"| added over OpenEnv's, first token p50 | | | {_ratio(ttft, o_ttft, 'p50')} "
+            "| <= 0.15x |",
         ]
-    )
+    return "\n".join(rows)
+
+
+def start_openenv(
+    path: str, upstream: str, env: dict[str, str]
+) -> tuple[subprocess.Popen[str], str]:
+    """OpenEnv's interception proxy on a free port, once it accepts connections."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [sys.executable, path, "--upstream-url", upstream, "--upstream-api-key", API_KEY]
+    argv += ["--trace", os.devnull, "--port", str(port)]
+    process = subprocess.Popen(argv, cwd=ROOT, env=env, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and process.poll() is None:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return process, f"http://127.0.0.1:{port}/v1"
+        time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"OpenEnv's proxy ({path}) did not start")
 
 
 def proxy_loop(pid: int) -> str:
@@ -287,6 +337,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=1500, help="direct/proxied pairs at c1")
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of each c64 run")
+    parser.add_argument("--openenv-proxy", help="OpenEnv's interception.py, as the reference")
     args = parser.parse_args()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ROLLOUT_PROXY_API_KEY": API_KEY}
     upstream_process, upstream = start(
@@ -304,7 +355,7 @@ def main() -> None:
         env,
         ready_on_stderr=False,
     )
-    proxy_process = None
+    proxy_process = reference = None
     try:
         proxy_process, ready = start(
             [
@@ -325,11 +376,15 @@ def main() -> None:
             env,
             ready_on_stderr=True,
         )
+        proxies = [json.loads(ready)["base_url"]]
+        if args.openenv_proxy:
+            reference, reference_url = start_openenv(args.openenv_proxy, upstream, env)
+            proxies.append(reference_url)
         loop = proxy_loop(proxy_process.pid)
         load_before = os.getloadavg()
-        result = run(measure(upstream, json.loads(ready)["base_url"], proxy_process.pid, args))
+        result = run(measure(upstream, proxies, proxy_process.pid, args))
     finally:
-        for process in (proxy_process, upstream_process):
+        for process in (reference, proxy_process, upstream_process):
             if process is not None:
                 process.terminate()
                 process.wait(timeout=10)

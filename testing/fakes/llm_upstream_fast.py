@@ -5,7 +5,8 @@ machine is what gets measured. Every `POST .../chat/completions` gets the same r
 rendered once at start-up exactly as `FakeUpstream` would render it for a request asking
 for logprobs (top 1), token ids (`return_token_ids`, with `prompt_tokens` prompt ids) and
 stream usage. A body containing `"stream":true` (compact JSON, as orjson and the proxy
-write it) gets the SSE form, one write per event; anything else the unary form. The
+write it) or `"stream": true` (Python's json.dumps, as OpenEnv's proxy writes it) gets the
+SSE form, one write per event; anything else the unary form. The
 request is not parsed and the key is not checked. Run it with
 `python -m testing.fakes.llm_upstream` (see there).
 """
@@ -130,7 +131,7 @@ class FastUpstreamProtocol(asyncio.Protocol):
             self._transport.write(
                 b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(models), models)
             )
-        elif b'"stream":true' in body:
+        elif b'"stream":true' in body or b'"stream": true' in body:
             for event in stream:
                 self._transport.write(event)
         else:

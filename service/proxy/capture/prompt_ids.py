@@ -13,22 +13,36 @@ from __future__ import annotations
 
 import orjson
 
-__all__ = ["PromptIdCache", "cut_prompt_ids", "shared_prefix_bytes"]
+__all__ = ["PromptIdCache", "cut_prompt_ids", "cut_span", "prompt_ids_span", "shared_prefix_bytes"]
 
 _KEY = b'"prompt_token_ids"'
+
+
+def prompt_ids_span(data: bytes) -> tuple[int, int] | None:
+    """(start, end) of the `prompt_token_ids` array's inner bytes in `data`; None when it
+    has no such array."""
+    key = data.find(_KEY)
+    if key < 0:
+        return None
+    start = data.find(b"[", key)
+    end = data.find(b"]", start)
+    if start < 0 or end < 0 or data[key + len(_KEY) : start].strip() != b":":
+        return None
+    return start + 1, end
 
 
 def cut_prompt_ids(data: bytes) -> tuple[bytes, bytes | None]:
     """(`data` with the `prompt_token_ids` array replaced by null, the array's inner bytes);
     `data` unchanged and None when it has no such array."""
-    key = data.find(_KEY)
-    if key < 0:
+    return cut_span(data, prompt_ids_span(data))
+
+
+def cut_span(data: bytes, span: tuple[int, int] | None) -> tuple[bytes, bytes | None]:
+    """`cut_prompt_ids` for a `span` its caller has already found."""
+    if span is None:
         return data, None
-    start = data.find(b"[", key)
-    end = data.find(b"]", start)
-    if start < 0 or end < 0 or data[key + len(_KEY) : start].strip() != b":":
-        return data, None
-    return data[:start] + b"null" + data[end + 1 :], data[start + 1 : end]
+    start, end = span
+    return data[: start - 1] + b"null" + data[end + 1 :], data[start:end]
 
 
 def shared_prefix_bytes(a: bytes, b: bytes) -> int:

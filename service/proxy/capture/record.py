@@ -29,9 +29,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BODY_FIELDS", "REDACTED", "RecordBounds", "Recorder", "scrub_text"]
+__all__ = ["BODY_FIELDS", "REDACTED", "RecordBounds", "Recorder", "scrub_bytes", "scrub_text"]
 
 REDACTED = "[redacted]"
+_REDACTED_BYTES = REDACTED.encode()
+_FIRST_BYTE_PROBES = 8
+"""Places of a secret's first byte tried one by one before searching for it whole."""
 _MIB = 1024 * 1024
 _VALUE_BYTES = 12
 """Counted per value on top of its text: a protobuf Struct value's tags and lengths."""
@@ -66,6 +69,44 @@ def scrub_text(text: str, secrets: Iterable[str]) -> str:
         if secret in text:
             text = text.replace(secret, REDACTED)
     return text
+
+
+def scrub_bytes(
+    data: bytes, secrets: Iterable[bytes], quiet: tuple[int, int] | None = None
+) -> bytes:
+    """`data` with every secret replaced by `REDACTED`. `quiet`: a span of `data` (vLLM's
+    prompt ids, digits and commas) where no secret is expected to begin: only its first
+    byte is looked for there, with a one-byte find, before the rest is searched."""
+    for secret in secrets:
+        if secret and _contains(data, secret, quiet or (0, 0)):
+            data = data.replace(secret, _REDACTED_BYTES)
+    return data
+
+
+def _contains(data: bytes, secret: bytes, quiet: tuple[int, int]) -> bool:
+    """`secret in data`: no occurrence begins in the `quiet` span without its first byte."""
+    start, end = quiet
+    if data.find(secret[:1], start, end) >= 0:
+        start = end = 0  # the span holds the first byte: search it like the rest
+    return _begins_in(data, secret, 0, start) or _begins_in(data, secret, end, len(data))
+
+
+def _begins_in(data: bytes, secret: bytes, start: int, stop: int) -> bool:
+    """Whether an occurrence of `secret` begins in `data[start:stop]`, found from the places
+    of its first byte while they are few.
+
+    `bytes.find` of a longer needle reads ~1-4 ns a byte where its skip table collides
+    with the text (a key's letters against vLLM's 60 KB of prompt ids: ~40 us an event
+    here), a single byte is a memchr (~1 us); a stream's ids event has no letter at all."""
+    first = secret[:1]
+    at = data.find(first, start, stop)
+    for _ in range(_FIRST_BYTE_PROBES):
+        if at < 0:
+            return False
+        if data.startswith(secret, at):
+            return True
+        at = data.find(first, at + 1, stop)
+    return at >= 0 and data.find(secret, at, stop + len(secret) - 1) >= 0
 
 
 class Recorder:

@@ -21,7 +21,7 @@ import orjson
 
 from service.proxy.capture.codec import ChatCodec, Codec
 from service.proxy.capture.failures import transport_failure, upstream_error_message
-from service.proxy.capture.prompt_ids import cut_prompt_ids
+from service.proxy.capture.prompt_ids import cut_prompt_ids, cut_span, prompt_ids_span
 from service.proxy.capture.route import Exchange
 from service.proxy.transport.httpserver import Responder
 from service.proxy.transport.sse import DONE, SseSplitter, event_data
@@ -125,7 +125,8 @@ def _send_failure(responder: Responder, exchange: Exchange, codec: Codec, status
 
 
 def _relay_unary(responder: Responder, exchange: Exchange, body: bytes, codec: Codec) -> None:
-    rest, exchange.assembler.prompt_raw = cut_prompt_ids(body)
+    span = prompt_ids_span(body)
+    rest, exchange.assembler.prompt_raw = cut_span(body, span)
     try:
         doc = orjson.loads(rest)
     except orjson.JSONDecodeError:
@@ -139,7 +140,9 @@ def _relay_unary(responder: Responder, exchange: Exchange, body: bytes, codec: C
         _send_failure(responder, exchange, codec, 502)
         return
     try:
-        responder.send(200, exchange.scrub_bytes(codec.unary_body(body, doc)))
+        out = codec.unary_body(body, doc)
+        # The ids are scrubbed by their first byte only when they are the bytes sent.
+        responder.send(200, exchange.scrub_bytes(out, span if out is body else None))
     except ConnectionResetError:
         exchange.fail(_AGENT_GONE, upstream=False)
     codec.add_unary(doc)
@@ -160,16 +163,27 @@ class _StreamState:
 async def _relay_stream(
     responder: Responder, exchange: Exchange, response: UpstreamResponse, codec: Codec
 ) -> None:
-    responder.start_stream()
+    # What is already here goes out in one write: the head with the first events when they
+    # came with it (a fast upstream's do), and the events of every piece already received
+    # (a piece is an event as the upstream wrote it). Each write is a syscall and a wake-up
+    # of the agent; the head is held no longer than the bytes already here.
+    responder.start_stream(hold=response.buffered)
     state = _StreamState()
     splitter = SseSplitter()
+    out: list[bytes] = []
     async for data in response.iter_chunks():
-        out = _take_events(responder, exchange, codec, splitter.feed(data), state)
-        if out:
-            responder.write(out)
-            await responder.drain()
+        _take_events(responder, exchange, codec, splitter.feed(data), state, out)
         if state.done or state.failure:
             break
+        if response.buffered:
+            continue
+        if out:
+            responder.write(*out)
+            out.clear()
+            await responder.drain()
+        else:
+            responder.flush()
+    responder.write(*out)
     if not state.done and not state.failure:
         # A stream that finished (or reported its own error) without [DONE] is completed here.
         if exchange.assembler.finish_reason or exchange.assembler.error:
@@ -191,11 +205,11 @@ def _take_events(
     codec: Codec,
     events: list[bytes],
     state: _StreamState,
-) -> bytes:
-    """The raw bytes of the events to forward; feeds each parsed chunk to the assembler.
-    The events up to the first generated token are written at once, not after the rest of
-    the batch is checked: a fast upstream's whole reply can arrive in one read."""
-    out = bytearray()
+    out: list[bytes],
+) -> None:
+    """Add the raw bytes of the events to forward to `out`; feeds each parsed chunk to the
+    assembler. `out` is written at once with the first generated token, not after the rest
+    of what arrived is checked: a fast upstream's whole reply can arrive in one read."""
     for event in events:
         data = event_data(event)
         if data == DONE and not (exchange.assembler.finish_reason or exchange.assembler.error):
@@ -217,14 +231,13 @@ def _take_events(
                 break
             if codec.add_chunk(chunk) and exchange.first_token_s is None:
                 exchange.mark_first_token()
-                out += exchange.scrub_bytes(codec.event(event, chunk))
-                responder.write(bytes(out))
+                out.append(exchange.scrub_bytes(codec.event(event, chunk)))
+                responder.write(*out)
                 out.clear()
                 continue
             # Errors (an OpenAI `error`, Anthropic's error event, a Responses
             # `response.failed`) and any text may echo the request's key.
             event = exchange.scrub_bytes(codec.event(event, chunk))
-        out += event
+        out.append(event)
         if state.done:
             break
-    return bytes(out)

@@ -21,7 +21,7 @@ from service.proxy.capture.history import (
     RequestDelta,
 )
 from service.proxy.capture.prompt_ids import PromptIdCache
-from service.proxy.capture.record import REDACTED, RecordBounds, Recorder, scrub_text
+from service.proxy.capture.record import RecordBounds, Recorder, scrub_bytes, scrub_text
 from service.proxy.capture.request_parse import RequestParser
 from service.proxy.capture.rewrite import is_trainable, upstream_headers
 from service.proxy.capture.sampling import sent_sampling
@@ -295,12 +295,10 @@ class Exchange:
         """`text` without the upstream API key or the route token (errors may echo them)."""
         return scrub_text(text, self.route.secrets)
 
-    def scrub_bytes(self, data: bytes) -> bytes:
-        """Bytes for the agent without the upstream API key (a server may echo it anywhere)."""
-        for secret in self.route.secret_bytes:
-            if secret in data:
-                data = data.replace(secret, REDACTED.encode())
-        return data
+    def scrub_bytes(self, data: bytes, quiet: tuple[int, int] | None = None) -> bytes:
+        """Bytes for the agent without the upstream API key (a server may echo it anywhere);
+        `quiet` as `record.scrub_bytes` takes it."""
+        return scrub_bytes(data, self.route.secret_bytes, quiet)
 
     def mark_first_token(self) -> None:
         if self.first_token_s is None:

@@ -67,11 +67,15 @@ class Responder:
         self.started = False
         self.finished = False
         self._chunked = False
+        self._held = b""
+        """A stream's head, held to go out in one write with its first chunk."""
 
     def _transport_write(self, *data: bytes) -> None:
         transport = self._protocol.transport
         if transport is None or transport.is_closing():
             raise ConnectionResetError("the client disconnected")
+        if self._held:
+            data, self._held = (self._held, *data), b""
         transport.writelines(data)
 
     def send(self, status: int, body: bytes, content_type: bytes = b"application/json") -> None:
@@ -80,18 +84,32 @@ class Responder:
         self.started = self.finished = True
         self._transport_write(_head(status, extra, self.keep_alive), body)
 
-    def start_stream(self, status: int = 200, content_type: bytes = b"text/event-stream") -> None:
-        """Send the head of a chunked response."""
+    def start_stream(
+        self, status: int = 200, content_type: bytes = b"text/event-stream", *, hold: bool = False
+    ) -> None:
+        """Send the head of a chunked response; `hold` it to go out with the first chunk, in
+        one write, when that chunk is about to be written (its bytes are already here)."""
         extra = b"Content-Type: %s\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n" % (
             content_type
         )
         self.started = self._chunked = True
-        self._transport_write(_head(status, extra, self.keep_alive))
+        head = _head(status, extra, self.keep_alive)
+        if hold:
+            self._held = head
+        else:
+            self._transport_write(head)
 
-    def write(self, data: bytes) -> None:
-        """One chunk of a streamed response (raises ConnectionResetError once the client left)."""
-        if data:
-            self._transport_write(b"%x\r\n" % len(data), data, b"\r\n")
+    def flush(self) -> None:
+        """Send a held head now."""
+        if self._held:
+            self._transport_write()
+
+    def write(self, *parts: bytes) -> None:
+        """One chunk of a streamed response, of `parts` in order, written without joining
+        them (raises ConnectionResetError once the client left)."""
+        size = sum(len(part) for part in parts)
+        if size:
+            self._transport_write(b"%x\r\n" % size, *parts, b"\r\n")
 
     def end(self) -> None:
         """Finish a streamed response."""

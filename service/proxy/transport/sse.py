@@ -14,13 +14,24 @@ DONE = b"[DONE]"
 def _boundary(buffer: bytes, start: int) -> tuple[int, int]:
     """(position, length) of the first blank line at or after `start`; (-1, 0) if none.
 
-    `bytes.find` rather than a regex: an event can be 60 KB (vLLM's prompt ids), and a
-    regex that may begin with "\\r" scans it byte by byte."""
-    lf = buffer.find(b"\n\n", start)
-    crlf = buffer.find(b"\r\n\r\n", start, lf + 2 if lf >= 0 else len(buffer))
-    if crlf >= 0:
-        return crlf, 4
+    Searched for by single bytes, which `bytes.find` does with memchr: an event can be
+    60 KB (vLLM's prompt ids), and a two-byte needle or a regex scans it byte by byte
+    (~60 us for "\\n\\n" in 64 KB of ids here, against ~1 us)."""
+    lf = _blank_lf(buffer, start)
+    end = lf + 2 if lf >= 0 else len(buffer)
+    if buffer.find(b"\r", start, end) >= 0:
+        crlf = buffer.find(b"\r\n\r\n", start, end)
+        if crlf >= 0:
+            return crlf, 4
     return (lf, 2) if lf >= 0 else (-1, 0)
+
+
+def _blank_lf(buffer: bytes, start: int) -> int:
+    """Where the first "\\n\\n" at or after `start` begins; -1 if none."""
+    at = buffer.find(b"\n", start)
+    while at >= 0 and buffer[at + 1 : at + 2] != b"\n":
+        at = buffer.find(b"\n", at + 1)
+    return at
 
 
 class SseSplitter:
@@ -53,7 +64,8 @@ class SseSplitter:
 
 def event_data(event: bytes) -> bytes | None:
     """The event's `data` field (lines joined), or None for comments and data-less events."""
-    if event.startswith(b"data:") and event.count(b"\n") <= 2 and b"\r" not in event:
+    # One line: its first newline ends it (a memchr; `count` reads 60 KB byte by byte).
+    if event.startswith(b"data:") and event.find(b"\n") >= len(event) - 2 and b"\r" not in event:
         return event[5:].strip()
     lines = [line[5:] for line in event.splitlines() if line.startswith(b"data:")]
     if not lines:

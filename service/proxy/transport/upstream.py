@@ -103,6 +103,11 @@ class _Connection(asyncio.Protocol):
         assert self._head is not None
         await self._head
 
+    @property
+    def chunks_waiting(self) -> int:
+        """Body pieces received and not yet taken by `next_chunk`."""
+        return len(self._chunks)
+
     async def next_chunk(self) -> bytes | None:
         """The next body bytes, or None at the end of the response."""
         while not self._chunks:
@@ -215,6 +220,11 @@ class UpstreamResponse:
         self.content_type = connection.content_type.decode("latin-1")
         self.weight_version = connection.weight_version.decode("latin-1")
         """The upstream's weight version header ("" when it sent none, or none is asked)."""
+
+    @property
+    def buffered(self) -> bool:
+        """Whether body bytes have arrived that `iter_chunks` has not yielded yet."""
+        return bool(self._connection.chunks_waiting)
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
         while (chunk := await self._connection.next_chunk()) is not None:

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from service.models import Turn
-from service.proxy.capture.record import REDACTED, RecordBounds, Recorder
+from service.proxy.capture.record import REDACTED, RecordBounds, Recorder, scrub_bytes
 
 MIB = 1024 * 1024
 KEY = "sk-record-secret-51aa"
@@ -141,3 +141,37 @@ def test_cutting_a_big_ascii_body_copies_only_what_is_kept() -> None:
     assert len(kept) + recorded["body_bytes_dropped"] == len(content)
     assert DEFAULTS.turn_bytes - 1024 < len(kept) < DEFAULTS.turn_bytes
     assert peak < 2 * DEFAULTS.turn_bytes, f"{peak / MIB:.1f} MiB allocated to cut"
+
+
+def test_scrub_bytes_finds_a_key_wherever_its_first_byte_is_common() -> None:
+    """Past the few places of the key's first byte it tries one by one, it searches whole:
+    a key after many near misses, or after none of its first byte, is replaced all the same."""
+    key = KEY.encode()
+    redacted = REDACTED.encode()
+    ids = b'{"prompt_token_ids":[' + b",".join(b"%d" % i for i in range(12000)) + b"]}"
+    near_misses = b"sk-recordsk-" * 40
+    for data in (ids, ids + key, key + ids, near_misses + key + b"s", b"s" * 9 + key):
+        expected = data.replace(key, redacted)
+        assert scrub_bytes(data, [key, b"other-secret"]) == expected
+    assert scrub_bytes(b"no secret here", [key]) == b"no secret here"
+    assert scrub_bytes(b"sk", [b""]) == b"sk"  # an empty secret is no secret
+
+
+def test_scrub_bytes_with_a_quiet_span_is_exact() -> None:
+    """Around vLLM's prompt ids (the `quiet` span) a key is found wherever it begins: before
+    the span and running into it, inside it (its first byte is there), after it."""
+    head, ids, tail = b'{"a":"x","prompt_token_ids":[', b"1,2,3,4,5,6,7,8,9,10", b'],"b":1}'
+    for key in (b"1-secret-key", b"sk-secret-key"):  # the first begins as an id does
+        for data in (
+            head + ids + tail,
+            head + key + ids + tail,
+            head + ids[:4] + key + ids[4:] + tail,
+            head + ids + key + tail,
+            key + head + ids + tail,
+        ):
+            quiet = (len(head), len(data) - len(tail))
+            if data.startswith(key):
+                quiet = (quiet[0] + len(key), quiet[1])
+            expected = data.replace(key, REDACTED.encode())
+            assert scrub_bytes(data, [key], quiet) == expected
+            assert scrub_bytes(data, [key], (quiet[0] - 2, quiet[0] + 2)) == expected

@@ -24,3 +24,20 @@ def test_an_unterminated_event_waits() -> None:
     assert splitter.feed(b'data: {"a":') == []
     assert splitter.pending == b'data: {"a":'
     assert splitter.feed(b"1}\n\n") == [b'data: {"a":1}\n\n']
+
+
+def test_an_event_of_60_kb_on_one_line_is_one_event() -> None:
+    """vLLM's first event carries the prompt ids: one long line, CRLF or LF, split anywhere."""
+    ids = b",".join(b"%d" % i for i in range(12000))
+    for end in (b"\n\n", b"\r\n\r\n"):
+        first = b'data: {"prompt_token_ids":[' + ids + b"]}" + end
+        stream = first + b'data: {"a":1}' + end
+        for size in (1000, 4096, 65536, len(stream)):
+            splitter = SseSplitter()
+            events: list[bytes] = []
+            for start in range(0, len(stream), size):
+                events += splitter.feed(stream[start : start + size])
+            assert events == [first, b'data: {"a":1}' + end]
+            assert event_data(events[0]) == first[5:].strip()
+    assert event_data(b"data: {\n\n") == b"{"
+    assert event_data(b"data: 1\ndata: 2\n\n") == b"1\n2"
