@@ -1,7 +1,8 @@
 """Harbor's own released CLI (`harbor run`, in .harbor-venv: `make harbor-venv`) running its
 agents in this service's sessions through `rollout_client.harbor_env`, against a real server:
 the oracle earns 1, the no-op agent 0; the session's ATIF export is valid under Harbor's own
-trajectory models; a server that is unreachable fails the trial at start with one line."""
+trajectory models; an unreachable server, a bad token and an unknown task each
+fail the trial at start with one line."""
 
 from __future__ import annotations
 
@@ -9,18 +10,19 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.export.checks import HARBOR_PYTHON, harbor_validation_error
 from tests.server_process import ServerProcess
 
-ROOT = Path(__file__).parent.parent.parent
-HARBOR_PYTHON = ROOT / ".harbor-venv" / "bin" / "python"
 TASKS = Path(__file__).parent / "tasks"
 ENVIRONMENT = "rollout_client.harbor_env:RolloutEnvironment"
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+TOKEN = "harbor-env-token-5b1e"
 
 pytestmark = [
     pytest.mark.e2e,
@@ -45,19 +47,54 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("harbor-dataset")
-    shutil.copytree(TASKS / "needs_root", root / "needs_root")
+def guarded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server with a bearer token and one task root (`srv-tasks`) holding no task."""
+    root = tmp_path_factory.mktemp("harbor-env-roots") / "srv-tasks"
+    root.mkdir()
+    env = {
+        "ROLLOUT_AUTH_TOKENS": json.dumps([TOKEN]),
+        "ROLLOUT_TASK_ROOTS": json.dumps([str(root)]),
+    }
+    process = ServerProcess(tmp_path_factory.mktemp("harbor-env-guarded-state"), env=env)
+    process.start()
+    yield process
+    assert process.stop() == 0, process.text()
+
+
+def dataset_of(root: Path, task: str) -> Path:
+    """A one-task dataset; an image build's TLS trusts the host's CA bundle beside it."""
+    shutil.copytree(TASKS / task, root / task)
+    shutil.copy(HOST_CA, root / task / "environment" / "host-ca.crt")
     return root
 
 
-def harbor_run(dataset: Path, jobs: Path, agent: str, target: str) -> dict[str, Any]:
-    """`harbor run` of the dataset; its one trial's result, and the session's record."""
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return dataset_of(tmp_path_factory.mktemp("harbor-dataset"), "needs_root")
+
+
+def harbor_run(
+    dataset: Path,
+    jobs: Path,
+    agent: str,
+    target: str,
+    *options: str,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """`harbor run` of the dataset, `options` being more `--ek`, `-m` ...; its one trial's
+    result, with the trial's directory."""
     command = [
         str(HARBOR_PYTHON), "-m", "harbor.cli.main", "run", "-p", str(dataset), "-a", agent,
-        "-o", str(jobs), "-n", "1", "--env", ENVIRONMENT, "--ek", f"target={target}",
+        "-o", str(jobs), "-n", "1", "--env", ENVIRONMENT, "--ek", f"target={target}", *options,
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     (trial,) = [p for p in jobs.glob("*/*") if p.is_dir()]
     result: dict[str, Any] = json.loads((trial / "result.json").read_text())
@@ -73,21 +110,18 @@ def reward_of(result: dict[str, Any]) -> float | None:
 
 
 def assert_valid_atif(trial_dir: Path) -> dict[str, Any]:
-    """The session's ATIF export, validated by Harbor's own `Trajectory` model."""
+    """The session's record, its ATIF export valid under Harbor's own `Trajectory` model."""
     record: dict[str, Any] = json.loads((trial_dir / "rollout-session.json").read_text())
-    check = (
-        "import json, sys; from harbor.models.trajectories import Trajectory; "
-        "Trajectory.model_validate(json.load(sys.stdin))"
-    )
-    done = subprocess.run(
-        [str(HARBOR_PYTHON), "-c", check],
-        input=json.dumps(record["trajectory"]),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    assert harbor_validation_error(json.dumps(record["trajectory"])) is None
     return record
+
+
+def start_failure(result: dict[str, Any]) -> str:
+    """The message of a trial that failed in the environment's start."""
+    info = result["exception_info"]
+    assert "in start" in info["exception_traceback"], info["exception_traceback"]
+    message: str = info["exception_message"]
+    return message
 
 
 @pytest.mark.parametrize(("agent", "reward"), [("oracle", 1.0), ("nop", 0.0)])
@@ -109,4 +143,26 @@ def test_an_unreachable_server_fails_the_trial_at_start_in_one_line(
     assert message == (
         "rollout-service at 127.0.0.1:1 is unreachable (no connection in 10s): "
         "is the server running?"
+    )
+
+
+def test_a_bad_token_fails_the_trial_at_start_in_one_line(
+    guarded_server: ServerProcess, dataset: Path, tmp_path: Path
+) -> None:
+    target = guarded_server.target
+    result = harbor_run(dataset, tmp_path / "jobs", "nop", target, "--ek", "token=not-the-token")
+    assert start_failure(result) == (
+        f"opening a session at {target}: UNAUTHENTICATED: invalid bearer token"
+    )
+
+
+def test_an_unknown_task_fails_the_trial_at_start_in_one_line(
+    guarded_server: ServerProcess, dataset: Path, tmp_path: Path
+) -> None:
+    target = guarded_server.target
+    options = ("--ek", f"token={TOKEN}", "--ek", "task_root=srv-tasks")
+    result = harbor_run(dataset, tmp_path / "jobs", "nop", target, *options)
+    assert start_failure(result) == (
+        f"opening a session at {target}: INVALID_ARGUMENT: spec.harbor_task.path: "
+        "no task directory 'srv-tasks/needs_root' under the task root 'srv-tasks'"
     )
