@@ -1,28 +1,46 @@
 """Harbor's own released CLI (`harbor run`, in .harbor-venv: `make harbor-venv`) running its
 agents in this service's sessions through `rollout_client.harbor_env`, against a real server:
-the oracle earns 1, the no-op agent 0; the session's ATIF export is valid under Harbor's own
-trajectory models; an unreachable server, a bad token and an unknown task each
-fail the trial at start with one line."""
+the oracle earns 1, the no-op agent 0; Harbor's installed claude-code and codex agents,
+preinstalled by the task's Dockerfile, each earn 1 with the scripted upstream's answers, their
+every model call a turn of the session with the upstream's exact token data; the session's
+ATIF export is valid under Harbor's own trajectory models; an unreachable server, a bad token
+and an unknown task each fail the trial at start with one line."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 import subprocess
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rollout.v1 import rollout_pb2 as pb
+from rollout_client.aio import AsyncRolloutClient
 
-from tests.export.checks import HARBOR_PYTHON, harbor_validation_error
+from service.proxy.access import host_socket_access
+from tests.docs.pages import marked_blocks
+from tests.export.checks import (
+    HARBOR_PYTHON,
+    agent_steps,
+    assert_exact_tokens,
+    harbor_validation_error,
+    valid_atif,
+)
+from tests.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 from tests.server_process import ServerProcess
 
 TASKS = Path(__file__).parent / "tasks"
 ENVIRONMENT = "rollout_client.harbor_env:RolloutEnvironment"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 TOKEN = "harbor-env-token-5b1e"
+UPSTREAM_KEY = "sk-harbor-upstream-secret-93d2"
+UPSTREAM_MODEL = "fake-policy-harbor"
+BLOCKS = marked_blocks()
 
 pytestmark = [
     pytest.mark.e2e,
@@ -166,3 +184,97 @@ def test_an_unknown_task_fails_the_trial_at_start_in_one_line(
         f"opening a session at {target}: INVALID_ARGUMENT: spec.harbor_task.path: "
         "no task directory 'srv-tasks/needs_root' under the task root 'srv-tasks'"
     )
+
+
+@dataclass(frozen=True)
+class InstalledAgent:
+    """How one of Harbor's installed agents is driven here."""
+
+    provider: str
+    """Harbor's provider prefix of the model (`-m provider/model`)."""
+    key_variable: str
+    """The provider key Harbor wants set before it starts; the route's key replaces it in the
+    sandbox, so the value reaches nothing."""
+    dialect: pb.Dialect
+    """What the agent speaks to the route (the route translates it to chat completions)."""
+    tool: str
+    arguments: dict[str, str]
+    """The scripted call that writes the file."""
+
+
+INSTALLED_AGENTS = {
+    # claude-code reads ANTHROPIC_BASE_URL, which every exec sets to the route; its Write tool
+    # wants an absolute path.
+    "claude-code": InstalledAgent(
+        "anthropic",
+        "ANTHROPIC_API_KEY",
+        pb.DIALECT_MESSAGES,
+        "Write",
+        {"file_path": "/app/hello.txt", "content": "hello from harbor\n"},
+    ),
+    # codex reads its base URL only from the config.toml Harbor writes: its config names the
+    # route (`codex_config`); its shell tool is exec_command.
+    "codex": InstalledAgent(
+        "openai",
+        "OPENAI_API_KEY",
+        pb.DIALECT_RESPONSES,
+        "exec_command",
+        {"cmd": "echo 'hello from harbor' > /app/hello.txt"},
+    ),
+}
+
+
+def codex_config(path: Path) -> Path:
+    """The codex config.toml docs/harbor-environment.md gives: its one model provider is the
+    route of a local sandbox."""
+    config = BLOCKS["harbor-codex-config"].code
+    assert f'base_url = "{host_socket_access().base_url}"' in config
+    path.write_text(config)
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(INSTALLED_AGENTS))
+async def test_an_installed_agent_earns_its_reward_and_each_model_call_is_a_turn(
+    server: ServerProcess, tmp_path: Path, name: str
+) -> None:
+    agent = INSTALLED_AGENTS[name]
+    dataset = dataset_of(tmp_path / "dataset", "installed_agents")
+    write = Reply(
+        reasoning="The task wants one file written.",
+        tool_calls=[ToolCallReply(agent.tool, json.dumps(agent.arguments))],
+    )
+    options = [
+        "-m", f"{agent.provider}/{UPSTREAM_MODEL}", "--ek", "model=" + UPSTREAM_MODEL,
+        "--ek", "api_key_env=HARBOR_TEST_UPSTREAM_KEY",
+    ]  # fmt: skip
+    if name == "codex":
+        options += ["--ak", f"config={codex_config(tmp_path / 'codex.toml')}"]
+    env = {"HARBOR_TEST_UPSTREAM_KEY": UPSTREAM_KEY, agent.key_variable: "sk-harbor-unused"}
+    # After the tool's result the upstream's default answer ends the agent's loop.
+    async with FakeUpstream(api_key=UPSTREAM_KEY, model=UPSTREAM_MODEL) as upstream:
+        upstream.script(write, match=has_tools)
+        options += ["--ek", f"base_url={upstream.base_url}"]
+        result = await asyncio.to_thread(
+            harbor_run, dataset, tmp_path / "jobs", name, server.target, *options, env=env
+        )
+    assert result.get("exception_info") is None, result["exception_info"]
+    assert reward_of(result) == 1.0
+    record = assert_valid_atif(result["trial_dir"])
+    client = AsyncRolloutClient(server.target)
+    try:
+        rollout = await client.get(record["session_id"], view=pb.RESULT_VIEW_FULL)
+    finally:
+        await client.close()
+    turns = list(rollout.result.turns)
+    assert len(turns) == len(upstream.sent) == record["turns"] >= 2  # the write, then the end
+    assert {t.dialect for t in turns} == {agent.dialect}
+    document = valid_atif(rollout)
+    assert record["trajectory"] == document
+    steps = agent_steps(document)
+    assert [call["function_name"] for call in steps[0]["tool_calls"]] == [agent.tool]
+    for step, sent in zip(steps, upstream.sent, strict=True):
+        assert_exact_tokens(step["metrics"], sent)
+    assert all(r.headers["authorization"] == f"Bearer {UPSTREAM_KEY}" for r in upstream.requests)
+    for path in result["trial_dir"].rglob("*"):
+        assert not path.is_file() or UPSTREAM_KEY.encode() not in path.read_bytes(), path
+    assert UPSTREAM_KEY not in server.text()
