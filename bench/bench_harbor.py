@@ -44,6 +44,7 @@ from rollout_client.harbor_pack import pack_task_dir
 from rollout_client.local_server import served
 
 from bench.bench_sandbox import percentile
+from testing.harbor_offline import HARBOR_OFFLINE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results"
@@ -51,9 +52,8 @@ HARBOR_PYTHON = ROOT / ".harbor-venv" / "bin" / "python"
 HARBOR_CLI = [str(HARBOR_PYTHON), "-m", "harbor.cli.main"]
 TASK = ROOT / "tests" / "harbor" / "tasks" / "needs_root"
 ENVIRONMENT = "rollout_client.harbor_env:RolloutEnvironment"
-HARBOR_ENV = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HARBOR_TELEMETRY": "0"}
-"""Harbor's processes kept to loopback: without these, its import of LiteLLM fetches a model
-cost map from GitHub (three tries, ~7 s of back-off offline) and `harbor run` sends telemetry."""
+HARBOR_ENV = {**os.environ, **HARBOR_OFFLINE_ENV}
+"""Harbor's processes kept to loopback (`testing.harbor_offline`)."""
 PHASES = ("start", "agent", "verify", "teardown", "total")
 Phases = dict[str, float]
 

@@ -1,6 +1,6 @@
 """Each packaged agent through the real server: a real local sandbox, the real capture proxy, a
 scripted upstream that asks for a file write; reward 1, exact token data, no key anywhere, and
-the rollout's ATIF file valid against the spec (tests/export/atif_spec.py) with the ids and
+the rollout's ATIF file valid under Harbor's own trajectory models with the ids and
 logprobs the upstream sent, its training records lined up.
 
 One server for the module, with the console span exporter on, so its output holds its logs

@@ -31,6 +31,7 @@ RUN_BY = {
     "openenv-run-rollout": "../openenv/test_docs.py",
     "openenv-terminal": "../openenv/test_docs.py",
     "verifiers-python": "../client/verifiers_runtime/test_session_runtime.py",
+    "harbor-codex-config": "../harbor/test_environment.py",
 }
 """Each marked example and the module whose tests run it."""
 

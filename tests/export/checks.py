@@ -1,27 +1,66 @@
-"""Checks every export test makes on a finished rollout: the ATIF file is valid against the
-spec's models (atif_spec.py), and its ids and logprobs, like the training records', are
-exactly what the scripted upstream sent."""
+"""Checks every export test makes on a finished rollout: the ATIF file is valid under Harbor's
+own trajectory models (`harbor.models.trajectories.Trajectory`, run in .harbor-venv: Harbor
+needs Python 3.12), and its ids and logprobs, like the training records', are exactly what the
+scripted upstream sent."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 from typing import Any
 
+import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout_client.export.atif import ATIF_VERSION, to_atif
 from rollout_client.export.command import ExportFormat, render
 from rollout_client.export.train import to_train_records
 
 from testing.fakes.llm_replies import SentReply
-from tests.export.atif_spec import Trajectory
 
-__all__ = ["agent_steps", "assert_exact_tokens", "assert_train_records", "valid_atif"]
+__all__ = [
+    "HARBOR_PYTHON",
+    "agent_steps",
+    "assert_exact_tokens",
+    "assert_train_records",
+    "harbor_validation_error",
+    "valid_atif",
+]
+
+HARBOR_PYTHON = Path(__file__).parent.parent.parent / ".harbor-venv" / "bin" / "python"
+"""Harbor's venv (`make harbor-venv`), where its released package's models are."""
+
+_VALIDATE = (
+    "import sys\n"
+    "from pydantic import ValidationError\n"
+    "from harbor.models.trajectories import Trajectory\n"
+    "try:\n"
+    "    Trajectory.model_validate_json(sys.stdin.read())\n"
+    "except ValidationError as exc:\n"
+    "    sys.exit(str(exc))\n"
+)
+
+
+def harbor_validation_error(text: str) -> str | None:
+    """Why Harbor's own `Trajectory` model refuses the ATIF document `text`, or None when it
+    accepts it."""
+    if not HARBOR_PYTHON.exists():
+        pytest.skip("no .harbor-venv: Harbor needs Python 3.12+ (make harbor-venv makes it)")
+    done = subprocess.run(
+        [str(HARBOR_PYTHON), "-c", _VALIDATE],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return done.stderr.strip() if done.returncode else None
 
 
 def valid_atif(rollout: pb.Rollout) -> dict[str, Any]:
-    """The ATIF export, written as `rollout export` writes it and validated against the spec."""
+    """The ATIF export, written as `rollout export` writes it and valid under Harbor's models."""
     text = render(rollout, ExportFormat.ATIF)
-    Trajectory.model_validate_json(text)
+    assert harbor_validation_error(text) is None
     document: dict[str, Any] = json.loads(text)
     assert document == to_atif(rollout)
     assert document["schema_version"] == ATIF_VERSION == "ATIF-v1.4"
