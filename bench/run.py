@@ -17,6 +17,10 @@ BENCHES = (
         ["bench_rollouts.py", "--compare", "--soak", "0"],
     ),
     ("a sandbox disk's own cost: pool on vs off", ["bench_rollouts.py", "--disk"]),
+    (
+        "a no-op rollout's CPU by process and by phase vs the sandbox's floor",
+        ["bench_rollout_cpu.py"],
+    ),
     ("server memory over a 5,000-rollout soak vs the baseline", ["bench_soak.py"]),
     ("WatchRollout fan-out: 1,000 and 10,000 watchers vs the baseline", ["bench_watchers.py"]),
     ("capture proxy overhead vs the upstream directly", ["bench_proxy.py"]),
