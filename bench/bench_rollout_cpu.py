@@ -56,7 +56,7 @@ from bench.bench_rollouts import TreeCpu, _descendants, noop_spec, run_batch
 from bench.bench_sandbox import sandbox_life
 from service.config import Settings
 from service.sandboxes.local.backend import LocalBackend
-from tests.server_process import ServerProcess
+from testing.server_process import ServerProcess
 
 RESULTS = Path(__file__).parent / "results"
 _TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
