@@ -197,10 +197,10 @@ class Settings(BaseSettings):
     """Largest disk quota a spec may ask for, in MiB."""
     local_warm_sandboxes: int = 1
     """Local sandboxes made ahead, per network policy, so a rollout need not wait (0: off)."""
-    local_warm_agents: bool = False
+    local_warm_agents: bool = True
     """Start agents ahead in warm local sandboxes (opencode, mini-swe-agent): the last launch
-    of each kind, used only if the next rollout would start exactly the same (never for a
-    server not running as root, nor with `local_warm_sandboxes` 0)."""
+    of each kind, used only if the next rollout would start exactly the same (off for a server
+    not running as root, and with `local_warm_sandboxes` 0)."""
     local_warm_agents_max: int = Field(default=8, ge=0)
     """Most agents started ahead at once, over all kinds."""
     local_warm_agents_decay_s: float = Field(default=60.0, gt=0)

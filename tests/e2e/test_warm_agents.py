@@ -1,7 +1,7 @@
-"""opencode started ahead (`ROLLOUT_LOCAL_WARM_AGENTS`) through the real server: the same task
-three times, the first cold (its launch is learnt, and a warm sandbox starts it), later ones
-handed to an opencode started ahead (its INFO line in the server's log, never a timing), each
-with the events and turns of the cold one."""
+"""opencode started ahead (`ROLLOUT_LOCAL_WARM_AGENTS`, on by default) through the real server
+at its defaults: the same task three times, the first cold (its launch is learnt, and a warm
+sandbox starts it), later ones handed to an opencode started ahead (its INFO line in the
+server's log, never a timing), each with the events and turns of the cold one."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ async def _run(stub: pb_grpc.RolloutServiceAsyncStub, upstream: FakeUpstream) ->
 async def test_rollouts_after_the_first_of_a_kind_run_in_an_opencode_started_ahead(
     tmp_path: Path, upstream: FakeUpstream
 ) -> None:
-    server = ServerProcess(tmp_path / "state", env={"ROLLOUT_LOCAL_WARM_AGENTS": "true"})
+    server = ServerProcess(tmp_path / "state")
     target = server.start()
     try:
         async with grpc.aio.insecure_channel(target) as channel:
