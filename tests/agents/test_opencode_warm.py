@@ -116,6 +116,16 @@ class Rollouts:
         assert outcome.exit_code == 0, outcome.log_tail
         return Run(outcome, turns, outputs, self.agent.warm_runs == before + 1)
 
+    async def look_in_another_agents(self, agent: str, command: str) -> str:
+        """The stdout of `command` in a sandbox claimed for `agent` ("": none, a template)."""
+        spec = SandboxSpec(network=NetworkPolicy.NONE)
+        name = f"ocw-other-{uuid.uuid4().hex[:8]}"
+        sandbox = await self.backend.create(SandboxRequest(name, spec, 60, agent=agent))
+        try:
+            return (await sandbox.exec(command, timeout_s=30)).stdout
+        finally:
+            await sandbox.kill()
+
     async def renew_warm(self) -> None:
         """Use up the ready sandbox made before the plan was learnt; wait for the next."""
         spec = SandboxSpec(network=NetworkPolicy.NONE)
@@ -275,15 +285,9 @@ async def test_a_sandbox_claimed_for_another_agent_keeps_nothing_started_ahead(
     await rollouts.renew_warm()
 
     for agent in ("", "codex"):
-        spec = SandboxSpec(network=NetworkPolicy.NONE)
-        name = f"ocw-other-{uuid.uuid4().hex[:8]}"
-        sandbox = await rollouts.backend.create(SandboxRequest(name, spec, 60, agent=agent))
-        try:
-            look = await sandbox.exec("ps -eo args; ls -A ~ /tmp", timeout_s=30)
-        finally:
-            await sandbox.kill()
-        assert " run --pure" not in look.stdout
-        assert ".opencode-xdg" not in look.stdout
+        look = await rollouts.look_in_another_agents(agent, "ps -eo args; ls -A ~ /tmp")
+        assert " run --pure" not in look
+        assert ".opencode-xdg" not in look
     upstream.script(Reply(text="ok"))
     assert (await rollouts.run("Say ok.")).warm  # the sandbox had one, kept for it
 
