@@ -130,7 +130,7 @@ class LocalBackend:
         default_disk = default_limits.disk_bytes
         self._disks = DiskPool(self._state_dir, pooled, default_disk)
         self._reaper = Reaper(self._disks.recycle)
-        self._warm = WarmPool(self._warm_size, self._build_warm)
+        self._warm = WarmPool(self._warm_size, self._build_warm, self._settling)
         self._agents = self._warm_agents(settings, default_limits.rlimits)
         store = ImageStore.of_server(settings)
         owned = None if self._privileged else self._state_dir / "images"
@@ -152,6 +152,10 @@ class LocalBackend:
             min_available_mb=settings.local_warm_agents_min_available_mb,
             learnt=self._warm.refill,
         )
+
+    async def _settling(self, sandbox: LocalSandbox) -> None:
+        if self._agents is not None:
+            await self._agents.settling(sandbox)
 
     def _warm_size(self, key: WarmKey) -> int:
         """Ready sandboxes to keep of a kind: the setting's without an agent; with one, as

@@ -53,9 +53,13 @@ class WarmPool:
         self,
         size: Callable[[WarmKey], int],
         build: Callable[[str, WarmKey], Awaitable[LocalSandbox]],
+        settling: Callable[[LocalSandbox], Awaitable[None]] | None = None,
     ) -> None:
         self._size = size
         self._build = build
+        self._settling = settling
+        """Awaited once a sandbox is ready (it may be taken meanwhile) before the next of
+        its kind is made (`WarmAgents.settling`)."""
         self._ready: dict[WarmKey, list[LocalSandbox]] = {}
         self._building: dict[WarmKey, asyncio.Task[None]] = {}
         self._trimmer: asyncio.Task[None] | None = None
@@ -97,6 +101,8 @@ class WarmPool:
     async def _make(self, key: WarmKey) -> None:
         sandbox = await self._build(f"warm-{uuid.uuid4().hex[:16]}", key)
         self._ready.setdefault(key, []).append(sandbox)
+        if self._settling is not None:
+            await self._settling(sandbox)
 
     def _made(self, key: WarmKey) -> None:
         task = self._building.pop(key)

@@ -38,7 +38,7 @@ from typing import Any
 from service.errors import SandboxError
 from service.sandboxes.local.sandbox import LocalSandbox
 from service.sandboxes.local.warm import WarmKey
-from service.sandboxes.prestart import AgentPlan, PrestartedAgent, seat
+from service.sandboxes.prestart import SETTLE_TIMEOUT_S, AgentPlan, PrestartedAgent, seat
 
 __all__ = ["Demand", "WarmAgents", "available_memory_mb"]
 
@@ -165,6 +165,14 @@ class WarmAgents:
             slot.agent = await _start(sandbox, plan)
         except (SandboxError, OSError, ValueError) as exc:  # the sandbox is good without it
             _log.warning("could not start an agent ahead in %s: %s", sandbox.id, exc)
+
+    async def settling(self, sandbox: LocalSandbox) -> None:
+        """Until the agent started ahead in `sandbox`, if any and not taken, has settled (or
+        ended, or `SETTLE_TIMEOUT_S` passed): the pool makes the next only then, so agents
+        start ahead one at a time and never crowd the CPU of the rollouts that run."""
+        slot = _SLOTS.get(sandbox)
+        if slot is not None and slot.agent is not None:
+            await slot.agent.until_settled(SETTLE_TIMEOUT_S)
 
     async def claim(self, sandbox: LocalSandbox, rlimits: Mapping[str, int], agent: str) -> None:
         """A warm sandbox was claimed by a rollout of `agent` with these limits (rlimits are

@@ -66,7 +66,7 @@ def _sleepers(marker: str) -> int:
 
 
 def _plan(marker: str) -> prestart.AgentPlan:
-    holder = 'echo "ready $$"; exec sleep 3600'
+    holder = 'echo "ready $$"; echo settled; exec sleep 3600'
     return prestart.AgentPlan.of({}, holder, f"exec sleep {marker}", {}, agent=AGENT)
 
 
