@@ -204,8 +204,8 @@ class Settings(BaseSettings):
     local_warm_agents_max: int = Field(default=8, ge=0)
     """Most agents started ahead at once, over all kinds."""
     local_warm_agents_decay_s: float = Field(default=60.0, gt=0)
-    """How fast the demand for a kind's warm agents decays once fewer of its rollouts run
-    (the peak of those alive at once, times e^-t/this)."""
+    """How long the demand for a kind's warm agents (the most of its rollouts alive at once)
+    is held once fewer run, and then how fast it decays (times e^-t/this)."""
     local_warm_agents_min_available_mb: int = Field(default=2048, ge=0)
     """No agent is kept started ahead while the host's available memory is under this, in MiB."""
     local_disk_pool: int = Field(default=16, ge=0)

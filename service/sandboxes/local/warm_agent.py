@@ -8,8 +8,9 @@ stdin, a FIFO, is held open), then the agent's command, exactly as the plan says
 gets through its own start while the sandbox waits to be claimed, and then blocks on its input.
 
 How many of a kind are kept (`wanted`) follows demand: the most rollouts of that kind and agent
-alive at once, decaying by e^-t/`local_warm_agents_decay_s` once fewer are (a group of 8
-wants 8 while it runs and for a while after; an idle server, none), at most
+alive at once, held for `local_warm_agents_decay_s` after it was last reached, then decaying by
+e^-t/`local_warm_agents_decay_s` (a group of 8 wants 8 while it runs and for that long after, so
+the next group finds them; an idle server, none), at most
 `local_warm_agents_max` over all kinds (the backend counts), and none while the host's
 `MemAvailable` is under `local_warm_agents_min_available_mb` (an idle opencode holds ~280 MB).
 
@@ -75,12 +76,16 @@ class Demand:
     at: float = 0.0
 
     def level(self, now: float) -> float:
-        return max(float(self.live), self.peak * math.exp(-(now - self.at) / self.decay_s))
+        """The peak, held for `decay_s` after it was last reached, then decaying."""
+        past = max(0.0, now - self.at - self.decay_s)
+        return max(float(self.live), self.peak * math.exp(-past / self.decay_s))
 
     def add(self, change: int, now: float) -> None:
-        self.peak, self.at = self.level(now), now
+        if self.live >= self.level(now):  # the live count is the level: reached until now
+            self.peak, self.at = float(self.live), now
         self.live += change
-        self.peak = max(self.peak, float(self.live))
+        if self.live > self.peak:
+            self.peak, self.at = float(self.live), now
 
     def wanted(self, now: float) -> int:
         """Agents to keep ready: the level, rounded to the nearest."""

@@ -25,15 +25,15 @@ from tests.e2e.processes import eventually
 AGENT = "sleeper"
 
 
-def test_a_burst_of_eight_wants_eight_until_it_decays_to_none() -> None:
+def test_a_group_of_eight_wants_eight_for_a_while_after_then_none() -> None:
     demand = Demand(decay_s=60.0)
     for _ in range(8):
         demand.add(1, now=0.0)
     for _ in range(8):
-        demand.add(-1, now=10.0)
-    assert demand.wanted(10.0) == 8  # the peak, not yet decayed
-    assert demand.wanted(10.0 + 60.0 * math.log(2)) == 4
-    assert demand.wanted(10.0 + 60.0 * math.log(16) + 1) == 0
+        demand.add(-1, now=100.0)  # it ran 100 s: the peak is held from its end
+    assert demand.wanted(100.0 + 59.0) == 8
+    assert demand.wanted(100.0 + 60.0 + 60.0 * math.log(2)) == 4
+    assert demand.wanted(100.0 + 60.0 + 60.0 * math.log(16) + 1) == 0
 
 
 def test_one_rollout_after_another_wants_one() -> None:
