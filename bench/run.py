@@ -30,7 +30,7 @@ BENCHES = (
         ["bench_dialects.py"],
     ),
     ("one opencode rollout, split by phase", ["bench_opencode.py"]),
-    ("AGENT start to the first model call, per harness, vs the baseline", ["bench_agent_start.py"]),
+    ("AGENT start to the first model call, per harness, warm vs cold", ["bench_agent_start.py"]),
     (
         "where opencode's start-up goes: run vs its baseline, and serve warmed",
         ["bench_opencode_start.py"],

@@ -208,9 +208,17 @@ class Settings(BaseSettings):
     """Largest disk quota a spec may ask for, in MiB."""
     local_warm_sandboxes: int = 1
     """Local sandboxes made ahead, per network policy, so a rollout need not wait (0: off)."""
-    local_warm_agents: bool = False
-    """Start the agent of the last rollout of each kind ahead in the next warm local sandbox
-    (opencode), used only if the next rollout would start exactly the same."""
+    local_warm_agents: bool = True
+    """Start agents ahead in warm local sandboxes (opencode, mini-swe-agent): the last launch
+    of each kind, used only if the next rollout would start exactly the same (off for a server
+    not running as root, and with `local_warm_sandboxes` 0)."""
+    local_warm_agents_max: int = Field(default=8, ge=0)
+    """Most agents started ahead at once, over all kinds."""
+    local_warm_agents_decay_s: float = Field(default=60.0, gt=0)
+    """How long the demand for a kind's warm agents (the most of its rollouts alive at once)
+    is held once fewer run, and then how fast it decays (times e^-t/this)."""
+    local_warm_agents_min_available_mb: int = Field(default=2048, ge=0)
+    """No agent is kept started ahead while the host's available memory is under this, in MiB."""
     local_disk_pool: int = Field(default=16, ge=0)
     """Local sandbox disks of the default size kept formatted and mounted, wiped after each
     sandbox, so a rollout need not wait for a mount (0: a new disk per sandbox)."""

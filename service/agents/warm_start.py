@@ -22,16 +22,13 @@ killed, what it wrote is removed (`cleanup`), and the rollout runs cold.
 
 from __future__ import annotations
 
-import asyncio
 import shlex
 from dataclasses import dataclass
-from typing import Any
 
-from service.sandboxes import PrestartedAgent, Sandbox, in_workdir
+from service.sandboxes import SETTLE_TIMEOUT_S, PrestartedAgent, Sandbox, in_workdir
 
 __all__ = ["WarmStart", "discard", "hand_over", "holder_script", "settled"]
 
-SETTLE_TIMEOUT_S = 60.0
 _SETTLE_POLL_S = 0.05
 _COMMAND_TIMEOUT_S = 30.0
 
@@ -80,19 +77,7 @@ def holder_script(warm: WarmStart) -> str:
 
 async def settled(agent: PrestartedAgent) -> bool:
     """Whether `agent` has read what it reads before its input and still waits for it."""
-    if not agent.usable or agent.process is None or agent.holder is None:
-        return False
-    ended: list[asyncio.Future[Any]] = [
-        asyncio.ensure_future(p.wait()) for p in (agent.process, agent.holder)
-    ]
-    try:
-        await asyncio.wait(
-            {agent.settled, *ended}, timeout=SETTLE_TIMEOUT_S, return_when="FIRST_COMPLETED"
-        )
-    finally:
-        for waiter in ended:
-            waiter.cancel()
-    return agent.settled.done() and agent.usable
+    return await agent.until_settled(SETTLE_TIMEOUT_S)
 
 
 async def hand_over(

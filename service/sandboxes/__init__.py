@@ -36,7 +36,14 @@ if TYPE_CHECKING:
     from service.sandboxes.e2b.template import TemplateBuilds
     from service.sandboxes.internet import InternetAccess
     from service.sandboxes.output import HeadTailBuffer
-    from service.sandboxes.prestart import AgentPlan, PrestartedAgent, has_warm_agents, learn, take
+    from service.sandboxes.prestart import (
+        SETTLE_TIMEOUT_S,
+        AgentPlan,
+        PrestartedAgent,
+        has_warm_agents,
+        learn,
+        take,
+    )
     from service.sandboxes.seal import SYSTEM_TREES, EntryKind, PathState, SystemDiff, SystemSeal
 
 __all__ = [
@@ -44,6 +51,7 @@ __all__ = [
     "PROXY_SOCKET",
     "REWARD_JSON",
     "REWARD_TXT",
+    "SETTLE_TIMEOUT_S",
     "SOLUTION_DIR",
     "SYSTEM_TREES",
     "VERIFIER_DIR",

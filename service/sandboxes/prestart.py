@@ -13,11 +13,12 @@ import asyncio
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from service.sandboxes.base import BackgroundProcess, OutputCallback, OutputStream, Sandbox
 
 __all__ = [
+    "SETTLE_TIMEOUT_S",
     "AgentPlan",
     "PrestartedAgent",
     "WarmSeat",
@@ -27,6 +28,9 @@ __all__ = [
     "take",
 ]
 
+SETTLE_TIMEOUT_S = 60.0
+"""How long an agent started ahead is waited for to settle (by the harness, and by the pool
+before it starts the next)."""
 _BUFFER_BYTES = 64 * 1024
 """Output an agent may write before it is handed its rollout; more and it is not used."""
 
@@ -125,6 +129,23 @@ class PrestartedAgent:
         for stream, chunk in held:
             on_output(stream, chunk)
         self._sink = on_output
+
+    async def until_settled(self, timeout_s: float) -> bool:
+        """Wait, at most `timeout_s`, until it has settled or one of its processes ended:
+        whether it has settled and is still usable."""
+        if not self.usable or self.process is None or self.holder is None:
+            return False
+        ended: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(p.wait()) for p in (self.process, self.holder)
+        ]
+        try:
+            await asyncio.wait(
+                {self.settled, *ended}, timeout=timeout_s, return_when="FIRST_COMPLETED"
+            )
+        finally:
+            for waiter in ended:
+                waiter.cancel()
+        return self.settled.done() and self.usable
 
     async def kill(self) -> None:
         """Kill the agent and its holder (idempotent)."""

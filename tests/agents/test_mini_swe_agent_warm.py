@@ -140,14 +140,9 @@ async def test_a_sandbox_claimed_without_mini_keeps_nothing_started_ahead(
     _look(upstream)
     await rollouts.run("Look around.")
     await rollouts.renew_warm()
-    from service.models import NetworkPolicy, SandboxSpec
-    from service.sandboxes.base import SandboxRequest
-
-    request = SandboxRequest("msw-other", SandboxSpec(network=NetworkPolicy.NONE), lifetime_s=60)
-    sandbox = await rollouts.backend.create(request)
-    try:
-        look = await sandbox.exec("ps -eo args; ls -A ~", timeout_s=30)
-    finally:
-        await sandbox.kill()
-    assert "runner.py" not in look.stdout
-    assert ".mini-swe-agent" not in look.stdout
+    for agent in ("", "codex"):
+        look = await rollouts.look_in_another_agents(agent, "ps -eo args; ls -A ~")
+        assert "runner.py" not in look
+        assert ".mini-swe-agent" not in look
+    _look(upstream)
+    assert (await rollouts.run("Look around.")).warm  # the sandbox had one, kept for it

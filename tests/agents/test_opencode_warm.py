@@ -116,6 +116,16 @@ class Rollouts:
         assert outcome.exit_code == 0, outcome.log_tail
         return Run(outcome, turns, outputs, self.agent.warm_runs == before + 1)
 
+    async def look_in_another_agents(self, agent: str, command: str) -> str:
+        """The stdout of `command` in a sandbox claimed for `agent` ("": none, a template)."""
+        spec = SandboxSpec(network=NetworkPolicy.NONE)
+        name = f"ocw-other-{uuid.uuid4().hex[:8]}"
+        sandbox = await self.backend.create(SandboxRequest(name, spec, 60, agent=agent))
+        try:
+            return (await sandbox.exec(command, timeout_s=30)).stdout
+        finally:
+            await sandbox.kill()
+
     async def renew_warm(self) -> None:
         """Use up the ready sandbox made before the plan was learnt; wait for the next."""
         spec = SandboxSpec(network=NetworkPolicy.NONE)
@@ -263,26 +273,23 @@ async def test_a_task_environment_never_runs_in_a_sandbox_another_rollout_claims
 
 
 async def test_a_sandbox_claimed_for_another_agent_keeps_nothing_started_ahead(
-    rollouts: Rollouts, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture
+    rollouts: Rollouts, upstream: FakeUpstream
 ) -> None:
     """Another agent's rollout, or a group's template (no agent), takes no opencode: one
     started ahead there would run beside it (its environment readable, its memory counted
-    in the sandbox's), and its files would stay (in a template, in the group's snapshot)."""
+    in the sandbox's), and its files would stay (in a template, in the group's snapshot).
+    Nor does it wait for one to be killed: it takes a sandbox without, and the opencode
+    stays ready for the next opencode rollout."""
     upstream.script(Reply(text="ok"))
     await rollouts.run("Say ok.")
     await rollouts.renew_warm()
 
-    spec = SandboxSpec(network=NetworkPolicy.NONE)
-    request = SandboxRequest(f"ocw-other-{uuid.uuid4().hex[:8]}", spec, lifetime_s=60)
-    with caplog.at_level(logging.INFO, logger="service.sandboxes.local.warm_agent"):
-        sandbox = await rollouts.backend.create(request)
-    try:
-        look = await sandbox.exec("ps -eo args; ls -A ~ /tmp", timeout_s=30)
-    finally:
-        await sandbox.kill()
-    assert " run --pure" not in look.stdout
-    assert ".opencode-xdg" not in look.stdout
-    assert "started ahead" in caplog.text  # the sandbox had one
+    for agent in ("", "codex"):
+        look = await rollouts.look_in_another_agents(agent, "ps -eo args; ls -A ~ /tmp")
+        assert " run --pure" not in look
+        assert ".opencode-xdg" not in look
+    upstream.script(Reply(text="ok"))
+    assert (await rollouts.run("Say ok.")).warm  # the sandbox had one, kept for it
 
 
 def test_the_holder_gives_up_on_an_opencode_that_never_settles(tmp_path: Path) -> None:

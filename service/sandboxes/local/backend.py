@@ -18,12 +18,13 @@ construction; commands never run unsandboxed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import hashlib
 import logging
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -128,8 +129,8 @@ class LocalBackend:
         default_disk = default_limits.disk_bytes
         self._disks = DiskPool(self._state_dir, pooled, default_disk)
         self._reaper = Reaper(self._disks.recycle)
-        self._warm = WarmPool(settings.local_warm_sandboxes, self._build_warm)
-        self._agents = WarmAgents(default_limits.rlimits) if settings.local_warm_agents else None
+        self._warm = WarmPool(self._warm_size, self._build_warm, self._settling)
+        self._agents = self._warm_agents(settings, default_limits.rlimits)
         store = ImageStore.of_server(settings)
         owned = None if self._privileged else self._state_dir / "images"
         self._images = ImageRoots(store, settings.sandbox_image, owned=owned)
@@ -138,6 +139,33 @@ class LocalBackend:
         """An image sandbox's id block -> its hold on the image (`ImageStore.hold`)."""
         if not self._privileged:
             self._unprivileged_start()
+
+    def _warm_agents(self, settings: Settings, rlimits: Mapping[str, int]) -> WarmAgents | None:
+        """Agents started ahead: on unless turned off, or the server is not root (its
+        sandboxes may have no memory cgroup to bound an idle agent), or there is no pool."""
+        if not (settings.local_warm_agents and self._privileged and settings.local_warm_sandboxes):
+            return None
+        return WarmAgents(
+            rlimits,
+            decay_s=settings.local_warm_agents_decay_s,
+            min_available_mb=settings.local_warm_agents_min_available_mb,
+            learnt=self._warm.refill,
+        )
+
+    async def _settling(self, sandbox: LocalSandbox) -> None:
+        if self._agents is not None:
+            await self._agents.settling(sandbox)
+
+    def _warm_size(self, key: WarmKey) -> int:
+        """Ready sandboxes to keep of a kind: the setting's without an agent; with one, as
+        many as its demand wants, within the maximum over all kinds (`warm_agent`)."""
+        if not key.agent:
+            return self._settings.local_warm_sandboxes
+        if self._agents is None:
+            return 0
+        others = self._warm.count(lambda other: bool(other.agent) and other != key)
+        wanted = self._agents.wanted(key)
+        return max(0, min(wanted, self._settings.local_warm_agents_max - others))
 
     def _unprivileged_start(self) -> None:
         """Say in one line what a server not running as root goes without; fall back to
@@ -256,7 +284,7 @@ class LocalBackend:
             self._own(layer, key) for layer in (request.carried, request.snapshot) if layer
         )
         # Never a warm one from a snapshot: its layer is mounted as a sandbox starts.
-        warm = None if layers else await self._warm.take(key)
+        warm = None if layers else await self._take_warm(key, request.agent)
         sandbox = None if warm is None else await self._adopt(warm, rollout_id, limits)
         if sandbox is not None and self._agents is not None:
             try:
@@ -268,8 +296,21 @@ class LocalBackend:
             sandbox = await self._build(rollout_id, key, limits, layers)
         if not layers:
             self._warm.refill(key)
+            if self._agents is not None and request.agent:
+                with_agent = dataclasses.replace(key, agent=request.agent)
+                self._agents.started(sandbox, with_agent)
+                self._warm.refill(with_agent)
         sandbox.expire_after(request.lifetime_s)
         return sandbox
+
+    async def _take_warm(self, key: WarmKey, agent: str) -> LocalSandbox | None:
+        """A ready sandbox with `agent` started ahead, else one without any: never one with
+        another agent, whose killing would delay this rollout."""
+        if self._agents is not None and agent:
+            warm = await self._warm.take(dataclasses.replace(key, agent=agent))
+            if warm is not None:
+                return warm
+        return await self._warm.take(key)
 
     def _own_snapshot(self, snapshot: object) -> LocalSnapshot:
         """The snapshot as this backend's, not released."""
@@ -396,19 +437,22 @@ class LocalBackend:
 
     async def warm_up(self, network: NetworkPolicy = NetworkPolicy.NONE) -> None:
         """Make the warm sandboxes of this kind, and the disk pool's disks, now and wait for
-        them (rather than after the first rollout that asks for one)."""
+        them (rather than after the first rollout that asks for one), and for every sandbox
+        being made (those with an agent started ahead too)."""
         disk_bytes = Limits.resolve(Resources(), self._settings).disk_bytes
         self._disks.fill(disk_bytes)
         await self._disks.filled()
         image = await self._images.resolve("", _quiet)
         key = WarmKey(network, disk_bytes, "" if image is None else image.id)
         self._warm.refill(key)
-        await self._warm.wait(key)
+        await self._warm.wait()
 
     def _forget(self, sandbox: LocalSandbox) -> None:
         if self._sandboxes.get(sandbox.name) is sandbox:
             del self._sandboxes[sandbox.name]
         self._warm.forget(sandbox)
+        if self._agents is not None:
+            self._agents.ended(sandbox)
         self._release(sandbox.layout.uid)
 
     def _release(self, uid: int | None) -> None:

@@ -1,11 +1,18 @@
 """Agents started ahead in warm local sandboxes (`ROLLOUT_LOCAL_WARM_AGENTS`).
 
 A harness says at each rollout what it starts (`AgentPlan`: the files it writes first, a holder
-command, its own command and environment) and that plan is kept for the sandbox's kind
-(`WarmKey`). Each warm sandbox made afterwards writes the files and starts the holder, which
-prints `ready <pid>` once the agent may start (e.g. its stdin, a FIFO, is held open), then the
-agent's command, exactly as the plan says: the agent gets through its own start while the
-sandbox waits to be claimed, and then blocks on its input.
+command, its own command and environment) and that plan is kept for the sandbox's kind with
+the agent's name (`WarmKey.agent`). Each warm sandbox of that kind made afterwards writes the
+files and starts the holder, which prints `ready <pid>` once the agent may start (e.g. its
+stdin, a FIFO, is held open), then the agent's command, exactly as the plan says: the agent
+gets through its own start while the sandbox waits to be claimed, and then blocks on its input.
+
+How many of a kind are kept (`wanted`) follows demand: the most rollouts of that kind and agent
+alive at once, held for `local_warm_agents_decay_s` after it was last reached, then decaying by
+e^-t/`local_warm_agents_decay_s` (a group of 8 wants 8 while it runs and for that long after, so
+the next group finds them; an idle server, none), at most
+`local_warm_agents_max` over all kinds (the backend counts), and none while the host's
+`MemAvailable` is under `local_warm_agents_min_available_mb` (an idle opencode holds ~280 MB).
 
 The harness of the rollout that claims the sandbox takes the process (`take`) and decides: it
 is used only if the plan equals the one the harness would run for this rollout and the
@@ -19,18 +26,22 @@ shared between sandboxes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import math
+import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from service.errors import SandboxError
 from service.sandboxes.local.sandbox import LocalSandbox
 from service.sandboxes.local.warm import WarmKey
-from service.sandboxes.prestart import AgentPlan, PrestartedAgent, seat
+from service.sandboxes.prestart import SETTLE_TIMEOUT_S, AgentPlan, PrestartedAgent, seat
 
-__all__ = ["WarmAgents"]
+__all__ = ["Demand", "WarmAgents", "available_memory_mb"]
 
 _log = logging.getLogger(__name__)
 _READY_TIMEOUT_S = 30.0
@@ -55,13 +66,87 @@ _SLOTS: weakref.WeakKeyDictionary[LocalSandbox, _Slot] = weakref.WeakKeyDictiona
 """Every sandbox a backend with warm agents made, with its kind and its warm agent if any."""
 
 
+@dataclass
+class Demand:
+    """Rollouts of one kind alive now, and the decaying peak of how many were at once."""
+
+    decay_s: float
+    live: int = 0
+    peak: float = 0.0
+    at: float = 0.0
+
+    def level(self, now: float) -> float:
+        """The peak, held for `decay_s` after it was last reached, then decaying."""
+        past = max(0.0, now - self.at - self.decay_s)
+        return max(float(self.live), self.peak * math.exp(-past / self.decay_s))
+
+    def add(self, change: int, now: float) -> None:
+        if self.live >= self.level(now):  # the live count is the level: reached until now
+            self.peak, self.at = float(self.live), now
+        self.live += change
+        if self.live > self.peak:
+            self.peak, self.at = float(self.live), now
+
+    def wanted(self, now: float) -> int:
+        """Agents to keep ready: the level, rounded to the nearest."""
+        return math.floor(self.level(now) + 0.5)
+
+
+def available_memory_mb(meminfo: Path = Path("/proc/meminfo")) -> int:
+    """The host's `MemAvailable`, in MiB (0 if the kernel does not say)."""
+    for line in meminfo.read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name == "MemAvailable":
+            return int(value.split()[0]) // 1024
+    return 0
+
+
 class WarmAgents:
     """One backend's plans by sandbox kind; starts them in the warm sandboxes it makes."""
 
-    def __init__(self, rlimits: Mapping[str, int]) -> None:
+    def __init__(
+        self,
+        rlimits: Mapping[str, int],
+        *,
+        decay_s: float,
+        min_available_mb: int,
+        learnt: Callable[[WarmKey], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._rlimits = dict(rlimits)
         """The limits warm sandboxes are made under (the defaults)."""
         self._plans: dict[WarmKey, AgentPlan] = {}
+        self._demand: dict[WarmKey, Demand] = {}
+        self._running: weakref.WeakKeyDictionary[LocalSandbox, WarmKey] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._decay_s = decay_s
+        self._min_available_mb = min_available_mb
+        self._learnt = learnt
+        """Called with the kind (agent included) of each plan learnt: the pool makes one."""
+        self._clock = clock
+
+    def started(self, sandbox: LocalSandbox, key: WarmKey) -> None:
+        """A rollout of `key.agent` has `sandbox` (until `ended`): demand for its kind."""
+        if not key.agent or sandbox in self._running:
+            return
+        self._running[sandbox] = key
+        demand = self._demand.setdefault(key, Demand(self._decay_s))
+        demand.add(1, self._clock())
+
+    def ended(self, sandbox: LocalSandbox) -> None:
+        key = self._running.pop(sandbox, None)
+        if key is not None:
+            self._demand[key].add(-1, self._clock())
+
+    def wanted(self, key: WarmKey) -> int:
+        """Ready sandboxes to keep with `key.agent` started ahead (see the module)."""
+        demand = self._demand.get(key)
+        if demand is None or key not in self._plans:
+            return 0
+        if available_memory_mb() < self._min_available_mb:
+            return 0
+        return demand.wanted(self._clock())
 
     def register(self, sandbox: LocalSandbox, key: WarmKey) -> None:
         """`sandbox` (warm or not) is of kind `key`: its rollout's plan is learnt for it."""
@@ -70,12 +155,14 @@ class WarmAgents:
         seat(sandbox, slot)
 
     def learn(self, key: WarmKey, plan: AgentPlan) -> None:
-        self._plans[key] = plan
+        with_agent = dataclasses.replace(key, agent=plan.agent)
+        self._plans[with_agent] = plan
+        self._learnt(with_agent)
 
     async def start_in(self, sandbox: LocalSandbox, key: WarmKey) -> None:
-        """Start the plan of this kind, if any, in a warm sandbox not claimed yet. A failure
-        leaves the sandbox as it is (without an agent): it is logged, never raised."""
-        plan = self._plans.get(key)
+        """Start the plan of this kind (`key.agent`'s), if any, in a warm sandbox not claimed
+        yet. A failure leaves the sandbox without an agent: it is logged, never raised."""
+        plan = self._plans.get(key) if key.agent else None
         slot = _SLOTS.get(sandbox)
         if plan is None or slot is None:
             return
@@ -83,6 +170,14 @@ class WarmAgents:
             slot.agent = await _start(sandbox, plan)
         except (SandboxError, OSError, ValueError) as exc:  # the sandbox is good without it
             _log.warning("could not start an agent ahead in %s: %s", sandbox.id, exc)
+
+    async def settling(self, sandbox: LocalSandbox) -> None:
+        """Until the agent started ahead in `sandbox`, if any and not taken, has settled (or
+        ended, or `SETTLE_TIMEOUT_S` passed): the pool makes the next only then, so agents
+        start ahead one at a time and never crowd the CPU of the rollouts that run."""
+        slot = _SLOTS.get(sandbox)
+        if slot is not None and slot.agent is not None:
+            await slot.agent.until_settled(SETTLE_TIMEOUT_S)
 
     async def claim(self, sandbox: LocalSandbox, rlimits: Mapping[str, int], agent: str) -> None:
         """A warm sandbox was claimed by a rollout of `agent` with these limits (rlimits are
