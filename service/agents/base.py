@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from service.errors import FieldViolation
 from service.models import AgentOutput, ModelAccess
-from service.sandboxes import Sandbox
+from service.sandboxes import Capabilities, Sandbox
 
 __all__ = [
     "ORACLE",
@@ -77,9 +77,10 @@ class Agent(Protocol):
         """Problems with `agent.options`, each naming its field; checked at admission."""
         ...
 
-    async def provision(self, backend: str, progress: Progress) -> None:
-        """Host-side work before the rollout's sandbox is made, on a `backend` backend: e.g.
-        installing the agent where that sandbox will see it. Raises AgentInstallError."""
+    async def provision(self, backend: Capabilities, progress: Progress) -> None:
+        """Host-side work before the rollout's sandbox is made by a backend that can do
+        `backend`: e.g. installing the agent where that sandbox will see it. Raises
+        AgentInstallError."""
         ...
 
     async def prepare(self, sandbox: Sandbox, context: AgentContext) -> None:

@@ -10,7 +10,7 @@ from service.agents.process import run_in_task
 from service.config import Settings
 from service.errors import FieldViolation
 from service.models import AgentOutput, AgentOutputKind, ModelAccess
-from service.sandboxes import OutputCallback, OutputStream, Sandbox
+from service.sandboxes import Capabilities, OutputCallback, OutputStream, Sandbox
 
 __all__ = ["CommandAgent", "model_env", "stream_to"]
 
@@ -33,7 +33,7 @@ class CommandAgent:
             for name in options
         ]
 
-    async def provision(self, backend: str, progress: Progress) -> None:
+    async def provision(self, backend: Capabilities, progress: Progress) -> None:
         return None
 
     async def prepare(self, sandbox: Sandbox, context: AgentContext) -> None:

@@ -54,6 +54,7 @@ from service.errors import AgentError, AgentInstallError, FieldViolation, Missin
 from service.models import ModelAccess
 from service.sandboxes import (
     AgentPlan,
+    Capabilities,
     HeadTailBuffer,
     OutputCallback,
     OutputStream,
@@ -71,8 +72,6 @@ log = logging.getLogger(__name__)
 
 _PROBE_TIMEOUT_S = 60.0
 _SANDBOX_INSTALL_TIMEOUT_S = 900.0
-_HOST_CACHE_BACKENDS = frozenset({"local"})
-"""Backends whose sandboxes see the service's cache directory (bound read-only by bwrap)."""
 
 
 class EventStream(Protocol):
@@ -156,8 +155,8 @@ class HarnessAgent:
     def option_violations(self, options: Mapping[str, Any]) -> list[FieldViolation]:
         return self._harness.option_violations(options)
 
-    async def provision(self, backend: str, progress: Progress) -> None:
-        if backend not in _HOST_CACHE_BACKENDS:
+    async def provision(self, backend: Capabilities, progress: Progress) -> None:
+        if not backend.host_cache:
             return
         entry = await self._install.ensure(progress)
         closed = closed_to_sandbox_users(entry, self._cache_dir)

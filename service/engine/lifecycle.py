@@ -239,7 +239,7 @@ class RolloutRun:
 
         try:
             async with asyncio.timeout(_AGENT_PROVISION_TIMEOUT_S):
-                await self._agent.provision(self._backend.name, progress)
+                await self._agent.provision(self._backend.capabilities, progress)
         except TimeoutError as exc:
             raise AgentInstallError(
                 f"installing the {self._agent.name} agent took over {_AGENT_PROVISION_TIMEOUT_S:g}s"

@@ -228,6 +228,9 @@ class Capabilities:
     host_socket: bool = False
     """Its sandboxes share this host, so the service's capture proxy socket can be bound into
     them (else the proxy is reached at a public URL or runs inside the sandbox)."""
+    host_cache: bool = False
+    """Its sandboxes see the service's cache directory (read-only), so an agent installed
+    there on the host runs in them (else it is installed in each sandbox)."""
 
 
 class SandboxBackend(Protocol):

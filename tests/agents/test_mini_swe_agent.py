@@ -14,6 +14,7 @@ from service.agents.mini_swe_agent import MiniSweAgent, MiniSweHarness
 from service.errors import AgentError, AgentInstallError
 from service.models import AgentOutputKind, ErrorKind
 from service.sandboxes.base import WORKDIR
+from service.sandboxes.local.backend import LocalBackend
 from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 from tests.agents.conftest import UPSTREAM_KEY, Rig
 
@@ -34,7 +35,7 @@ async def test_a_bash_tool_call_writes_a_file_and_the_agent_submits(
 ) -> None:
     upstream.script(bash(f"printf '%s\\n' '{CONTENT}' > hello.txt"), bash(SUBMIT), match=has_tools)
     agent = MiniSweAgent(rig.settings)
-    await agent.provision("local", lambda line: None)
+    await agent.provision(LocalBackend.capabilities, lambda line: None)
     context = rig.context('Create hello.txt. Say "it\'s done" when `done`; $HOME stays as is.')
 
     await agent.prepare(rig.sandbox, context)

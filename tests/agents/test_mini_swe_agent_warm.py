@@ -63,7 +63,7 @@ async def rollouts(
 ) -> AsyncIterator[Rollouts]:
     backend = LocalBackend(settings)
     agent = MiniSweAgent(settings)
-    await agent.provision("local", lambda line: None)
+    await agent.provision(LocalBackend.capabilities, lambda line: None)
     try:
         await backend.warm_up()
         yield Rollouts(settings, backend, proxy, upstream, agent)

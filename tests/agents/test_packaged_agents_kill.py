@@ -15,6 +15,7 @@ from service.agents.codex import CodexAgent
 from service.agents.harness import HarnessAgent
 from service.agents.mini_swe_agent import MiniSweAgent
 from service.config import Settings
+from service.sandboxes.local.backend import LocalBackend
 from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 from tests.agents.conftest import Rig
 from tests.agents.processes import running, until
@@ -47,7 +48,7 @@ async def _ready(rig: Rig, upstream: FakeUpstream, name: str, marker: str) -> Ha
         sleep_call(marker), Reply(text="Waiting.", hold_after_first=True), match=has_tools
     )
     agent = make(rig.settings)
-    await agent.provision("local", lambda line: None)
+    await agent.provision(LocalBackend.capabilities, lambda line: None)
     return agent
 
 

@@ -36,7 +36,14 @@ from service.models import (
     RolloutStatus,
     TaskSpec,
 )
-from service.sandboxes.base import REWARD_JSON, REWARD_TXT, WORKDIR, ExecResult, Sandbox
+from service.sandboxes.base import (
+    REWARD_JSON,
+    REWARD_TXT,
+    WORKDIR,
+    Capabilities,
+    ExecResult,
+    Sandbox,
+)
 from testing.fakes.memory_sandbox import Handler, Hook, MemoryBackend, MemorySandbox, exited
 
 Reply = int | ExecResult | Callable[[MemorySandbox], Awaitable[int]]
@@ -98,9 +105,9 @@ class _Agent(CommandAgent):
         self.provisioning: Hook | None = None
         self.preparing: Callable[[], Awaitable[None]] | None = None
 
-    async def provision(self, backend: str, progress: Progress) -> None:
+    async def provision(self, backend: Capabilities, progress: Progress) -> None:
         if self.provisioning is not None:
-            await self.provisioning(backend)
+            await self.provisioning("provision")
 
     async def prepare(self, sandbox: Sandbox, context: AgentContext) -> None:
         if self.preparing is not None:

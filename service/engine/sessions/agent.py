@@ -17,7 +17,7 @@ from typing import Any
 from service.agents import AgentContext, AgentOutcome, EmitOutput, Progress
 from service.errors import FieldViolation, SandboxError
 from service.models import SESSION_AGENT
-from service.sandboxes import Sandbox
+from service.sandboxes import Capabilities, Sandbox
 
 __all__ = ["CallerAgent"]
 
@@ -40,7 +40,7 @@ class CallerAgent:
     def option_violations(self, options: Mapping[str, Any]) -> list[FieldViolation]:
         return []
 
-    async def provision(self, backend: str, progress: Progress) -> None:
+    async def provision(self, backend: Capabilities, progress: Progress) -> None:
         return None
 
     async def prepare(self, sandbox: Sandbox, context: AgentContext) -> None:
