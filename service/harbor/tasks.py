@@ -39,6 +39,7 @@ from service.harbor.mapping import (
 from service.harbor.source import FIELD, TaskTree, read_archive, read_rooted, tree_digest
 from service.images import ImageConfig, ImageProgress, ImageStore, from_images
 from service.models import RolloutSpec, SandboxSpec
+from service.sandboxes import Capabilities
 
 if TYPE_CHECKING:
     from service.sandboxes import TemplateBuilds
@@ -62,11 +63,14 @@ class HarborTasks:
         self._store = ImageStore.of_server(settings)
         self._templates: TemplateBuilds | None = None
 
-    async def resolve(self, spec: RolloutSpec, check_image: CheckImage) -> RolloutSpec:
-        """The spec a Harbor task directory makes (SpecError naming what is wrong)."""
+    async def resolve(
+        self, spec: RolloutSpec, check_image: CheckImage, backend: Capabilities
+    ) -> RolloutSpec:
+        """The spec a Harbor task directory makes for sandboxes of a `backend` (SpecError
+        naming what is wrong)."""
         tree = await asyncio.to_thread(self._read, spec)
         digest = tree_digest(tree)
-        if (spec.sandbox.backend or self._settings.default_backend) == "e2b":
+        if backend.task_templates:
             return await self._resolve_template(spec, tree, digest, check_image)
         dockerfile = "" if spec.sandbox.image else self._dockerfile(tree)
         image = await self._starting_image(spec, dockerfile)

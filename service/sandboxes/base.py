@@ -231,6 +231,12 @@ class Capabilities:
     host_cache: bool = False
     """Its sandboxes see the service's cache directory (read-only), so an agent installed
     there on the host runs in them (else it is installed in each sandbox)."""
+    store_images: bool = False
+    """Its sandboxes run on images of the service's image store, whose root is the sandbox's
+    own (a Harbor task's Dockerfile is built into one)."""
+    task_templates: bool = False
+    """Its sandboxes start from templates the backend builds (a Harbor task's Dockerfile is
+    built into one, whose root is the sandbox's own)."""
 
 
 class SandboxBackend(Protocol):

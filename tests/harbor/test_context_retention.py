@@ -23,6 +23,7 @@ from service.harbor.mapping import task_image_name
 from service.harbor.tasks import HarborTasks
 from service.images.dockerfile import context_digest
 from service.models import HarborTaskSpec, RolloutSpec, SandboxSpec, TaskSpec
+from service.sandboxes.local.backend import LocalBackend
 
 TASKS = Path(__file__).parent / "tasks"
 _DAY_S = 86400.0
@@ -60,7 +61,7 @@ async def _no_check(_: SandboxSpec) -> None:
 async def _admit(tasks: HarborTasks, path: str) -> RolloutSpec:
     """Admit in a task of its own, as an RPC does: its hold ends with it."""
     spec = _spec(HarborTaskSpec(path=path), SandboxSpec(backend="e2b"))
-    return await asyncio.create_task(tasks.resolve(spec, _no_check))
+    return await asyncio.create_task(tasks.resolve(spec, _no_check, LocalBackend.capabilities))
 
 
 def _contexts(tmp_path: Path) -> set[str]:
@@ -116,7 +117,7 @@ async def test_a_context_in_use_is_never_removed(tmp_path: Path, task_root: Path
     spec = _spec(HarborTaskSpec(path="a"), SandboxSpec(backend="e2b"))
 
     async def admission() -> RolloutSpec:
-        resolved = await tasks.resolve(spec, _no_check)
+        resolved = await tasks.resolve(spec, _no_check, LocalBackend.capabilities)
         admitted.set()
         await launch.wait()  # e.g. capacity and the store's insert, before the rollout is live
         live.append(resolved)

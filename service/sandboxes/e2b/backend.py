@@ -85,7 +85,7 @@ class E2BBackend:
     """Creates sandboxes in E2B (`SandboxBackend`)."""
 
     name = "e2b"
-    capabilities = Capabilities()
+    capabilities = Capabilities(task_templates=True)
 
     def __init__(
         self,

@@ -107,7 +107,7 @@ class LocalBackend:
     """Creates bubblewrap sandboxes on this host; matches `SandboxBackend`."""
 
     name = "local"
-    capabilities = Capabilities(host_socket=True, host_cache=True)
+    capabilities = Capabilities(host_socket=True, host_cache=True, store_images=True)
 
     def __init__(self, settings: Settings) -> None:
         self._bwrap = require_bwrap()
