@@ -71,7 +71,7 @@ run: install
 # the suite in one process.
 TEST_WORKERS ?= 2
 test: install harbor-venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # Harbor's own released CLI, in a venv of its own (Harbor needs Python 3.12+; this project's
 # .venv may be 3.11), with this client installed into it: tests/harbor/test_environment.py runs

@@ -63,8 +63,8 @@ class Dashboard:
         body is read (the API judges it again)."""
         if not settings.dashboard_listen:
             return None
+        host, port = _host_and_port(settings.dashboard_listen)  # a malformed address first
         check_dashboard_exposure(settings, encrypted=encrypted, authenticated=authenticated)
-        host, port = _host_and_port(settings.dashboard_listen)
         return cls(settings, bind(host, port, _SETTING), tokens)
 
     @property

@@ -125,8 +125,10 @@ async def test_a_member_whose_sandbox_dies_is_refilled_and_not_scored(
     group_stub: pb_grpc.RolloutServiceAsyncStub, group_server: ServerProcess
 ) -> None:
     # A setup makes the members forks of a template, never warm sandboxes renamed to them,
-    # so the holder found by the member's sandbox directory is surely the victim's own.
-    spec = command_spec("sleep 3", setup=("true",), verify=("true",))
+    # so the holder found by the member's sandbox directory is surely the victim's own. The
+    # agent's sleep is the window for the kill: the verifier runs in a sandbox of its own,
+    # so a kill that lands after the agent ended fails nothing (3 s was too short under load).
+    spec = command_spec("sleep 8", setup=("true",), verify=("true",))
     group = await start_group(group_stub, group_spec(spec, 8))
     victim = await _member_in_agent_phase(group_stub, group.id)
     kill_sandbox_holder(group_server.state_dir, victim.result.sandbox_id)
