@@ -56,8 +56,10 @@ def load_backend(name: str, settings: Settings) -> SandboxBackend:
 
 
 def backend_capabilities(name: str) -> Capabilities:
-    """What the sandboxes of the backend called `name` (a key of BACKENDS) can do, as its
-    class declares, without building it."""
+    """What the sandboxes of the backend called `name` can do, as its class declares, without
+    building it; a name that is no backend can do nothing (the spec's check names it)."""
+    if name not in BACKENDS:
+        return Capabilities()
     capabilities: Capabilities = _find(BACKENDS, name).capabilities
     return capabilities
 

@@ -140,3 +140,12 @@ def running(server: ServerProcess) -> Iterator[ServerProcess]:
     server.start()
     yield server
     assert server.stop() == 0, server.text()
+
+
+@contextlib.contextmanager
+def running_all(servers: Sequence[ServerProcess]) -> Iterator[Sequence[ServerProcess]]:
+    """`running` of each of `servers` (replicas, say): all started, then all stopped."""
+    with contextlib.ExitStack() as stack:
+        for server in servers:
+            stack.enter_context(running(server))
+        yield servers

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import ast
 import importlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -132,9 +132,9 @@ IMPORTS = {name: set(_imports(name, path)) for name, path in MODULES.items()}
 """Module -> the (module, name) pairs it imports."""
 
 
-def _target(module: str, name: str) -> str:
-    """The module an import reaches: `from a import b` is `a.b` when b is a module."""
-    return f"{module}.{name}" if f"{module}.{name}" in MODULES else module
+def _target(module: str, name: str, modules: Mapping[str, Path] = MODULES) -> str:
+    """The module an import reaches: `from a import b` is `a.b` when b is one of `modules`."""
+    return f"{module}.{name}" if f"{module}.{name}" in modules else module
 
 
 GRAPH = {
@@ -318,10 +318,7 @@ def _walk(
 CLIENT = Path(rollout_client.__file__).parent
 CLIENT_MODULES = _package_modules(CLIENT)
 CLIENT_IMPORTS = {
-    name: {
-        f"{module}.{imported}" if f"{module}.{imported}" in CLIENT_MODULES else module
-        for module, imported in _imports(name, path)
-    }
+    name: {_target(module, imported, CLIENT_MODULES) for module, imported in _imports(name, path)}
     for name, path in CLIENT_MODULES.items()
 }
 """Client module -> every module it imports (the client's own, and any other)."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import ssl
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -66,8 +67,15 @@ def _is_loopback_host(host: str) -> bool:
         return False  # a name other than localhost, or empty (every interface)
 
 
-def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
-    """TLS credentials from the tls_* settings, or None when TLS is off."""
+@dataclass(frozen=True)
+class _TlsFiles:
+    cert: Path
+    key: Path
+    client_ca: Path | None
+
+
+def _tls_files(settings: Settings) -> _TlsFiles | None:
+    """The API's TLS files, or None when TLS is off; ConfigError for a half-set pair."""
     cert, key, client_ca = (
         settings.tls_cert_file,
         settings.tls_key_file,
@@ -79,8 +87,17 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
         return None
     if cert is None or key is None:
         raise ConfigError("tls_cert_file and tls_key_file must be set together")
+    return _TlsFiles(cert, key, client_ca)
+
+
+def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
+    """TLS credentials from the tls_* settings, or None when TLS is off."""
+    files = _tls_files(settings)
+    if files is None:
+        return None
+    client_ca = files.client_ca
     return grpc.ssl_server_credentials(
-        [(_read("tls_key_file", key), _read("tls_cert_file", cert))],
+        [(_read("tls_key_file", files.key), _read("tls_cert_file", files.cert))],
         root_certificates=None if client_ca is None else _read("tls_client_ca_file", client_ca),
         require_client_auth=client_ca is not None,
     )
@@ -89,17 +106,17 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
 def server_ssl_context(settings: Settings) -> ssl.SSLContext | None:
     """The API's TLS for the server's HTTP listeners (the metrics endpoint), or None when TLS
     is off; client certificates required as the API requires them."""
-    cert, key = settings.tls_cert_file, settings.tls_key_file
-    if server_credentials(settings) is None or cert is None or key is None:
-        return None  # server_credentials judged the settings, with its errors
+    files = _tls_files(settings)
+    if files is None:
+        return None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
-        context.load_cert_chain(cert, key)
+        context.load_cert_chain(files.cert, files.key)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(f"tls_cert_file and tls_key_file cannot be loaded: {exc}") from exc
-    client_ca = settings.tls_client_ca_file
-    if client_ca is not None:
-        context.load_verify_locations(cadata=_read("tls_client_ca_file", client_ca).decode())
+    if files.client_ca is not None:
+        ca = _read("tls_client_ca_file", files.client_ca)
+        context.load_verify_locations(cadata=ca.decode())
         context.verify_mode = ssl.CERT_REQUIRED
     return context
 

@@ -42,8 +42,8 @@ from service.models import (
     RolloutStatus,
     SessionRecord,
 )
-from service.registry import BACKENDS, backend_capabilities
-from service.sandboxes import Capabilities, SandboxBackend
+from service.registry import backend_capabilities
+from service.sandboxes import SandboxBackend
 from service.store import FencedError, Holder, RolloutPage, RolloutStore, TakeRollout
 from service.telemetry import Metrics
 
@@ -246,8 +246,7 @@ class RolloutManager:
         """The spec with its Harbor task directory (if it names one) mapped onto it."""
         if spec.harbor_task is None:
             return spec
-        name = spec.sandbox.backend or self.settings.default_backend
-        backend = backend_capabilities(name) if name in BACKENDS else Capabilities()
+        backend = backend_capabilities(spec.sandbox.backend or self.settings.default_backend)
         return await self._harbor.resolve(spec, self._checks.check_image, backend)
 
     async def checked(self, spec: RolloutSpec) -> Checked:

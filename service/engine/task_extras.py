@@ -23,7 +23,7 @@ from service.engine.task_paths import map_violations
 from service.errors import FieldViolation, excerpt
 from service.harbor import task_template_name
 from service.models import RolloutSpec, TaskSpec
-from service.registry import BACKENDS, backend_capabilities
+from service.registry import backend_capabilities
 from service.sandboxes import HOME, SOLUTION_DIR
 
 __all__ = ["file_mode", "task_extras_violations"]
@@ -57,10 +57,7 @@ def task_extras_violations(spec: RolloutSpec, settings: Settings) -> Iterator[Fi
 def _has_own_root(spec: RolloutSpec, settings: Settings) -> bool:
     """Whether the sandbox has a root of its own: a local sandbox on an image, or an E2B
     sandbox on the template built from a Harbor task's Dockerfile (its user is root)."""
-    name = spec.sandbox.backend or settings.default_backend
-    if name not in BACKENDS:
-        return False  # the backend's own check names the field
-    backend = backend_capabilities(name)
+    backend = backend_capabilities(spec.sandbox.backend or settings.default_backend)
     if backend.task_templates:
         harbor = spec.harbor_task
         return harbor is not None and spec.sandbox.template == task_template_name(harbor.digest)

@@ -20,7 +20,7 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from testing.server_process import ServerProcess
+from testing.server_process import ServerProcess, running_all
 from testing.specs import command_spec
 from tests.e2e.test_replicas import _processes_with, events_until_ready
 from tests.e2e.test_replicas import database_url as database_url  # the PostgreSQL fixture
@@ -39,11 +39,8 @@ def replicas(
     """Two servers sharing the database; each must exit 0 at the end."""
     env = {"ROLLOUT_DATABASE_URL": database_url, "ROLLOUT_DATABASE_LEASE_S": str(_LEASE_S)}
     servers = [ServerProcess(tmp_path_factory.mktemp(f"fenced-{name}"), env) for name in "ab"]
-    for server in servers:
-        server.start()
-    yield servers[0], servers[1]
-    for server in servers:
-        assert server.stop() == 0, server.text()
+    with running_all(servers):
+        yield servers[0], servers[1]
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from testing.server_process import ServerProcess
+from testing.server_process import ServerProcess, running_all
 from tests.e2e.processes import eventually, processes_with
 from tests.e2e.test_replicas import database_url as database_url  # the PostgreSQL fixture
 from tests.e2e.test_sessions import SOLVABLE, open_one, run
@@ -37,11 +37,8 @@ def replicas(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Ite
         )
         for name in "ab"
     ]
-    for server in servers:
-        server.start()
-    yield servers[0], servers[1]
-    for server in servers:
-        assert server.stop() == 0, server.text()
+    with running_all(servers):
+        yield servers[0], servers[1]
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from testing.server_process import ServerProcess
+from testing.server_process import ServerProcess, running_all
 from tests.e2e.auth_support import Certificates, make_certificates
 from tests.e2e.test_replicas import database_url as database_url  # the PostgreSQL fixture
 from tests.e2e.test_sessions import SOLVABLE, open_one, run
@@ -48,11 +48,8 @@ def replicas(
         )
         for name, peer_ca in peer_cas.items()
     }
-    for server in servers.values():
-        server.start()
-    yield servers
-    for server in servers.values():
-        assert server.stop() == 0, server.text()
+    with running_all(list(servers.values())):
+        yield servers
 
 
 @pytest.fixture

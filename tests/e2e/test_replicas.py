@@ -19,7 +19,7 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from testing.postgres_server import PostgresServer, postgres_bin_dir
-from testing.server_process import ServerProcess
+from testing.server_process import ServerProcess, running_all
 from testing.specs import command_spec
 from tests.e2e.test_startup import refused
 
@@ -49,11 +49,8 @@ def three_replicas(
     stops renewing its lease is taken for dead after `lease_s`. Each must exit 0 at the end."""
     env = {"ROLLOUT_DATABASE_URL": database_url, "ROLLOUT_DATABASE_LEASE_S": str(lease_s)}
     servers = [ServerProcess(tmp_path_factory.mktemp(f"replica-{name}"), env) for name in "abc"]
-    for server in servers:
-        server.start()
-    yield servers[0], servers[1], servers[2]
-    for server in servers:
-        assert server.stop() == 0, server.text()
+    with running_all(servers):
+        yield servers[0], servers[1], servers[2]
 
 
 @pytest.fixture(scope="module")
