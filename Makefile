@@ -66,7 +66,7 @@ $(STAMP): pyproject.toml client/pyproject.toml $(STUBS)/pyproject.toml | $(PY)
 run: install
 	$(PY) -m service.server
 
-# Two workers (this machine's and CI's cores: 11 minutes on one, 6 to 8 on two); a test
+# Two workers (this machine's and CI's cores: about 14 minutes on two, 2026-12-02); a test
 # file, with its module-scoped server, stays on one worker. `make test TEST_WORKERS=0` runs
 # the suite in one process.
 TEST_WORKERS ?= 2
