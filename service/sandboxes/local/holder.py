@@ -28,6 +28,7 @@ class Holder:
 
     def __init__(self, init_pidfd: int) -> None:
         self._pidfd = init_pidfd
+        self._pid = _pid_of(init_pidfd)
 
     @property
     def pidfd(self) -> int:
@@ -37,10 +38,14 @@ class Holder:
 
     @property
     def alive(self) -> bool:
-        """Whether init still runs (its pidfd is not readable yet)."""
+        """Whether init still runs: its pidfd is not readable yet, and it has not begun to
+        exit. A dying init first kills every other process of its namespace and waits for
+        them, and only then is its pidfd readable: in between, a command has ended killed
+        while init still looks alive."""
         if self._pidfd < 0:
             return False
-        return not readable([self._pidfd], 0)
+        exiting = _exiting(self._pid)
+        return not readable([self._pidfd], 0) and not exiting
 
     def pid_namespace(self) -> str:
         """Init's pid namespace, as /proc/<pid>/ns/pid names it; "" once init is gone.
@@ -49,10 +54,8 @@ class Holder:
         the pidfd would say so.
         """
         try:
-            with open(f"/proc/self/fdinfo/{self._pidfd}") as info:
-                fields = dict(line.split(":", 1) for line in info if ":" in line)
-            namespace = os.readlink(f"/proc/{int(fields['Pid'])}/ns/pid")
-        except (OSError, KeyError, ValueError):
+            namespace = os.readlink(f"/proc/{self._pid}/ns/pid")
+        except OSError:
             return ""
         return namespace if self.alive else ""
 
@@ -60,10 +63,8 @@ class Holder:
         """A descriptor of the sandbox's root directory as its init sees it (an image
         sandbox's overlay, reachable nowhere else on the host); the caller closes it."""
         try:
-            with open(f"/proc/self/fdinfo/{self._pidfd}") as info:
-                fields = dict(line.split(":", 1) for line in info if ":" in line)
-            root = os.open(f"/proc/{int(fields['Pid'])}/root", os.O_PATH | os.O_DIRECTORY)
-        except (OSError, KeyError, ValueError) as exc:
+            root = os.open(f"/proc/{self._pid}/root", os.O_PATH | os.O_DIRECTORY)
+        except OSError as exc:
             raise SandboxError(f"the sandbox's root cannot be reached: {exc}") from exc
         if not self.alive:  # its pid may have been reused meanwhile
             os.close(root)
@@ -81,3 +82,30 @@ class Holder:
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         await await_exits([pidfd])
+
+
+_PF_EXITING = 0x4
+"""include/linux/sched.h: set on a task from the first step of its exit."""
+
+
+def _pid_of(pidfd: int) -> int:
+    """The pid a pidfd refers to (-1 if it cannot be read: then never alive)."""
+    try:
+        with open(f"/proc/self/fdinfo/{pidfd}") as info:
+            fields = dict(line.split(":", 1) for line in info if ":" in line)
+        return int(fields["Pid"])
+    except (OSError, KeyError, ValueError):
+        return -1
+
+
+def _exiting(pid: int) -> bool:
+    """Whether the process `pid` has begun to exit (or is gone). Read before the pidfd is
+    checked: had the pid been reused since, the pidfd is readable by then."""
+    if pid <= 0:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return bool(int(fields[6]) & _PF_EXITING)
+    except (OSError, IndexError, ValueError):
+        return True
