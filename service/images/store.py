@@ -271,12 +271,18 @@ class ImageStore:
         ]
 
     async def remove(self, name: str) -> None:
-        """Drop the name `name` (the image goes at the next prune if no other name holds it)."""
-        found = await self.storage.find(name)
-        if found is None:
-            raise ImageError(name, "remove", "no such image in the store")
-        rmi = ["rmi", found[1]]
-        await self.storage.run(rmi, image=name, step="remove", on_progress=_ignore)
+        """Drop the name `name` (the image goes at the next prune if no other name holds it).
+
+        Under the builds lock, exclusively, as a prune: buildah's `rmi` also deletes the
+        image's parents no other image names, and those are the layer caches a build under
+        way in another process may be reading ("layer not known").
+        """
+        async with file_lock(self._builds_lock):
+            found = await self.storage.find(name)
+            if found is None:
+                raise ImageError(name, "remove", "no such image in the store")
+            rmi = ["rmi", found[1]]
+            await self.storage.run(rmi, image=name, step="remove", on_progress=_ignore)
 
     async def prune(self, *, everything: bool = False) -> PruneReport:
         """Remove unnamed images and layer caches (`everything`: all images), and the unpacked

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -87,6 +88,22 @@ async def test_list_remove_prune(tmp_path: Path, oci_layout: Path) -> None:
     assert await store.list() == []
     with pytest.raises(ImageError, match="no such image"):
         await store.remove("tests/tiny")
+
+
+async def test_remove_waits_for_the_builds_under_way(tmp_path: Path, oci_layout: Path) -> None:
+    """buildah's rmi also deletes the image's unnamed parents, the layer caches a build under
+    way in another process may be reading: a remove waits until no build is."""
+    store = ImageStore(tmp_path / "cache")
+    await store.import_oci(f"oci:{oci_layout}:tiny", "tests/tiny")
+    other_process = ImageStore(tmp_path / "cache")
+    async with other_process._building():
+        removing = asyncio.create_task(store.remove("tests/tiny"))
+        await asyncio.sleep(1.0)
+        assert not removing.done()
+        names = [summary.names for summary in await store.list()]
+        assert names == [["docker.io/tests/tiny:latest"]]
+    await asyncio.wait_for(removing, 30)
+    assert await store.list() == []
 
 
 async def test_prune_leaves_an_image_a_sandbox_holds(tmp_path: Path, oci_layout: Path) -> None:
