@@ -52,6 +52,7 @@ _OVERLAY_DIRS = ("upper", "work", "merged")
 _SIGNALS = {"SIGNAL_SIGKILL": signal.SIGKILL, "SIGNAL_SIGTERM": signal.SIGTERM}
 _SIGNAL_WORDS = {signal.SIGKILL: "killed", signal.SIGTERM: "terminated"}
 _DRAIN_AFTER_EXIT_S = 0.2
+_BOOT_TRIES = 5
 """envd stops reading a command's pipes once it exits; children holding them are cut off."""
 _INIT = (
     "import os, signal\n"
@@ -182,11 +183,21 @@ class FakeSandbox:
     async def boot(self) -> int:
         """Host pid of the sandbox's init, started on first use."""
         async with self._booting:
-            if self._init is None:
-                self._init = await asyncio.to_thread(self._start_init)
-                assert self._init.stdout is not None
-                await asyncio.to_thread(self._init.stdout.readline)  # namespaces and mounts made
-                self._init_pid = _children(self._init.pid)[0]  # bwrap's child: pid 1 inside
+            for _ in range(_BOOT_TRIES):
+                if self._init is not None:
+                    break
+                init = await asyncio.to_thread(self._start_init)
+                assert init.stdout is not None
+                if await asyncio.to_thread(init.stdout.readline):  # namespaces and mounts made
+                    self._init = init
+                    self._init_pid = _children(init.pid)[0]  # bwrap's child: pid 1 inside
+                    break
+                # bwrap binds the host's root recursively, then remounts each mount below
+                # it: another test's sandbox disk unmounted meanwhile fails that. Again.
+                init.stdout.close()
+                await asyncio.to_thread(init.wait)
+            else:
+                raise RuntimeError(f"the fake sandbox {self.id}'s init failed {_BOOT_TRIES} times")
             return self._init_pid
 
     def _start_init(self) -> subprocess.Popen[bytes]:
