@@ -68,9 +68,10 @@ run: install
 
 # Two workers (this machine's and CI's cores: about 14 minutes on two, 2026-12-02); a test
 # file, with its module-scoped server, stays on one worker. `make test TEST_WORKERS=0` runs
-# the suite in one process.
+# the suite in one process. The Debian base image is made first (a cache hit after the first
+# time): it is what the sandboxes run on, as opencode's install is what the agents run.
 TEST_WORKERS ?= 2
-test: install harbor-venv
+test: install harbor-venv base-image
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # Harbor's own released CLI, in a venv of its own (Harbor needs Python 3.12+; this project's

@@ -7,7 +7,11 @@ import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["running", "until"]
+__all__ = ["TIMEOUT_S", "running", "until"]
+
+TIMEOUT_S = 15.0
+"""A timeout test's agent deadline, which the test waits out: time for any agent to reach its
+tool call on a loaded machine (1-5 s seen), and no more."""
 
 
 async def until(condition: Callable[[], bool], *, limit_s: float = 60.0) -> None:

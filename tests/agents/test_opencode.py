@@ -26,7 +26,7 @@ from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_t
 from testing.fakes.public_host import public_host
 from tests.agents.conftest import UPSTREAM_KEY, Rig
 from tests.agents.npm_registry import FakeNpmRegistry, host_npm_arch
-from tests.agents.processes import running, until
+from tests.agents.processes import TIMEOUT_S, running, until
 
 pytestmark = pytest.mark.opencode
 
@@ -151,7 +151,7 @@ async def test_timeout_kills_opencode_and_its_children(rig: Rig, upstream: FakeU
     command = json.dumps({"command": marker, "description": "Wait"})
     upstream.script(Reply(tool_calls=[ToolCallReply("bash", command)]), match=has_tools)
     agent = OpencodeAgent(rig.settings)
-    context = rig.context("Wait.", timeout_s=30.0)
+    context = rig.context("Wait.", timeout_s=TIMEOUT_S)
     await agent.prepare(rig.sandbox, context)
     sleeping = asyncio.Event()
 

@@ -18,7 +18,7 @@ from service.config import Settings
 from service.sandboxes.local.backend import LocalBackend
 from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 from tests.agents.conftest import Rig
-from tests.agents.processes import running, until
+from tests.agents.processes import TIMEOUT_S, running, until
 
 pytestmark = [pytest.mark.agents, pytest.mark.timeout(900)]
 
@@ -58,7 +58,7 @@ async def test_timeout_kills_the_agent_and_its_children(
 ) -> None:
     marker = f"sleep {5000 + uuid.uuid4().int % 1000}"
     agent = await _ready(rig, upstream, name, marker)
-    context = rig.context("Wait.", timeout_s=30.0)
+    context = rig.context("Wait.", timeout_s=TIMEOUT_S)
     await agent.prepare(rig.sandbox, context)
     sleeping = asyncio.Event()
 

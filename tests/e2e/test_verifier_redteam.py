@@ -13,6 +13,7 @@ a byte-identical reinstall) scores what the tests give under FRESH.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import os
@@ -302,8 +303,9 @@ async def test_every_cheat_scores_0_fresh_whatever_it_gets_in_place(
     command, task = _CHEATS[cheat]
     command = command.replace(_LIBRARY, _library())
 
-    in_place = await _run(stub, command, task, **_IN_PLACE)
-    fresh = await _run(stub, command, task)
+    in_place, fresh = await asyncio.gather(
+        _run(stub, command, task, **_IN_PLACE), _run(stub, command, task)
+    )
 
     assert _outcome(in_place) == _IN_PLACE_GETS[cheat], in_place.result
     assert fresh.status == pb.ROLLOUT_STATUS_SUCCEEDED, fresh.result.error
