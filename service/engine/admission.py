@@ -9,12 +9,16 @@ CapacityError: RESOURCE_EXHAUSTED with RetryInfo at the API. Once `close`d (shut
 every admission is ShuttingDownError.
 
 Of the places held, `max_running` at most run at once: a rollout waits for a running slot
-(`slot`, its QUEUED phase) after it was admitted, never at admission.
+(`slot`, its QUEUED phase) after it was admitted, never at admission. A running rollout whose
+model calls are all held by a pause gives its slot back for the while (`RunningSlot.release`)
+and takes one again before its call goes on (`RunningSlot.reacquire`), ahead of the rollouts
+that never started. Its place it keeps: live sandboxes stay bounded by `capacity`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -22,7 +26,100 @@ from service.config import Settings
 from service.errors import CapacityError, ShuttingDownError
 from service.telemetry import Metrics
 
-__all__ = ["Admission"]
+__all__ = ["Admission", "RunningSlot"]
+
+
+class _Slots:
+    """`count` running slots, handed out first to rollouts taking theirs back (`returning`),
+    then in arrival order: a paused rollout that gave its slot away waits for one slot to
+    free, not for every rollout queued meanwhile. A free slot implies nobody waits: `release`
+    hands a slot straight to the first waiter."""
+
+    def __init__(self, count: int) -> None:
+        self._free = count
+        self._returning: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._fresh: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    async def acquire(self, *, returning: bool = False) -> None:
+        if self._free > 0:
+            self._free -= 1
+            return
+        waiters = self._returning if returning else self._fresh
+        handed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters.append(handed)
+        try:
+            await handed
+        except asyncio.CancelledError:
+            if handed.done() and not handed.cancelled():
+                self.release()  # handed over just as the waiter was cancelled: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    waiters.remove(handed)
+            raise
+
+    def release(self) -> None:
+        for waiters in (self._returning, self._fresh):
+            while waiters:
+                handed = waiters.popleft()
+                if not handed.done():
+                    handed.set_result(None)
+                    return
+        self._free += 1
+
+
+class RunningSlot:
+    """One rollout's running slot, which it may give back for a while and take again.
+
+    A rollout whose model calls are all held by a pause can do nothing but wait, so it gives
+    its slot to a queued rollout (of any tenant) rather than holding the others' capacity for
+    as long as the pause; its sandbox, and its place, it keeps. `held` is the one truth of
+    whether it holds a slot, changed only between awaits, so a slot is never given back twice
+    nor kept by a rollout that ended: `release` is a no-op unless held, `reacquire` a no-op
+    if held (callers, several calls of one rollout among them, take it again one at a time),
+    and once `close`d (the rollout's slot body ended) a slot taken meanwhile is given back.
+    """
+
+    def __init__(self, admission: Admission, metrics: Metrics) -> None:
+        self._admission = admission
+        self._metrics = metrics
+        self._held = True
+        self._closed = False
+        self._taking = asyncio.Lock()
+        metrics.slot_running(1)
+
+    @property
+    def held(self) -> bool:
+        return self._held
+
+    def release(self) -> None:
+        """Give the slot back (a no-op unless held)."""
+        if self._held and not self._closed:
+            self._held = False
+            self._metrics.slot_running(-1)
+            self._admission.release_slot()
+
+    async def reacquire(self) -> None:
+        """Return holding the slot again (at once if held, or once closed: never blocks the
+        rollout's end); waiting for it is cancellable without losing a slot."""
+        async with self._taking:
+            if self._held or self._closed:
+                return
+            await self._admission.reacquire_slot()
+            if self._closed:  # the rollout ended while this waited
+                self._admission.release_slot()
+                return
+            self._held = True
+            self._metrics.slot_running(1)
+
+    def close(self) -> None:
+        """The rollout is done with its slot: give it back if held; take none after."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._held:
+            self._held = False
+            self._metrics.slot_running(-1)
+            self._admission.release_slot()
 
 
 class Admission:
@@ -33,7 +130,7 @@ class Admission:
         self._max_queued = settings.max_queued
         self._metrics = metrics
         self._lock = asyncio.Lock()
-        self._slots = asyncio.Semaphore(settings.max_running)
+        self._slots = _Slots(settings.max_running)
         self._open = True
         self._held = 0
         """Places live rollouts hold."""
@@ -106,15 +203,28 @@ class Admission:
         self._metrics.hold_places(-places)
 
     @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """One running slot, held for the body (the run's `Slot`)."""
+    async def slot(self) -> AsyncIterator[RunningSlot]:
+        """One running slot, held for the body (the run's `Slot`) unless the body gives it
+        back for a while through the `RunningSlot` it gets."""
         with self._metrics.in_queue():
             await self._slots.acquire()
+        lease = RunningSlot(self, self._metrics)
         try:
-            with self._metrics.in_slot():
-                yield
+            yield lease
         finally:
-            self._slots.release()
+            lease.close()
+
+    def release_slot(self) -> None:
+        """Give back a slot a `slot` body holds before the body ends. Only `RunningSlot`
+        calls it, which makes sure it is given back once: a rollout waiting out a pause lets
+        a queued one run meanwhile."""
+        self._slots.release()
+
+    async def reacquire_slot(self) -> None:
+        """Take a slot again after `release_slot`, ahead of the rollouts never started (the
+        returning rollout's sandbox and agent are already there); cancellable, losing none."""
+        with self._metrics.in_queue():
+            await self._slots.acquire(returning=True)
 
     async def close(self) -> None:
         """Stop admitting: an admission under way finishes first; none starts after it."""

@@ -47,7 +47,7 @@ from service.models import (
     RolloutStatus,
     Turn,
 )
-from service.proxy import CallGate, CallTally, scrub_text
+from service.proxy import CallGate, CallTally, SlotLease, scrub_text
 from service.sandboxes import Sandbox, SandboxBackend, SandboxRequest, in_workdir
 from service.telemetry import Metrics
 from service.verifier import run_commands
@@ -81,8 +81,10 @@ AttachModel = Callable[
     [Sandbox, Callable[[Turn], None]], contextlib.AbstractAsyncContextManager[ModelAttachment]
 ]
 """Opens model access for one sandbox (a proxy route, or direct access) for the agent's life."""
-Slot = Callable[[], contextlib.AbstractAsyncContextManager[None]]
-"""Holds one of the server's running slots for the body; waiting for it is the QUEUED phase."""
+Slot = Callable[[], contextlib.AbstractAsyncContextManager[SlotLease | None]]
+"""Holds one of the server's running slots for the body; waiting for it is the QUEUED phase.
+The lease it gives (None: the slot is held throughout) lets the agent's paused model calls
+give the slot back while they wait (`engine.admission.RunningSlot`)."""
 BuildImage = Callable[[RolloutSpec, Callable[[str], None]], Awaitable[None]]
 """Makes the image the spec's sandbox runs on when the service builds it (a Harbor task's),
 reporting progress; raises SandboxError."""
@@ -118,6 +120,7 @@ class RolloutRun:
         self._metrics = metrics or Metrics()
         self._sandbox: Sandbox | None = None
         self._attachment: ModelAttachment | None = None
+        self._lease: SlotLease | None = None
         self._agent_timeout_s, self._command_timeout_s, self._verify_timeout_s = resolved_timeouts(
             spec, settings
         )
@@ -138,18 +141,18 @@ class RolloutRun:
         with tracer.start_as_current_span("rollout", attributes=self._span_attributes()):
             try:
                 async with contextlib.AsyncExitStack() as held:
-                    await self._queued(held.enter_async_context(slot()))
+                    self._lease = await self._queued(held.enter_async_context(slot()))
                     await self._run()
             except asyncio.CancelledError:  # while queued: nothing ran, nothing to tear down
                 self._cancelled()
             self._finish()
         return self.rollout
 
-    async def _queued(self, slot: Awaitable[None]) -> None:
+    async def _queued(self, slot: Awaitable[T]) -> T:
         began = time.monotonic()
         try:
             with tracer.start_as_current_span(f"phase.{Phase.QUEUED.value}"):
-                await slot
+                return await slot
         finally:  # a rollout cancelled while queued waited too (the longest waits)
             self._timed(Phase.QUEUED, time.monotonic() - began)
 
@@ -332,12 +335,17 @@ class RolloutRun:
             context = dataclasses.replace(
                 context, paused_s=lambda: min(gate.paused_s() - paused_before, credit_s)
             )
+        if gate is not None:  # its calls all paused, the agent gives its running slot back
+            gate.lease = self._lease
         try:
             outcome = await self._unless_refused(self._agent.run(sandbox, context, scrubber))
         finally:
             scrubber.flush()
             if gate is not None:
+                gate.lease = None
                 self.rollout.result.timings.paused_s = gate.paused_s() - paused_before
+        if self._lease is not None:  # the agent timed out paused: verify in a slot again
+            await self._lease.reacquire()
         result = self.rollout.result
         result.agent_exit_code = outcome.exit_code
         result.agent_log_tail = scrub_text(outcome.log_tail or cap.tail(), scrubber.secrets)[

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
         start_forwarder,
         stop_forwarder,
     )
-    from service.proxy.capture.gate import CallGate
+    from service.proxy.capture.gate import CallGate, SlotLease
     from service.proxy.capture.record import REDACTED, scrub_text
     from service.proxy.capture.rewrite import AUX_MODEL_ALIAS, MAIN_MODEL_ALIAS
     from service.proxy.capture.route import OnTurn, Route
@@ -61,6 +61,7 @@ __all__ = [
     "ResolvedEndpoint",
     "Responder",
     "Route",
+    "SlotLease",
     "direct_access",
     "host_socket_access",
     "normalized_base_url",

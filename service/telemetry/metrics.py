@@ -177,9 +177,11 @@ class Metrics:
         """A rollout waiting for a running slot while the block runs."""
         return _held(self._queued, {})
 
-    def in_slot(self) -> contextlib.AbstractContextManager[None]:
-        """A rollout holding a running slot while the block runs."""
-        return _held(self._running, {})
+    def slot_running(self, rollouts: int) -> None:
+        """A rollout took a running slot (1), or gave it back (-1): at its end, or for a
+        while as its model calls are all paused (then it is in neither this nor the queue
+        until it waits for a slot again)."""
+        self._running.add(rollouts)
 
     def observe_sandboxes(self, live: LiveSandboxes) -> None:
         """Read live sandboxes from `live` at each collection (from the collector's thread)."""

@@ -103,7 +103,8 @@ def record_each(metrics: Metrics) -> None:
     metrics.hold_places(1)
     metrics.group_refilled("sandbox")
     metrics.turn(turn(latency_s=0.1, paused_s=1.0))
-    with metrics.watching("WatchRollout"), metrics.in_queue(), metrics.in_slot():
+    metrics.slot_running(1)
+    with metrics.watching("WatchRollout"), metrics.in_queue():
         pass
 
 

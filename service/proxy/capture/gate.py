@@ -19,6 +19,11 @@ A gate may be held by several pauses at once (an endpoint-wide and a label-wide 
 when the last is lifted. Versions only move forward. With a `max_lag`, a call that would start
 more than `max_lag` versions after the oldest version the route used is not sent: `stale` is
 set, and the rollout ends POLICY_STALE (`engine.lifecycle`).
+
+While the gate is held and no call is in flight but some wait, the agent can do nothing but
+wait: the gate gives the rollout's running slot back (`lease`, `engine.admission`), so a
+queued rollout may run meanwhile. Once the gate opens, a waiting call takes a slot again
+before it goes on; that wait is counted as paused too (`paused_s`), as the pause caused it.
 """
 
 from __future__ import annotations
@@ -26,11 +31,25 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
-__all__ = ["Attempt", "CallGate"]
+__all__ = ["Attempt", "CallGate", "SlotLease"]
 
 Answering = Callable[[], bool]
 """Whether a call has begun answering the agent (then it cannot be retried invisibly)."""
+
+
+class SlotLease(Protocol):
+    """The rollout's running slot, given back while its calls are all paused."""
+
+    @property
+    def held(self) -> bool: ...
+
+    def release(self) -> None:
+        """Give the slot back (a no-op unless held)."""
+
+    async def reacquire(self) -> None:
+        """Return holding the slot again."""
 
 
 class Attempt:
@@ -63,6 +82,11 @@ class CallGate:
         self._idle = asyncio.Event()
         self._idle.set()
         self._aborted: set[asyncio.Task[None]] = set()
+        self.lease: SlotLease | None = None
+        """The rollout's running slot while its agent runs (None: not the gate's to give)."""
+        self._taking = 0
+        self._taking_since = 0.0
+        self._taking_total_s = 0.0
 
     @property
     def held(self) -> bool:
@@ -73,9 +97,12 @@ class CallGate:
         return len(self._in_flight)
 
     def paused_s(self) -> float:
-        """Seconds this gate has been held, the current hold included."""
-        current = time.monotonic() - self._held_since if self._holds else 0.0
-        return self._held_total_s + current
+        """Seconds this gate has been held, the current hold included, and open while its
+        calls waited to take the running slot back."""
+        now = time.monotonic()
+        current = now - self._held_since if self._holds else 0.0
+        taking = now - self._taking_since if self._taking and not self._holds else 0.0
+        return self._held_total_s + current + self._taking_total_s + taking
 
     def hold(self, pause: object) -> bool:
         """Hold new calls for `pause`; True when this closed an open gate."""
@@ -84,6 +111,8 @@ class CallGate:
         if closing:
             self._held_since = time.monotonic()
             self._open.clear()
+            if self._taking:  # counted as held from now
+                self._taking_total_s += self._held_since - self._taking_since
         return closing
 
     def held_by(self, pause: object) -> bool:
@@ -96,7 +125,9 @@ class CallGate:
         self._holds.discard(pause)
         if self._holds:
             return False
-        self._held_total_s += time.monotonic() - self._held_since
+        now = time.monotonic()
+        self._held_total_s += now - self._held_since
+        self._taking_since = now
         self._open.set()
         return True
 
@@ -146,13 +177,20 @@ class CallGate:
                 self._aborted.discard(task)
                 if not self._in_flight:
                     self._idle.set()
+                    if self.waiting:
+                        self._lend_slot()
 
     async def _admit(self) -> Attempt | None:
         began = time.monotonic()
         self.waiting += 1
         try:
-            while not self._open.is_set():
-                await self._open.wait()
+            while True:
+                while not self._open.is_set():
+                    self._lend_slot()
+                    await self._open.wait()
+                await self._take_slot()
+                if self._open.is_set():  # not held again while it waited for the slot
+                    break
         finally:
             self.waiting -= 1
         version = self.version
@@ -162,6 +200,26 @@ class CallGate:
         if version is not None:
             self.oldest = version if self.oldest is None else min(self.oldest, version)
         return Attempt(version, time.monotonic() - began)
+
+    def _lend_slot(self) -> None:
+        """Give the running slot back while every call of the route waits at the held gate."""
+        if self.lease is not None and self._holds and not self._in_flight:
+            self.lease.release()
+
+    async def _take_slot(self) -> None:
+        """Hold the running slot again before a call goes on (at once if the gate kept it)."""
+        lease = self.lease
+        if lease is None or lease.held:
+            return
+        if not self._taking:
+            self._taking_since = time.monotonic()
+        self._taking += 1
+        try:
+            await lease.reacquire()
+        finally:
+            self._taking -= 1
+            if not self._taking and not self._holds:
+                self._taking_total_s += time.monotonic() - self._taking_since
 
     def _beyond_lag(self, version: int) -> bool:
         return (
