@@ -9,7 +9,7 @@ from contextlib import AbstractAsyncContextManager
 import pytest
 
 from service.config import Settings
-from service.engine.admission import Admission
+from service.engine.admission import Admission, RunningSlot
 from service.errors import CapacityError, ShuttingDownError
 from service.telemetry.metrics import Metrics
 
@@ -58,7 +58,7 @@ async def test_a_unit_is_admitted_whole_or_refused_naming_its_places() -> None:
 class _Holder:
     """Tasks that each enter a context and stay in it until `leave` is set."""
 
-    def __init__(self, enter: Callable[[], AbstractAsyncContextManager[None]]) -> None:
+    def __init__(self, enter: Callable[[], AbstractAsyncContextManager[object]]) -> None:
         self._enter = enter
         self.inside = asyncio.Event()
         self.leave = asyncio.Event()
@@ -101,3 +101,93 @@ async def test_a_closed_admission_refuses_even_a_caller_already_waiting() -> Non
         await waiting
     with pytest.raises(ShuttingDownError):
         admission.check_open()
+
+
+async def _running(admission: Admission) -> tuple[asyncio.Task[None], RunningSlot, asyncio.Event]:
+    """A rollout in its slot until the returned event is set, and its lease."""
+    leases: asyncio.Queue[RunningSlot] = asyncio.Queue()
+    leave = asyncio.Event()
+
+    async def hold() -> None:
+        async with admission.slot() as lease:
+            leases.put_nowait(lease)
+            await leave.wait()
+
+    task = asyncio.create_task(hold())
+    return task, await asyncio.wait_for(leases.get(), 5), leave
+
+
+async def _gets_a_slot(admission: Admission) -> bool:
+    """Whether a new rollout gets a running slot now (it gives it back at once)."""
+    try:
+        async with asyncio.timeout(0.05), admission.slot():
+            return True
+    except TimeoutError:
+        return False
+
+
+async def test_a_slot_given_back_runs_a_queued_rollout_and_comes_back_before_new_ones() -> None:
+    admission = _admission(max_running=1)
+    paused, lease, leave_paused = await _running(admission)
+    assert not await _gets_a_slot(admission)
+    lease.release()
+    lease.release()  # a second release gives nothing more back
+    queued, _, leave_queued = await _running(admission)  # runs in the slot given back
+    assert not await _gets_a_slot(admission), "one release made two slots"
+    returning = asyncio.create_task(lease.reacquire())
+    await asyncio.sleep(0)
+    fresh = asyncio.create_task(_gets_a_slot(admission))  # queued after the returning one
+    fresh_order: list[str] = []
+    returning.add_done_callback(lambda _: fresh_order.append("returning"))
+    leave_queued.set()
+    await asyncio.wait_for(returning, 5)
+    assert lease.held
+    assert fresh_order == ["returning"]
+    assert not await fresh, "a never-started rollout went before the returning one"
+    leave_paused.set()
+    await asyncio.wait_for(asyncio.gather(paused, queued), 5)
+    assert await _gets_a_slot(admission)
+
+
+async def test_a_cancelled_or_ended_wait_for_the_slot_again_loses_no_slot() -> None:
+    admission = _admission(max_running=1)
+    paused, lease, leave_paused = await _running(admission)
+    lease.release()
+    other, _, leave_other = await _running(admission)
+    waiting = asyncio.create_task(lease.reacquire())
+    await asyncio.sleep(0)
+    waiting.cancel()  # the paused call was cancelled while it waited
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert not lease.held
+    waiting = asyncio.create_task(lease.reacquire())  # it waits again, and its rollout ends
+    await asyncio.sleep(0)
+    leave_paused.set()
+    await asyncio.wait_for(paused, 5)
+    leave_other.set()  # the slot reaches the ended rollout's wait, which gives it back
+    await asyncio.wait_for(asyncio.gather(other, waiting), 5)
+    assert not lease.held
+    assert await _gets_a_slot(admission)
+    async with admission.slot(), asyncio.timeout(5):  # exactly one slot: not two, not none
+        assert not await _gets_a_slot(admission)
+
+
+async def test_a_slot_handed_over_as_its_waiter_is_cancelled_goes_on_to_the_next() -> None:
+    admission = _admission(max_running=1)
+    paused, lease, leave_paused = await _running(admission)
+    lease.release()
+    other, other_lease, leave_other = await _running(admission)
+    waiting = asyncio.create_task(lease.reacquire())
+    await asyncio.sleep(0)
+    next_one = asyncio.create_task(_running(admission))
+    await asyncio.sleep(0)
+    other_lease.release()  # the slot is handed to `waiting`, which has not run yet
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    task, _, leave_next = await asyncio.wait_for(next_one, 5)
+    assert not lease.held
+    for leave in (leave_next, leave_paused, leave_other):
+        leave.set()
+    await asyncio.wait_for(asyncio.gather(task, paused, other), 5)
+    assert await _gets_a_slot(admission)

@@ -112,3 +112,60 @@ async def test_a_call_beyond_max_lag_is_refused_and_marks_the_gate_stale() -> No
     assert await third.task is False
     assert not third.started.is_set()
     assert gate.stale.is_set()
+
+
+class Lease:
+    """The rollout's running slot as the gate sees it; `back` lets a reacquire finish."""
+
+    def __init__(self) -> None:
+        self.held = True
+        self.releases = 0
+        self.back = asyncio.Event()
+        self.back.set()
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.releases += 1
+
+    async def reacquire(self) -> None:
+        await self.back.wait()
+        self.held = True
+
+
+async def test_a_gate_lends_the_slot_only_while_every_call_waits_and_takes_it_back_first() -> None:
+    gate = CallGate()
+    gate.lease = lease = Lease()
+    in_flight = Call(gate)
+    await in_flight.started.wait()
+    gate.hold("pause")
+    waiting = Call(gate)
+    await asyncio.sleep(0)
+    assert lease.held, "the slot was lent while a call was still in flight"
+    in_flight.done()
+    assert await in_flight.task is True
+    assert not lease.held
+    assert lease.releases == 1
+    lease.back.clear()  # the slot is someone else's for now
+    gate.release("pause")
+    await asyncio.sleep(0.02)
+    assert not waiting.started.is_set(), "a call went on without the slot"
+    lease.back.set()
+    await waiting.started.wait()
+    assert lease.held
+    waiting.done()
+    assert await waiting.task is True
+    assert waiting.attempts[0].waited_s >= 0.02
+    assert gate.paused_s() >= 0.02  # the wait for the slot again counts as paused
+
+
+async def test_a_gate_without_a_lease_or_pause_never_lends_the_slot() -> None:
+    gate = CallGate()
+    lease = Lease()
+    gate.lease = lease
+    call = Call(gate)
+    await call.started.wait()
+    call.done()
+    assert await call.task is True
+    assert lease.held
+    assert lease.releases == 0
