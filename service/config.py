@@ -255,7 +255,8 @@ class Settings(BaseSettings):
     """A PauseModelCalls lifts itself after this long if not resumed: its calls go on."""
     pause_credit_max_s: float = Field(default=1800.0, ge=0)
     """Time paused a rollout's agent is not charged for, at most; beyond it, paused time
-    counts against the agent's timeout, so a pause cannot hold a running slot without bound."""
+    counts against the agent's timeout, so a pause cannot keep a rollout (its place, its
+    sandbox) without bound. Its running slot it lends while its calls are all paused."""
     allow_private_endpoints: bool = False
     """Accept a caller's `endpoint.base_url` in a private range (10/8, 172.16/12, 192.168/16,
     100.64/10, fc00::/7). Loopback is always accepted; metadata and link-local never."""
