@@ -169,3 +169,28 @@ async def test_a_gate_without_a_lease_or_pause_never_lends_the_slot() -> None:
     assert await call.task is True
     assert lease.held
     assert lease.releases == 0
+
+
+async def test_a_gate_held_again_while_its_call_waits_for_the_slot_lends_it_again() -> None:
+    gate = CallGate()
+    gate.lease = lease = Lease()
+    gate.hold("first")
+    call = Call(gate)
+    await asyncio.sleep(0)
+    assert not lease.held
+    lease.back.clear()
+    gate.release("first")
+    await asyncio.sleep(0)  # the call waits for the slot with the gate open
+    gate.hold("second")
+    lease.back.set()  # the slot comes back to a gate held again
+    await asyncio.sleep(0.01)
+    assert not call.started.is_set(), "a call went on through a held gate"
+    assert not lease.held
+    assert lease.releases == 2
+    gate.release("second")
+    await call.started.wait()
+    assert lease.held
+    call.done()
+    assert await call.task is True
+    [attempt] = call.attempts
+    assert gate.paused_s() <= attempt.waited_s + 0.005  # no stretch counted twice
