@@ -1,4 +1,5 @@
-"""Admission's places in memory: what fits, what a reservation holds, and its close."""
+"""Admission's places in memory: what fits, what a reservation holds, and its close; and
+its running slots: one lent while a rollout is paused, taken again, never lost."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from service.config import Settings
 from service.engine.admission import Admission, RunningSlot
 from service.errors import CapacityError, ShuttingDownError
 from service.telemetry.metrics import Metrics
+from tests.telemetry.test_metrics import points
 
 
 def _admission(max_running: int = 2, max_queued: int = 1) -> Admission:
@@ -191,3 +195,30 @@ async def test_a_slot_handed_over_as_its_waiter_is_cancelled_goes_on_to_the_next
         leave.set()
     await asyncio.wait_for(asyncio.gather(task, paused, other), 5)
     assert await _gets_a_slot(admission)
+
+
+async def test_a_lent_slot_is_neither_running_nor_queued_until_it_is_waited_for_again() -> None:
+    reader = InMemoryMetricReader()
+    admission = Admission(Settings(max_running=1, max_queued=1), Metrics(MeterProvider([reader])))
+
+    def gauges() -> tuple[int, int]:
+        found = points(reader)
+        key = frozenset[tuple[str, str]]()
+        return found.get(("rollout.rollouts.running", key), 0), found.get(
+            ("rollout.queue.depth", key), 0
+        )
+
+    paused, lease, leave_paused = await _running(admission)
+    assert gauges() == (1, 0)
+    lease.release()
+    assert gauges() == (0, 0)
+    other, _, leave_other = await _running(admission)
+    waiting = asyncio.create_task(lease.reacquire())
+    await asyncio.sleep(0)
+    assert gauges() == (1, 1)  # the other runs; the paused one waits for its slot again
+    leave_other.set()
+    await asyncio.wait_for(asyncio.gather(other, waiting), 5)
+    assert gauges() == (1, 0)
+    leave_paused.set()
+    await asyncio.wait_for(paused, 5)
+    assert gauges() == (0, 0)
