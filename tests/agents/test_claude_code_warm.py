@@ -158,6 +158,20 @@ async def test_a_claude_md_made_by_setup_runs_cold(
     assert marker in json.dumps([t.request_messages for t in run.turns])
 
 
+async def test_a_sandbox_claimed_without_claude_keeps_nothing_started_ahead(
+    rollouts: Rollouts, upstream: FakeUpstream
+) -> None:
+    _look(upstream)
+    await rollouts.run("Look around.")
+    await rollouts.renew_warm()
+    for agent in ("", "codex"):
+        look = await rollouts.look_in_another_agents(agent, "ps -eo args; ls -A ~ /tmp")
+        assert "--input-format stream-json" not in look
+        assert ".claude-rollout" not in look
+    _look(upstream)
+    assert (await rollouts.run("Look around.")).warm  # the sandbox had one, kept for it
+
+
 def test_the_holder_gives_up_on_a_claude_that_never_settles(tmp_path: Path) -> None:
     """No endless poll in a pooled sandbox: the holder exits once the server stops waiting."""
     warm = dataclasses.replace(CLAUDE_WARM, settle_rounds=3, unchanged="")
