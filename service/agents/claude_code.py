@@ -7,7 +7,12 @@ calling the platform binary directly installs it from the registry alone.
 
 It speaks Anthropic's Messages API (`POST <ANTHROPIC_BASE_URL>/v1/messages`), sending the
 access's route key as `x-api-key` (the capture proxy holds the real one). Run as
-`claude -p --output-format stream-json --verbose` with the instruction on stdin; what it
+`claude -p --input-format stream-json --output-format stream-json --verbose`, the launcher
+turning the instruction file into the one user message it reads on stdin (until EOF: a
+plain-text stdin it gives up on after 3 s without data, so it could not be started ahead).
+That makes it a streaming session rather than a single-shot one: the one difference the
+model sees (2.1.330) is its Bash tool's description, background commands stopped after
+1800000 ms by default rather than 600000 (a limit the agent timeout bounds anyway). What it
 would do unless told otherwise, and how each is turned off here:
 
 - autoupdate, telemetry, error reporting, `/bug`, release notes and other non-essential
@@ -25,6 +30,14 @@ would do unless told otherwise, and how each is turned off here:
 
 Observed with 2.1.330 against a recording endpoint and an HTTPS proxy that logs every
 CONNECT: a run makes `POST /v1/messages?beta=true` calls and no other connection.
+
+Started ahead (`warm_start`, `CLAUDE_WARM`): it registers its session in its config
+directory (`sessions/<pid>.json`) and its plugin store, then waits for its message. What it
+reads before that, and for a while after, the task's setup could change: in its workdir and
+every directory above, `CLAUDE.md`, `CLAUDE.local.md`, `AGENTS.md`, `.claude`, `.mcp.json`
+and `.git` (strace of 2.1.330), and `~/.claude`; it is started ahead only where none of them
+is, and handed its message only if none is there at the hand-over. A killed claude leaves
+its config directory and `/tmp/claude-<uid>`, `/tmp/cc-socks`: `cleanup` removes them.
 """
 
 from __future__ import annotations
@@ -38,12 +51,13 @@ from service.agents.base import AgentContext, EmitOutput
 from service.agents.harness import EventStream, HarnessAgent
 from service.agents.json_lines import JsonLineStream, LineLimits, as_text, clip
 from service.agents.packages import NpmPackage
+from service.agents.warm_start import WarmStart
 from service.config import Settings
 from service.errors import FieldViolation
 from service.models import AgentOutput, AgentOutputKind, ModelAccess
 from service.sandboxes import HOME
 
-__all__ = ["ClaudeCodeAgent", "ClaudeCodeHarness", "claude_env", "translate_event"]
+__all__ = ["CLAUDE_WARM", "ClaudeCodeAgent", "ClaudeCodeHarness", "claude_env", "translate_event"]
 
 VERSION = "2.1.330"
 ROOT = f"{HOME}/.claude-rollout"
@@ -52,6 +66,37 @@ INSTRUCTION_FILE = f"{ROOT}/instruction.md"
 LAUNCHER = f"{ROOT}/run.sh"
 DEFAULT_DISALLOWED_TOOLS = ("WebFetch", "WebSearch")
 _FIELD = "spec.agent.options"
+_NO_PROJECT = """d=$PWD
+while :; do
+  for m in CLAUDE.md CLAUDE.local.md AGENTS.md .claude .mcp.json .git; do
+    if [ -e "$d/$m" ] || [ -L "$d/$m" ]; then exit 3; fi
+  done
+  [ -n "$d" ] || break
+  d=${d%/*}
+done
+if [ -e "$HOME/.claude" ] || [ -L "$HOME/.claude" ]; then exit 3; fi
+"""
+"""Exits 3 if what claude reads of its workdir (and above) and ~ at its start is there."""
+CLAUDE_WARM = WarmStart(
+    instruction_file=INSTRUCTION_FILE,
+    go_file=f"{ROOT}/.warm-go",
+    settle_test=(
+        f'[ -n "$(ls -A {ROOT}/sessions 2>/dev/null)" ] && '
+        f'[ -n "$(ls -A {ROOT}/plugins/store 2>/dev/null)" ]'
+    ),
+    cleanup=f'rm -rf -- {ROOT} "/tmp/claude-$(id -u)" /tmp/cc-socks',
+    unchanged=_NO_PROJECT,
+)
+"""claude-code started ahead: once it has registered its session and plugins (see above)."""
+_TO_MESSAGE = r"""t=$(cat; printf x); t=${t%x}
+b='\'; q='"'
+t=${t//"$b"/"$b$b"}; t=${t//"$q"/"$b$q"}
+for i in {1..31}; do
+  printf -v c "\\x$(printf %02x "$i")"; printf -v u '\\u%04x' "$i"; t=${t//"$c"/"$u"}
+done
+printf '{"type":"user","message":{"role":"user","content":"%s"}}\n' "$t"
+"""
+"""Bash: stdin (the instruction, verbatim) as one stream-json user message line."""
 
 
 def claude_package(version: str = VERSION) -> NpmPackage:
@@ -112,13 +157,18 @@ def claude_env(model: ModelAccess) -> dict[str, str]:
 
 
 def launcher_script(binary: str, disallowed_tools: list[str] | tuple[str, ...]) -> bytes:
-    """`run.sh`: claude in the workdir, the instruction on stdin, JSON events on stdout."""
-    argv = [binary, "-p", "--output-format", "stream-json", "--verbose"]
-    argv.append("--dangerously-skip-permissions")
+    """`run.sh`: claude in the workdir, the instruction as a stream-json user message on
+    stdin, JSON events on stdout. The instruction file is opened before claude starts (so,
+    started ahead, the FIFO it is has been opened once claude runs), and read to its end
+    before the message is written."""
+    argv = [binary, "-p", "--input-format", "stream-json", "--output-format", "stream-json"]
+    argv += ["--verbose", "--dangerously-skip-permissions"]
     if disallowed_tools:
         argv += ["--disallowedTools", ",".join(disallowed_tools)]
     command = " ".join(shlex.quote(part) for part in argv)
-    return f"exec {command} < {shlex.quote(INSTRUCTION_FILE)}\n".encode()
+    return (
+        f"exec < {shlex.quote(INSTRUCTION_FILE)}\nexec {command} < <(\n{_TO_MESSAGE})\n"
+    ).encode()
 
 
 def _content_outputs(role: str, content: Any) -> list[AgentOutput]:
@@ -165,7 +215,7 @@ class ClaudeCodeHarness:
     install_typical = "10-60s"
     home = ROOT
     launcher = LAUNCHER
-    warm = None
+    warm = CLAUDE_WARM
     package = claude_package()
 
     def option_violations(self, options: Mapping[str, Any]) -> list[FieldViolation]:

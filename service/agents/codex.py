@@ -24,6 +24,15 @@ checked with `--strict-config`):
 
 Observed with 0.169.0 against a recording endpoint and an HTTPS proxy that logs every
 CONNECT: a run makes `POST /v1/responses` calls and no other connection.
+
+Started ahead (`warm_start`, `CODEX_WARM`): `exec -` reads its stdin to EOF, so the seam's
+FIFO holds it; before it reads it, it opens its SQLite databases in CODEX_HOME (the last of
+its start, by strace of 0.169.0: settled once their WAL files are there) and reads what the
+task's setup could change: `.git` in its workdir and every directory above, the workdir's
+`.codex`, and `/etc/codex`. It is started ahead only where none of them is, and handed its
+instruction only if none is there at the hand-over. (`AGENTS.md` it reads after its prompt:
+a warm codex sees one made by setup.) A killed codex leaves only CODEX_HOME: `cleanup`
+removes it.
 """
 
 from __future__ import annotations
@@ -37,12 +46,13 @@ from service.agents.base import AgentContext, EmitOutput
 from service.agents.harness import EventStream, HarnessAgent
 from service.agents.json_lines import JsonLineStream, LineLimits, as_text, clip
 from service.agents.packages import NpmPackage
+from service.agents.warm_start import WarmStart
 from service.config import Settings
 from service.errors import AgentError, FieldViolation
 from service.models import AgentOutput, AgentOutputKind, ModelAccess
 from service.sandboxes import HOME
 
-__all__ = ["CodexAgent", "CodexHarness", "config_toml", "translate_event"]
+__all__ = ["CODEX_WARM", "CodexAgent", "CodexHarness", "config_toml", "translate_event"]
 
 VERSION = "0.169.0"
 CODEX_HOME = f"{HOME}/.codex-rollout"
@@ -54,6 +64,29 @@ PROVIDER_ID = "rollout"
 KEY_VARIABLE = "ROLLOUT_MODEL_KEY"
 _QUIET = frozenset({"thread.started", "turn.started", "turn.completed"})
 _QUIET_ITEMS = frozenset({"todo_list"})
+
+
+_NO_PROJECT = """d=$PWD
+while :; do
+  for m in .git .codex; do
+    if [ -e "$d/$m" ] || [ -L "$d/$m" ]; then exit 3; fi
+  done
+  [ -n "$d" ] || break
+  d=${d%/*}
+done
+if [ -e /etc/codex ] || [ -L /etc/codex ]; then exit 3; fi
+"""
+"""Exits 3 if what codex reads of its workdir (and above) and /etc at its start is there."""
+_DATABASES = ("goals_1", "logs_2", "memories_1", "queue_1", "state_5")
+"""The SQLite databases 0.169.0 opens in CODEX_HOME, last, before it reads its stdin."""
+CODEX_WARM = WarmStart(
+    instruction_file=INSTRUCTION_FILE,
+    go_file=f"{CODEX_HOME}/.warm-go",
+    settle_test=" && ".join(f"[ -e {CODEX_HOME}/{db}.sqlite-wal ]" for db in _DATABASES),
+    cleanup=f"rm -rf -- {CODEX_HOME}",
+    unchanged=_NO_PROJECT,
+)
+"""codex started ahead: once it has opened its databases (see above)."""
 
 
 def codex_package(version: str = VERSION) -> NpmPackage:
@@ -158,7 +191,7 @@ class CodexHarness:
     install_typical = "10-60s"
     home = CODEX_HOME
     launcher = LAUNCHER
-    warm = None
+    warm = CODEX_WARM
     package = codex_package()
 
     def option_violations(self, options: Mapping[str, Any]) -> list[FieldViolation]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 import tomllib
 from collections.abc import Callable, Sequence
 
@@ -46,22 +47,40 @@ def test_claude_code_reaches_the_route_as_anthropic_with_both_aliases_and_offlin
 
 def test_claude_code_runs_headless_on_the_instruction_file() -> None:
     harness = ClaudeCodeHarness()
-    context = _context("Fix it; don't `rm` $HOME.", disallowed_tools=["WebFetch", "Task"])
+    instruction = 'Fix it; don\'t `rm` $HOME "\\".\n\t\n'
+    context = _context(instruction, disallowed_tools=["WebFetch", "Task"])
 
     files = harness.files("/cache/claude code/claude", context)
 
     assert files[claude_code.INSTRUCTION_FILE] == context.instruction.encode()
-    argv = shlex.split(files[claude_code.LAUNCHER].decode())
-    assert argv[:7] == [
+    opens, launch, convert = files[claude_code.LAUNCHER].decode().split("\n", 2)
+    assert shlex.split(opens) == ["exec", "<", claude_code.INSTRUCTION_FILE]
+    assert shlex.split(launch) == [
         "exec",
         "/cache/claude code/claude",
         "-p",
+        "--input-format",
+        "stream-json",
         "--output-format",
         "stream-json",
         "--verbose",
         "--dangerously-skip-permissions",
+        "--disallowedTools",
+        "WebFetch,Task",
+        "<",
+        "<(",
     ]
-    assert argv[7:] == ["--disallowedTools", "WebFetch,Task", "<", claude_code.INSTRUCTION_FILE]
+    message = subprocess.run(
+        ["bash", "-c", convert.removesuffix(")\n")],
+        input=context.instruction.encode(),
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    assert message.endswith("\n")
+    assert json.loads(message) == {
+        "type": "user",
+        "message": {"role": "user", "content": context.instruction},
+    }
     assert harness.option_violations({"disallowed_tools": "Bash", "x": 1}) != []
     assert [v.field for v in harness.option_violations({"x": 1})] == ["spec.agent.options.x"]
 

@@ -1,7 +1,7 @@
-"""opencode started ahead (`ROLLOUT_LOCAL_WARM_AGENTS`, on by default) through the real server
-at its defaults: the same task three times, the first cold (its launch is learnt, and a warm
-sandbox starts it), later ones handed to an opencode started ahead (its INFO line in the
-server's log, never a timing), each with the events and turns of the cold one."""
+"""opencode, claude-code and codex started ahead (`ROLLOUT_LOCAL_WARM_AGENTS`, on by default)
+through the real server at its defaults: the same task three times, the first cold (its launch
+is learnt, and a warm sandbox starts it), later ones handed to an agent started ahead (its INFO
+line in the server's log, never a timing), each with the events and turns of the cold one."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 from testing.fakes.llm_upstream import FakeUpstream
 from testing.server_process import ServerProcess
 
-pytestmark = [pytest.mark.e2e, pytest.mark.opencode]
+pytestmark = [pytest.mark.e2e, pytest.mark.opencode, pytest.mark.agents]
 
 KEY = "sk-warm-agents-3c9e"
 MODEL = "fake-policy-warm"
@@ -45,10 +45,10 @@ def _same(value: Any) -> Any:
     return value
 
 
-async def _run(stub: pb_grpc.RolloutServiceAsyncStub, upstream: FakeUpstream) -> Any:
+async def _run(stub: pb_grpc.RolloutServiceAsyncStub, upstream: FakeUpstream, agent: str) -> Any:
     spec = pb.RolloutSpec(
         task=pb.Task(instruction="Say hi.", verify=["true"]),
-        agent=pb.Agent(name="opencode"),
+        agent=pb.Agent(name=agent),
         endpoint=pb.Endpoint(base_url=upstream.base_url, api_key=KEY, model=MODEL),
     )
     rollout = (await stub.RunRollout(pb.RunRolloutRequest(spec=spec))).rollout
@@ -62,20 +62,22 @@ async def _run(stub: pb_grpc.RolloutServiceAsyncStub, upstream: FakeUpstream) ->
     return _same({"events": events, "turns": turns})
 
 
-async def test_rollouts_after_the_first_of_a_kind_run_in_an_opencode_started_ahead(
-    tmp_path: Path, upstream: FakeUpstream
+@pytest.mark.parametrize("agent", ["opencode", "claude-code", "codex"])
+async def test_rollouts_after_the_first_of_a_kind_run_in_an_agent_started_ahead(
+    tmp_path: Path, upstream: FakeUpstream, agent: str
 ) -> None:
     server = ServerProcess(tmp_path / "state")
     target = server.start()
     try:
         async with grpc.aio.insecure_channel(target) as channel:
             stub = pb_grpc.RolloutServiceStub(channel)
-            first = await _run(stub, upstream)  # cold: its plan is learnt
+            first = await _run(stub, upstream, agent)  # cold: its plan is learnt
             assert server.text().count(HANDED_OVER) == 0
             # Each made while the one before ran: ready when it is claimed, if not settled.
-            later = [await _run(stub, upstream) for _ in range(2)]
+            later = [await _run(stub, upstream, agent) for _ in range(2)]
             assert server.text().count(HANDED_OVER) == 2, server.text()[-3000:]
     finally:
         assert server.stop() == 0, server.text()[-3000:]
-    assert len(first["turns"]) == 2  # the title and the answer
+    if agent == "opencode":
+        assert len(first["turns"]) == 2  # the title and the answer
     assert later == [first, first]
