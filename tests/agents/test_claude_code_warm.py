@@ -36,7 +36,7 @@ def _look(upstream: FakeUpstream, secret: str = "SECRET-") -> None:
         "tr '\\0' '\\n' < /proc/$PPID/environ | grep -v -E '^(ANTHROPIC_API_KEY)=' | sort; "
         "tr '\\0' ' ' < /proc/$PPID/cmdline; echo; ls -A ~ ~/.claude-rollout /tmp; "
         "ps -eo args --sort=args; "
-        f"echo \"FOUND:$(grep -rl '{pattern}' ~ /tmp 2>/dev/null | tr '\\n' ' ')END\""
+        f"echo \"FOUND:$(grep -rl '{pattern}' ~ /tmp 2>/dev/null | sort | tr '\\n' ' ')END\""
     )
     arguments = json.dumps({"command": command, "description": "Look around"})
     upstream.script(Reply(tool_calls=[ToolCallReply("Bash", arguments)]), match=has_tools)

@@ -36,7 +36,7 @@ def _look(upstream: FakeUpstream, secret: str = "SECRET-") -> None:
         f"tr '\\0' '\\n' < /proc/$PPID/environ | grep -v -E '^({KEY_VARIABLE})=' | sort; "
         "tr '\\0' ' ' < /proc/$PPID/cmdline; echo; ls -A ~ ~/.codex-rollout /tmp; "
         "ps -eo args --sort=args; "
-        f"echo \"FOUND:$(grep -rl '{pattern}' ~ /tmp 2>/dev/null | tr '\\n' ' ')END\""
+        f"echo \"FOUND:$(grep -rl '{pattern}' ~ /tmp 2>/dev/null | sort | tr '\\n' ' ')END\""
     )
     arguments = json.dumps({"cmd": command})
     upstream.script(Reply(tool_calls=[ToolCallReply("exec_command", arguments)]), match=has_tools)
@@ -55,9 +55,11 @@ _TOKENS = {"prompt_token_ids", "completion_token_ids", "logprobs", "completion_t
 
 
 def _blank(value: Any) -> Any:
-    """`_same`, and codex's own ids: threads, calls, uuids, its output chunks' random ids."""
+    """`_same`, and codex's own ids (threads, calls, uuids, its output chunks' random ids)
+    and the wall time it reports of a command."""
     if isinstance(value, str):
         value = re.sub(r"Chunk ID: [0-9a-f]+", "Chunk ID: <random>", value)
+        value = re.sub(r"Wall time: [0-9.]+ seconds", "Wall time: <s> seconds", value)
         value = re.sub(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", "<u>", value)
         value = re.sub(r"\b(toolu|call|msg)_[A-Za-z0-9_-]+", "<id>", value)
         value = re.sub(r"\b[0-9]+\.(json|sock)\b", "<pid>", value)

@@ -37,7 +37,7 @@ def _look(upstream: FakeUpstream, secret: str = "SECRET-") -> None:
     pattern = secret.replace("-", "[-]", 1)
     look = (
         "ls -A ~/.mini-swe-agent /tmp; ps -eo args --sort=args; "
-        f"echo \"FOUND:$(grep -rl '{pattern}' ~ /tmp 2>/dev/null | tr '\\n' ' ')END\""
+        f"echo \"FOUND:$(grep -rl '{pattern}' ~ /tmp 2>/dev/null | sort | tr '\\n' ' ')END\""
     )
     upstream.script(_bash(look), _bash(SUBMIT), match=has_tools)
 

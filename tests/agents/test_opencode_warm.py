@@ -44,7 +44,7 @@ def _look_command(secret: str = "SECRET-") -> str:
     return (
         "tr '\\0' '\\n' < /proc/$PPID/environ | sort; tr '\\0' ' ' < /proc/$PPID/cmdline; echo; "
         "ls -A ~/.opencode-xdg ~/.opencode-xdg/config/opencode /tmp; ps -eo args --sort=args; "
-        f"echo \"FOUND:$(grep -rl '{pattern}' ~ /tmp 2>/dev/null | tr '\\n' ' ')END\""
+        f"echo \"FOUND:$(grep -rl '{pattern}' ~ /tmp 2>/dev/null | sort | tr '\\n' ' ')END\""
     )
 
 
