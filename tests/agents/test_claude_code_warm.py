@@ -1,6 +1,6 @@
 """claude-code started ahead through the warm-start seam (`CLAUDE_WARM`): the real claude
 binary in real bwrap sandboxes through the real capture proxy (Messages translated) to the
-scripted upstream, with the opencode tests' rollouts (`test_opencode_warm.Rollouts`). The
+scripted upstream, with the opencode tests' rollouts (`warm_rollouts.Rollouts`). The
 warm path is proven taken by the agent's count of hand-overs, never by timing."""
 
 from __future__ import annotations
@@ -8,12 +8,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import re
 import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,9 +19,16 @@ from service.agents.claude_code import CLAUDE_WARM, ROOT, ClaudeCodeAgent
 from service.agents.warm_start import holder_script
 from service.config import Settings
 from service.proxy.server import CaptureProxy
-from service.sandboxes.local.backend import LocalBackend, LocalSandbox
+from service.sandboxes.local.backend import LocalSandbox
 from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
-from tests.agents.test_opencode_warm import Rollouts, Run, _same
+from tests.agents.warm_rollouts import (
+    Rollouts,
+    captured,
+    look_command,
+    started,
+    tool_result,
+    warm_settings,
+)
 
 pytestmark = [pytest.mark.agents, pytest.mark.timeout(900)]
 
@@ -31,74 +36,33 @@ pytestmark = [pytest.mark.agents, pytest.mark.timeout(900)]
 def _look(upstream: FakeUpstream, secret: str = "SECRET-") -> None:
     """The model looks at claude's own argv and environment, its files, every process, and
     any file holding `secret` (written so that the command itself does not match)."""
-    pattern = secret.replace("-", "[-]", 1)
-    command = (
-        "tr '\\0' '\\n' < /proc/$PPID/environ | grep -v -E '^(ANTHROPIC_API_KEY)=' | sort; "
-        "tr '\\0' ' ' < /proc/$PPID/cmdline; echo; ls -A ~ ~/.claude-rollout /tmp; "
-        "ps -eo args --sort=args; "
-        f"echo \"FOUND:$(grep -rl '{pattern}' ~ /tmp 2>/dev/null | sort | tr '\\n' ' ')END\""
-    )
+    command = look_command("~ ~/.claude-rollout /tmp", secret, hidden="ANTHROPIC_API_KEY")
     arguments = json.dumps({"command": command, "description": "Look around"})
     upstream.script(Reply(tool_calls=[ToolCallReply("Bash", arguments)]), match=has_tools)
 
 
-def _observed(run: Run) -> str:
-    for turn in run.turns:
-        for message in turn.request_messages:
-            if message.get("role") == "tool":
-                return str(message.get("content", ""))
-    raise AssertionError("no tool result reached the model")
-
-
-_VARYING = {"latency_s", "time_to_first_token_s", "start_time", "usage", "paused_s"}
-_TOKENS = {"prompt_token_ids", "completion_token_ids", "logprobs", "completion_tokens"}
-
-
-def _blank(value: Any) -> Any:
-    """`_same`, and claude's own ids: sessions, tool uses, uuids, its pid's files, the
-    sandbox's uid in its /tmp directory, its shell snapshot's and cwd file's random names."""
-    if isinstance(value, str):
-        value = re.sub(r"/tmp/claude-[0-9a-f]+-cwd|\bclaude-[0-9]+\b", "<tmp>", value)
-        value = re.sub(r"(snapshot-bash-[^ ]*-)[a-z0-9]+\.sh", r"\1<random>.sh", value)
-        value = re.sub(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", "<u>", value)
-        value = re.sub(r"\b(toolu|call|msg)_[A-Za-z0-9_-]+", "<id>", value)
-        value = re.sub(r"\b[0-9]+\.(json|sock)\b", "<pid>", value)
-        return _same(value)
-    if isinstance(value, dict):
-        return {key: _blank(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_blank(item) for item in value]
-    return value
-
-
-def _captured(run: Run) -> tuple[list[Any], list[Any]]:
-    turns = [
-        _blank(turn.model_dump(mode="json", exclude=_VARYING | _TOKENS | {"top_logprobs"}))
-        for turn in run.turns
-    ]
-    outputs = [(o.kind, o.tool_name, _blank(o.text)) for o in run.outputs]
-    return turns, outputs
+_OWN = (
+    (r"/tmp/claude-[0-9a-f]+-cwd|\bclaude-[0-9]+\b", "<tmp>"),
+    (r"(snapshot-bash-[^ ]*-)[a-z0-9]+\.sh", r"\1<random>.sh"),
+    (r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", "<u>"),
+    (r"\b(toolu|call|msg)_[A-Za-z0-9_-]+", "<id>"),
+    (r"\b[0-9]+\.(json|sock)\b", "<pid>"),
+)
+"""claude's own, which `same` does not blank: sessions, tool uses, uuids, its pid's files, the
+sandbox's uid in its /tmp directory, its shell snapshot's and cwd file's random names."""
 
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(
-        state_dir=tmp_path / "state", proxy_listen="127.0.0.1:0", local_warm_agents=True
-    )
+    return warm_settings(tmp_path)
 
 
 @pytest.fixture
 async def rollouts(
     settings: Settings, proxy: CaptureProxy, upstream: FakeUpstream
 ) -> AsyncIterator[Rollouts]:
-    backend = LocalBackend(settings)
-    agent = ClaudeCodeAgent(settings)
-    await agent.provision(LocalBackend.capabilities, lambda line: None)
-    try:
-        await backend.warm_up()
-        yield Rollouts(settings, backend, proxy, upstream, agent)
-    finally:
-        await backend.close()
+    async with started(settings, proxy, upstream, ClaudeCodeAgent(settings)) as made:
+        yield made
 
 
 async def test_a_warm_claude_sends_and_prints_what_a_cold_one_does(
@@ -112,9 +76,9 @@ async def test_a_warm_claude_sends_and_prints_what_a_cold_one_does(
     warm = await rollouts.run(instruction)
 
     assert (cold.warm, warm.warm) == (False, True)
-    assert _captured(warm) == _captured(cold)
+    assert captured(warm, _OWN) == captured(cold, _OWN)
     assert json.dumps(instruction) in json.dumps([t.request_messages for t in warm.turns])
-    look = _observed(warm)
+    look = tool_result(warm)
     assert "CLAUDE_CONFIG_DIR=" in look
     assert "--input-format stream-json" in look
     assert "warm-go" not in look
@@ -134,7 +98,7 @@ async def test_a_rollout_sees_nothing_of_the_one_before(
     assert secret in json.dumps([t.request_messages for t in first.turns])
     assert secret not in json.dumps([t.model_dump(mode="json") for t in second.turns])
     assert secret not in second.outcome.log_tail
-    assert "FOUND:END" in _observed(second)  # no file in its home or /tmp holds it
+    assert "FOUND:END" in tool_result(second)  # no file in its home or /tmp holds it
 
 
 async def test_a_claude_md_made_by_setup_runs_cold(

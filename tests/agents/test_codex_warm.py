@@ -1,6 +1,6 @@
 """codex started ahead through the warm-start seam (`CODEX_WARM`): the real codex binary in
 real bwrap sandboxes through the real capture proxy (Responses translated) to the scripted
-upstream, with the opencode tests' rollouts (`test_opencode_warm.Rollouts`). The
+upstream, with the opencode tests' rollouts (`warm_rollouts.Rollouts`). The
 warm path is proven taken by the agent's count of hand-overs, never by timing."""
 
 from __future__ import annotations
@@ -8,12 +8,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import re
 import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,9 +19,16 @@ from service.agents.codex import CODEX_HOME, CODEX_WARM, KEY_VARIABLE, CodexAgen
 from service.agents.warm_start import holder_script
 from service.config import Settings
 from service.proxy.server import CaptureProxy
-from service.sandboxes.local.backend import LocalBackend, LocalSandbox
+from service.sandboxes.local.backend import LocalSandbox
 from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
-from tests.agents.test_opencode_warm import Rollouts, Run, _same
+from tests.agents.warm_rollouts import (
+    Rollouts,
+    captured,
+    look_command,
+    started,
+    tool_result,
+    warm_settings,
+)
 
 pytestmark = [pytest.mark.agents, pytest.mark.timeout(900)]
 
@@ -31,74 +36,33 @@ pytestmark = [pytest.mark.agents, pytest.mark.timeout(900)]
 def _look(upstream: FakeUpstream, secret: str = "SECRET-") -> None:
     """The model looks at codex's own argv and environment, its files, every process, and
     any file holding `secret` (written so that the command itself does not match)."""
-    pattern = secret.replace("-", "[-]", 1)
-    command = (
-        f"tr '\\0' '\\n' < /proc/$PPID/environ | grep -v -E '^({KEY_VARIABLE})=' | sort; "
-        "tr '\\0' ' ' < /proc/$PPID/cmdline; echo; ls -A ~ ~/.codex-rollout /tmp; "
-        "ps -eo args --sort=args; "
-        f"echo \"FOUND:$(grep -rl '{pattern}' ~ /tmp 2>/dev/null | sort | tr '\\n' ' ')END\""
-    )
+    command = look_command("~ ~/.codex-rollout /tmp", secret, hidden=KEY_VARIABLE)
     arguments = json.dumps({"cmd": command})
     upstream.script(Reply(tool_calls=[ToolCallReply("exec_command", arguments)]), match=has_tools)
 
 
-def _observed(run: Run) -> str:
-    for turn in run.turns:
-        for message in turn.request_messages:
-            if message.get("role") == "tool":
-                return str(message.get("content", ""))
-    raise AssertionError("no tool result reached the model")
-
-
-_VARYING = {"latency_s", "time_to_first_token_s", "start_time", "usage", "paused_s"}
-_TOKENS = {"prompt_token_ids", "completion_token_ids", "logprobs", "completion_tokens"}
-
-
-def _blank(value: Any) -> Any:
-    """`_same`, and codex's own ids (threads, calls, uuids, its output chunks' random ids)
-    and the wall time it reports of a command."""
-    if isinstance(value, str):
-        value = re.sub(r"Chunk ID: [0-9a-f]+", "Chunk ID: <random>", value)
-        value = re.sub(r"Wall time: [0-9.]+ seconds", "Wall time: <s> seconds", value)
-        value = re.sub(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", "<u>", value)
-        value = re.sub(r"\b(toolu|call|msg)_[A-Za-z0-9_-]+", "<id>", value)
-        value = re.sub(r"\b[0-9]+\.(json|sock)\b", "<pid>", value)
-        return _same(value)
-    if isinstance(value, dict):
-        return {key: _blank(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_blank(item) for item in value]
-    return value
-
-
-def _captured(run: Run) -> tuple[list[Any], list[Any]]:
-    turns = [
-        _blank(turn.model_dump(mode="json", exclude=_VARYING | _TOKENS | {"top_logprobs"}))
-        for turn in run.turns
-    ]
-    outputs = [(o.kind, o.tool_name, _blank(o.text)) for o in run.outputs]
-    return turns, outputs
+_OWN = (
+    (r"Chunk ID: [0-9a-f]+", "Chunk ID: <random>"),
+    (r"Wall time: [0-9.]+ seconds", "Wall time: <s> seconds"),
+    (r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", "<u>"),
+    (r"\b(toolu|call|msg)_[A-Za-z0-9_-]+", "<id>"),
+    (r"\b[0-9]+\.(json|sock)\b", "<pid>"),
+)
+"""codex's own, which `same` does not blank: threads, calls, uuids, its output chunks' random
+ids, and the wall time it reports of a command."""
 
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(
-        state_dir=tmp_path / "state", proxy_listen="127.0.0.1:0", local_warm_agents=True
-    )
+    return warm_settings(tmp_path)
 
 
 @pytest.fixture
 async def rollouts(
     settings: Settings, proxy: CaptureProxy, upstream: FakeUpstream
 ) -> AsyncIterator[Rollouts]:
-    backend = LocalBackend(settings)
-    agent = CodexAgent(settings)
-    await agent.provision(LocalBackend.capabilities, lambda line: None)
-    try:
-        await backend.warm_up()
-        yield Rollouts(settings, backend, proxy, upstream, agent)
-    finally:
-        await backend.close()
+    async with started(settings, proxy, upstream, CodexAgent(settings)) as made:
+        yield made
 
 
 async def test_a_warm_codex_sends_and_prints_what_a_cold_one_does(
@@ -112,9 +76,9 @@ async def test_a_warm_codex_sends_and_prints_what_a_cold_one_does(
     warm = await rollouts.run(instruction)
 
     assert (cold.warm, warm.warm) == (False, True)
-    assert _captured(warm) == _captured(cold)
+    assert captured(warm, _OWN) == captured(cold, _OWN)
     assert json.dumps(instruction) in json.dumps([t.request_messages for t in warm.turns])
-    look = _observed(warm)
+    look = tool_result(warm)
     assert "CODEX_HOME=" in look
     assert " exec --json " in look
     assert "warm-go" not in look
@@ -134,7 +98,7 @@ async def test_a_rollout_sees_nothing_of_the_one_before(
     assert secret in json.dumps([t.request_messages for t in first.turns])
     assert secret not in json.dumps([t.model_dump(mode="json") for t in second.turns])
     assert secret not in second.outcome.log_tail
-    assert "FOUND:END" in _observed(second)  # no file in its home or /tmp holds it
+    assert "FOUND:END" in tool_result(second)  # no file in its home or /tmp holds it
 
 
 async def test_a_git_repo_or_codex_dir_made_by_setup_runs_cold(

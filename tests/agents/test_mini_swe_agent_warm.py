@@ -1,6 +1,6 @@
 """mini-swe-agent started ahead through the warm-start seam (`MINI_WARM`): real mini-swe-agent
 in real bwrap sandboxes through the real capture proxy to the scripted upstream, with the
-opencode tests' rollouts (`test_opencode_warm.Rollouts`). The warm path is proven taken by
+opencode tests' rollouts (`warm_rollouts.Rollouts`). The warm path is proven taken by
 the agent's count of hand-overs, never by timing."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from service.agents.mini_swe_agent import MiniSweAgent
 from service.config import Settings
 from service.models import AgentOutput
 from service.proxy.server import CaptureProxy
-from service.sandboxes.local.backend import LocalBackend, LocalSandbox
+from service.sandboxes.local.backend import LocalSandbox
 from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
-from tests.agents.test_opencode_warm import Rollouts, Run
+from tests.agents.warm_rollouts import Rollouts, look_command, started, tool_result, warm_settings
 
 pytestmark = [pytest.mark.agents, pytest.mark.timeout(900)]
 
@@ -34,41 +34,21 @@ def _bash(command: str) -> Reply:
 
 def _look(upstream: FakeUpstream, secret: str = "SECRET-") -> None:
     """The model looks at mini's files, every process and any file holding `secret`."""
-    pattern = secret.replace("-", "[-]", 1)
-    look = (
-        "ls -A ~/.mini-swe-agent /tmp; ps -eo args --sort=args; "
-        f"echo \"FOUND:$(grep -rl '{pattern}' ~ /tmp 2>/dev/null | sort | tr '\\n' ' ')END\""
-    )
+    look = look_command("~/.mini-swe-agent /tmp", secret, own=False)
     upstream.script(_bash(look), _bash(SUBMIT), match=has_tools)
-
-
-def _observed(run: Run) -> str:
-    for turn in run.turns:
-        for message in turn.request_messages:
-            if message.get("role") == "tool":
-                return str(message.get("content", ""))
-    raise AssertionError("no tool result reached the model")
 
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(
-        state_dir=tmp_path / "state", proxy_listen="127.0.0.1:0", local_warm_agents=True
-    )
+    return warm_settings(tmp_path)
 
 
 @pytest.fixture
 async def rollouts(
     settings: Settings, proxy: CaptureProxy, upstream: FakeUpstream
 ) -> AsyncIterator[Rollouts]:
-    backend = LocalBackend(settings)
-    agent = MiniSweAgent(settings)
-    await agent.provision(LocalBackend.capabilities, lambda line: None)
-    try:
-        await backend.warm_up()
-        yield Rollouts(settings, backend, proxy, upstream, agent)
-    finally:
-        await backend.close()
+    async with started(settings, proxy, upstream, MiniSweAgent(settings)) as made:
+        yield made
 
 
 async def test_a_warm_mini_sends_and_prints_what_a_cold_one_does(
@@ -83,7 +63,7 @@ async def test_a_warm_mini_sends_and_prints_what_a_cold_one_does(
     assert (cold.warm, warm.warm) == (False, True)
     assert warm.turns[0].request_messages[:2] == cold.turns[0].request_messages[:2]
     assert _by_kind(warm.outputs) == _by_kind(cold.outputs)
-    assert "warm-go" not in _observed(warm)
+    assert "warm-go" not in tool_result(warm)
 
 
 def _by_kind(outputs: Sequence[AgentOutput]) -> dict[str, list[str]]:
@@ -110,7 +90,7 @@ async def test_a_rollout_sees_nothing_of_the_one_before(
     assert secret in json.dumps([t.request_messages for t in first.turns])
     assert secret not in json.dumps([t.model_dump(mode="json") for t in second.turns])
     assert secret not in second.outcome.log_tail
-    assert "FOUND:END" in _observed(second)  # no file in its home or /tmp holds it
+    assert "FOUND:END" in tool_result(second)  # no file in its home or /tmp holds it
 
 
 async def test_what_setup_adds_that_mini_reads_at_its_start_runs_cold(
