@@ -66,7 +66,7 @@ $(STAMP): pyproject.toml client/pyproject.toml $(STUBS)/pyproject.toml | $(PY)
 run: install
 	$(PY) -m service.server
 
-# Two workers (this machine's and CI's cores: about 14 minutes on two, 2026-12-02); a test
+# Two workers (this machine's and CI's cores: about 12 minutes on two, 2026-12-02); a test
 # file, with its module-scoped server, stays on one worker. `make test TEST_WORKERS=0` runs
 # the suite in one process. The Debian base image is made first (a cache hit after the first
 # time): it is what the sandboxes run on, as opencode's install is what the agents run.
