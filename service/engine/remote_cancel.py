@@ -32,5 +32,9 @@ async def cancel_elsewhere(
                 if isinstance(event.payload, Rollout):
                     final = event.payload
     stored = await reread()
-    # The owner stores the final event before its final save of the row.
-    return final if final is not None and stored.status not in TERMINAL_STATUSES else stored
+    # The owner stores the final event before its final save of the row, and may save the
+    # terminal status before that (its result and finish time come with the final save):
+    # the row is the answer once it is finished, else the final event is.
+    if final is not None and (stored.status not in TERMINAL_STATUSES or stored.finish_time is None):
+        return final
+    return stored

@@ -212,6 +212,8 @@ class LocalSandbox:
         if len(command.encode()) > _INLINE_COMMAND_BYTES:
             command = await self._command_file(command)
         self._check_alive()  # from here to the spawner's socket nothing awaits
+        if self._spawner.gone is not None:  # the cause, when the holder died with it
+            raise SandboxError(self._spawner.gone)
         if self._holder is None or not self._holder.alive:
             raise SandboxError(f"sandbox {self.id} is gone: the holder of its namespaces exited")
         self._serial += 1

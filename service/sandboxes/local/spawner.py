@@ -171,6 +171,11 @@ class Spawner:
         self._gone: str | None = None
         self._loop.add_reader(sock.fileno(), self._on_readable)
 
+    @property
+    def gone(self) -> str | None:
+        """Why the spawner can run nothing more (its socket closed or failed), or None."""
+        return self._gone
+
     def _future(self, table: dict[int, asyncio.Future[Any]], key: int) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = self._loop.create_future()
         table[key] = future
