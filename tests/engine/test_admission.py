@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from typing import NamedTuple
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -130,6 +131,29 @@ async def _gets_a_slot(admission: Admission) -> bool:
         return False
 
 
+class _Lent(NamedTuple):
+    """A paused rollout that lent its only slot to another, and now waits to take it back."""
+
+    admission: Admission
+    paused: asyncio.Task[None]
+    lease: RunningSlot
+    leave_paused: asyncio.Event
+    other: asyncio.Task[None]
+    other_lease: RunningSlot
+    leave_other: asyncio.Event
+    waiting: asyncio.Task[None]
+
+
+async def _lent_and_waited_for() -> _Lent:
+    admission = _admission(max_running=1)
+    paused, lease, leave_paused = await _running(admission)
+    lease.release()
+    other, other_lease, leave_other = await _running(admission)
+    waiting = asyncio.create_task(lease.reacquire())
+    await asyncio.sleep(0)
+    return _Lent(admission, paused, lease, leave_paused, other, other_lease, leave_other, waiting)
+
+
 async def test_a_slot_given_back_runs_a_queued_rollout_and_comes_back_before_new_ones() -> None:
     admission = _admission(max_running=1)
     paused, lease, leave_paused = await _running(admission)
@@ -154,47 +178,37 @@ async def test_a_slot_given_back_runs_a_queued_rollout_and_comes_back_before_new
 
 
 async def test_a_cancelled_or_ended_wait_for_the_slot_again_loses_no_slot() -> None:
-    admission = _admission(max_running=1)
-    paused, lease, leave_paused = await _running(admission)
-    lease.release()
-    other, _, leave_other = await _running(admission)
-    waiting = asyncio.create_task(lease.reacquire())
-    await asyncio.sleep(0)
-    waiting.cancel()  # the paused call was cancelled while it waited
+    lent = await _lent_and_waited_for()
+    lent.waiting.cancel()  # the paused call was cancelled while it waited
     with pytest.raises(asyncio.CancelledError):
-        await waiting
-    assert not lease.held
-    waiting = asyncio.create_task(lease.reacquire())  # it waits again, and its rollout ends
+        await lent.waiting
+    assert not lent.lease.held
+    waiting = asyncio.create_task(lent.lease.reacquire())  # it waits again, and its rollout ends
     await asyncio.sleep(0)
-    leave_paused.set()
-    await asyncio.wait_for(paused, 5)
-    leave_other.set()  # the slot reaches the ended rollout's wait, which gives it back
-    await asyncio.wait_for(asyncio.gather(other, waiting), 5)
-    assert not lease.held
-    assert await _gets_a_slot(admission)
-    async with admission.slot(), asyncio.timeout(5):  # exactly one slot: not two, not none
-        assert not await _gets_a_slot(admission)
+    lent.leave_paused.set()
+    await asyncio.wait_for(lent.paused, 5)
+    lent.leave_other.set()  # the slot reaches the ended rollout's wait, which gives it back
+    await asyncio.wait_for(asyncio.gather(lent.other, waiting), 5)
+    assert not lent.lease.held
+    assert await _gets_a_slot(lent.admission)
+    async with lent.admission.slot(), asyncio.timeout(5):  # exactly one slot: not two, not none
+        assert not await _gets_a_slot(lent.admission)
 
 
 async def test_a_slot_handed_over_as_its_waiter_is_cancelled_goes_on_to_the_next() -> None:
-    admission = _admission(max_running=1)
-    paused, lease, leave_paused = await _running(admission)
-    lease.release()
-    other, other_lease, leave_other = await _running(admission)
-    waiting = asyncio.create_task(lease.reacquire())
+    lent = await _lent_and_waited_for()
+    next_one = asyncio.create_task(_running(lent.admission))
     await asyncio.sleep(0)
-    next_one = asyncio.create_task(_running(admission))
-    await asyncio.sleep(0)
-    other_lease.release()  # the slot is handed to `waiting`, which has not run yet
-    waiting.cancel()
+    lent.other_lease.release()  # the slot is handed to the waiting one, which has not run yet
+    lent.waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await waiting
+        await lent.waiting
     task, _, leave_next = await asyncio.wait_for(next_one, 5)
-    assert not lease.held
-    for leave in (leave_next, leave_paused, leave_other):
+    assert not lent.lease.held
+    for leave in (leave_next, lent.leave_paused, lent.leave_other):
         leave.set()
-    await asyncio.wait_for(asyncio.gather(task, paused, other), 5)
-    assert await _gets_a_slot(admission)
+    await asyncio.wait_for(asyncio.gather(task, lent.paused, lent.other), 5)
+    assert await _gets_a_slot(lent.admission)
 
 
 async def test_a_lent_slot_is_neither_running_nor_queued_until_it_is_waited_for_again() -> None:
