@@ -74,8 +74,8 @@ class CallGate:
         self._holds: set[object] = set()
         self._open = asyncio.Event()
         self._open.set()
-        self._held_since = 0.0
-        self._held_total_s = 0.0
+        self._paused_since: float | None = None
+        self._paused_total_s = 0.0
         self.waiting = 0
         """Calls waiting at the gate now."""
         self._in_flight: dict[asyncio.Task[None], Answering] = {}
@@ -85,8 +85,6 @@ class CallGate:
         self.lease: SlotLease | None = None
         """The rollout's running slot while its agent runs (None: not the gate's to give)."""
         self._taking = 0
-        self._taking_since = 0.0
-        self._taking_total_s = 0.0
 
     @property
     def held(self) -> bool:
@@ -99,20 +97,25 @@ class CallGate:
     def paused_s(self) -> float:
         """Seconds this gate has been held, the current hold included, and open while its
         calls waited to take the running slot back."""
-        now = time.monotonic()
-        current = now - self._held_since if self._holds else 0.0
-        taking = now - self._taking_since if self._taking and not self._holds else 0.0
-        return self._held_total_s + current + self._taking_total_s + taking
+        since = self._paused_since
+        return self._paused_total_s + (0.0 if since is None else time.monotonic() - since)
+
+    def _count_paused(self) -> None:
+        """Open or close the current paused interval: held, or calls taking the slot back."""
+        paused = bool(self._holds) or self._taking > 0
+        if paused and self._paused_since is None:
+            self._paused_since = time.monotonic()
+        elif not paused and self._paused_since is not None:
+            self._paused_total_s += time.monotonic() - self._paused_since
+            self._paused_since = None
 
     def hold(self, pause: object) -> bool:
         """Hold new calls for `pause`; True when this closed an open gate."""
         closing = not self._holds
         self._holds.add(pause)
         if closing:
-            self._held_since = time.monotonic()
             self._open.clear()
-            if self._taking:  # counted as held from now
-                self._taking_total_s += self._held_since - self._taking_since
+            self._count_paused()
         return closing
 
     def held_by(self, pause: object) -> bool:
@@ -125,10 +128,8 @@ class CallGate:
         self._holds.discard(pause)
         if self._holds:
             return False
-        now = time.monotonic()
-        self._held_total_s += now - self._held_since
-        self._taking_since = now
         self._open.set()
+        self._count_paused()
         return True
 
     def set_version(self, version: int) -> None:
@@ -211,15 +212,13 @@ class CallGate:
         lease = self.lease
         if lease is None or lease.held:
             return
-        if not self._taking:
-            self._taking_since = time.monotonic()
         self._taking += 1
+        self._count_paused()
         try:
             await lease.reacquire()
         finally:
             self._taking -= 1
-            if not self._taking and not self._holds:
-                self._taking_total_s += time.monotonic() - self._taking_since
+            self._count_paused()
 
     def _beyond_lag(self, version: int) -> bool:
         return (
