@@ -262,6 +262,7 @@ class ProxyCore:
             responder.send(400, _BAD_REQUEST)
             return
         exchange = route.begin(body, request.body)
+        exchange.agent_reads_ids = body.get("return_token_ids") is True
         exchange.note_rewritten(body, rewrite_request(body, route.upstream, route.capture))
         payload = orjson.dumps(body)
         await route.run(

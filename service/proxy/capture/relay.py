@@ -8,7 +8,8 @@ stream is forwarded event by event as each SSE event completes. What reaches the
 scrubbed of the request's API key (a server may echo it in an error or, as any text, in
 a completion), body by body and event by event; the turn is scrubbed again once
 assembled (`record`), which also catches a key split across events. What the agent gets
-is its codec's (`codec`): chat completions byte for byte, or another dialect. Every call
+is its codec's (`codec`): chat completions byte for byte (less the prompt's token ids,
+asked for the turn, unless the agent asked for them too), or another dialect. Every call
 passes the route's gate (`gate`): it waits there while the route's calls are paused, and is
 sent again, invisibly, when a pause aborted it before it answered.
 """
@@ -139,10 +140,11 @@ def _relay_unary(responder: Responder, exchange: Exchange, body: bytes, codec: C
         exchange.fail(upstream_error_message(exchange.upstream_status, body))
         _send_failure(responder, exchange, codec, 502)
         return
+    sent, sent_span = (body, span) if exchange.agent_reads_ids else (rest, None)
     try:
-        out = codec.unary_body(body, doc)
+        out = codec.unary_body(sent, doc)
         # The ids are scrubbed by their first byte only when they are the bytes sent.
-        responder.send(200, exchange.scrub_bytes(out, span if out is body else None))
+        responder.send(200, exchange.scrub_bytes(out, sent_span if out is sent else None))
     except ConnectionResetError:
         exchange.fail(_AGENT_GONE, upstream=False)
     codec.add_unary(doc)
@@ -222,6 +224,8 @@ def _take_events(
         elif data:
             if _PROMPT_IDS_KEY in data:
                 data, exchange.assembler.prompt_raw = cut_prompt_ids(data)
+                if not exchange.agent_reads_ids:
+                    event = cut_prompt_ids(event)[0]
             try:
                 chunk = orjson.loads(data)
             except orjson.JSONDecodeError:

@@ -222,6 +222,9 @@ class Exchange:
         self.request_bytes = 0
         """The size of the request as the agent sent it (what its lane may keep)."""
         self.first_token_s: float | None = None
+        self.agent_reads_ids = False
+        """The agent asked for token ids itself (`return_token_ids`): it gets the prompt's
+        too. Otherwise they were asked for the turn alone and are cut from its copy."""
         self.dialect = Dialect.CHAT_COMPLETIONS
         """The API the agent called (`service.proxy.dialects`)."""
         self.translated = False

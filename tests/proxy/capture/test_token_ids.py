@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -71,6 +73,33 @@ async def test_vllm_prompt_ids_are_recorded(
 ) -> None:
     turn = await one_turn(open_rollout, agent, stream=False)
     assert turn.prompt_token_ids == upstream.sent[0].prompt_token_ids != []
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+@pytest.mark.parametrize("asked", [False, True], ids=["proxy-asked", "agent-asked"])
+async def test_the_prompt_ids_reach_the_agent_only_when_it_asked_for_them(
+    open_rollout: OpenRollout,
+    agent: httpx.AsyncClient,
+    upstream: FakeUpstream,
+    stream: bool,
+    asked: bool,
+) -> None:
+    """The proxy asks for ids for the turn; tens of thousands of prompt ids are not the
+    agent's to read (nor to write on to it) unless it asked for them itself."""
+    rollout = open_rollout()
+    body = chat("write a.txt", stream=stream, **({"return_token_ids": True} if asked else {}))
+    if stream:
+        events = await stream_events(agent, rollout, body)
+        docs = [json.loads(event) for event in events[:-1]]
+    else:
+        response = await agent.post(rollout.chat_url, json=body, headers=rollout.headers)
+        docs = [response.json()]
+    [sent] = upstream.sent
+    given = [doc["prompt_token_ids"] for doc in docs if "prompt_token_ids" in doc]
+
+    assert given == ([sent.prompt_token_ids] if asked else [None])
+    assert rollout.route.turns[0].prompt_token_ids == sent.prompt_token_ids != []
+    assert any(choice.get("token_ids") for doc in docs for choice in doc["choices"])
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
