@@ -141,8 +141,9 @@ class E2BBackend:
         self._snapshots.discard(snapshot.snapshot_id)
 
     def can_carry(self, spec: SandboxSpec) -> bool:
-        """Yes: a FRESH verifier's sandbox is made from setup's snapshot (`carry`)."""
-        return True
+        """A FRESH verifier's sandbox is made from setup's snapshot (`carry`), beside the
+        agent's: yes, unless the cap on live sandboxes leaves no room for two."""
+        return self._settings.e2b_max_sandboxes >= 2
 
     async def carry(
         self, sandbox: Sandbox, paths: Sequence[str], *, over: Snapshot | None = None
@@ -162,7 +163,7 @@ class E2BBackend:
         """Create a sandbox, waiting for a place under the cap and a turn under the rate limit."""
         if not self._api_key:
             raise RolloutFailure(_MISSING_KEY, kind=ErrorKind.INVALID_SPEC)
-        slot = await self._slots.take()
+        slot = await self._slots.take(keep_one=request.verifier_follows)
         try:
             sdk = await self._create_with_retries(request, slot)
         except BaseException:
