@@ -295,7 +295,8 @@ class Settings(BaseSettings):
     e2b_template: str = "base"
     """E2B template when the spec names none."""
     e2b_max_sandboxes: int = 32
-    """Hard cap on live E2B sandboxes (separate from max_running)."""
+    """Hard cap on live E2B sandboxes (separate from max_running), FRESH verifiers' included;
+    below 2, no room for one: E2B rollouts verify in place."""
     e2b_creates_per_s: float = 5.0
     """E2B create-rate limit."""
     e2b_lifetime_margin_s: float = 300.0

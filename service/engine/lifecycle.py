@@ -221,6 +221,7 @@ class RolloutRun:
             lifetime_s=self._lifetime_s(),
             on_progress=lambda message: self._enter(Phase.CREATING_SANDBOX, message),
             snapshot=None if self._prepared is None else self._prepared.snapshot,
+            verifier_follows=self._verification.fresh,
             agent=self._agent.name,
         )
         try:

@@ -19,8 +19,11 @@ agent's it can execute there.
                TAMPERED, reward 0, never verified. Weaker (the check names what may not
                change; the list is open-ended) and stricter (an upgrade is tampering):
                for tests that check what the agent installed at system paths, and
-               backends that cannot carry (E2B, an unprivileged local server)
-    AUTO       FRESH where the backend can, else IN_PLACE; a notice says which ran
+               backends that cannot carry (an unprivileged local server). E2B has no
+               such check: there IN_PLACE runs whatever the agent left
+    AUTO       FRESH where the backend can, else IN_PLACE; a notice says which ran.
+               Where the backend can but fails to freeze setup's state (an E2B team
+               without filesystem snapshots), IN_PLACE too, its notice saying why
 
 Both run the verify commands with `verifier.environment.VERIFIER_ENV` in the workdir,
 and read the reward once every process they started is dead. The agent's sandbox is
@@ -90,8 +93,8 @@ def check_verify_mode(spec: RolloutSpec, backend: SandboxBackend) -> None:
     if spec.task.verify_mode is VerifyMode.FRESH and not _can_carry(backend, spec):
         why = (
             f"FRESH needs a sandbox backend that can make a verifier's sandbox from setup's "
-            f"state ({backend.name} cannot here: the local backend can on a server running "
-            "as root); ask for AUTO or IN_PLACE"
+            f"state ({backend.name} cannot here: e2b can, and the local backend on a server "
+            "running as root); ask for AUTO or IN_PLACE"
         )
         raise SpecError([FieldViolation("spec.task.verify_mode", why)])
     if spec.task.verify_mode is VerifyMode.FRESH and task_workdir(spec.task) == "/":
@@ -149,17 +152,25 @@ class Verification:
         self._own_setup_state = False
         self._carried: Snapshot | None = None
         self._sandbox: Sandbox | None = None
+        self._in_place_why = ""
+        """Why an AUTO rollout the backend could verify FRESH is verified in place."""
 
     async def after_setup(self, sandbox: Sandbox) -> None:
         """Freeze what the verifier will run, before the agent can change it: setup's
         state (FRESH), or a seal of the system trees (IN_PLACE)."""
-        if self.fresh:
-            if self._prepared is not None:
-                self._setup_state = self._prepared.snapshot
-            else:
+        if self.fresh and self._prepared is not None:
+            self._setup_state = self._prepared.snapshot
+        elif self.fresh:
+            try:
                 self._setup_state = await self._backend.snapshot(sandbox)
+            except SandboxError as exc:
+                if self._spec.task.verify_mode is not VerifyMode.AUTO:
+                    raise
+                self.fresh = False
+                self._in_place_why = f" (setup's state could not be frozen: {exc})"
+            else:
                 self._own_setup_state = True
-        elif isinstance(sandbox, SystemSeal):
+        if not self.fresh and isinstance(sandbox, SystemSeal):
             await sandbox.seal_system(exempt=[task_workdir(self._spec.task)])
 
     async def verify(self, agent_sandbox: Sandbox) -> VerifyOutcome:
@@ -177,10 +188,15 @@ class Verification:
                 return VerifyOutcome([], None, _tampered(reasons))
             if opened := await open_verifier_network(sandbox, self._spec.sandbox):
                 self._publish(opened)
+            check = (
+                "behind the integrity check"
+                if isinstance(sandbox, SystemSeal)
+                else "with no integrity check (its backend has none)"
+            )
             self._publish(
                 Notice(
                     topic="verifier.in_place",
-                    message="verified in the agent's own sandbox, behind the integrity check",
+                    message=f"verified in the agent's own sandbox, {check}{self._in_place_why}",
                 )
             )
         await stage(sandbox, task, task.verifier_files)

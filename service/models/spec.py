@@ -49,7 +49,8 @@ class VerifyMode(StrEnum):
     FRESH = "fresh"
     """A new sandbox from setup's state, with only the agent's workdir carried in."""
     IN_PLACE = "in_place"
-    """The agent's own sandbox, its processes dead, behind the integrity check."""
+    """The agent's own sandbox, its processes dead, behind the integrity check (the local
+    backend's: E2B has none)."""
 
 
 class TaskSpec(_Model):

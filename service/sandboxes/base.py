@@ -125,6 +125,9 @@ class SandboxRequest:
     carried: Snapshot | None = None
     """Paths another of this backend's sandboxes left, laid over `snapshot`
     (`carry.PathCarrier`: the agent's workdir in a FRESH verifier's sandbox)."""
+    verifier_follows: bool = False
+    """A FRESH verifier's sandbox (`carried`) will be asked for while this one lives: a
+    backend with a cap on live sandboxes keeps room for it (E2B's `guard.SandboxSlots`)."""
     agent: str = ""
     """The agent the rollout runs in it ("": none, a group's template): an agent a warm local
     sandbox started ahead (`local.warm_agent`) is killed unless it is this one."""

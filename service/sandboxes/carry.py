@@ -5,8 +5,9 @@ state setup left (a `Snapshot`), with only what the agent left at a few paths (i
 workdir) laid over it: every program, library and configuration file the verifier runs
 is setup's. A backend that can freeze some paths of a reclaimed sandbox as a layer, and
 start a sandbox from a snapshot with such a layer on top (`SandboxRequest.carried`),
-implements `PathCarrier` (the local backend on a server running as root). One that
-cannot leaves verification in place, behind the integrity check (`SystemSeal`).
+implements `PathCarrier`: the local backend on a server running as root (overlay layers),
+and E2B (a filesystem snapshot, and the paths carried as an archive: `e2b.carry`). One
+that cannot leaves verification in place, behind the integrity check (`SystemSeal`).
 """
 
 from __future__ import annotations

@@ -13,10 +13,13 @@ Templates: `add_template(name, files)` seeds files into the writable paths of ev
 made from it. Templates are also built through the SDK's template builder (`templates`,
 `testing.fakes.e2b_templates`: the build routes, realised by the service's image store); a
 sandbox of a built one runs on its image's root filesystem, with its ENV.
-Snapshots (`POST /sandboxes/{id}/snapshots`, as `create_snapshot` sends it) are
-templates too: the sandbox's regular files under its writable paths, with their modes (no
-memory, empty directory or link); `GET /snapshots` lists them (`list_snapshots`), `DELETE
-/templates/{id}` (`delete_snapshot`) removes one; `snapshots` lists every one taken.
+Snapshots (`POST /sandboxes/{id}/snapshots`, as `create_snapshot` sends it, its body in
+`snapshot_bodies`) are templates too: a copy of the sandbox's filesystem as it is then
+(what it wrote: every kind of file, with modes and owners; an image's overlay layer with
+its whiteouts), from which a sandbox starts with the snapshotted one's image and ENV and
+no process (the fake keeps no memory, so a full snapshot is a filesystem one); `GET
+/snapshots` lists them (`list_snapshots`), `DELETE /templates/{id}` (`delete_snapshot`)
+removes one; `snapshots` lists every one taken.
 Network: `PUT /sandboxes/{id}/network` is recorded in `network_updates`; the fake cannot
 filter by host, so any `allowOut` opens the sandbox's network as a whole (for commands
 started after the update).
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -93,6 +97,9 @@ class FakeE2B:
         self._templates: dict[str, dict[str, tuple[bytes, int]]] = {}
         self.snapshots: list[str] = []
         """The id of every snapshot taken, deleted or not."""
+        self.snapshot_bodies: list[dict[str, Any]] = []
+        """The body of every snapshot request received."""
+        self._snapshots: dict[str, _Snapshot] = {}
         self.refuse_snapshots = False
         """Answer snapshots 400, as E2B does where a team may not take them."""
         self._failures: list[int | str] = []
@@ -107,6 +114,8 @@ class FakeE2B:
         for record in self.records.values():
             if record.sandbox.alive:
                 record.sandbox.destroy()
+        for snapshot in self._snapshots.values():
+            shutil.rmtree(snapshot.directory, ignore_errors=True)
         await self._server.close()
         await self.templates.close()
 
@@ -209,13 +218,22 @@ class FakeE2B:
 
     def _new_sandbox(self, body: dict[str, Any]) -> SandboxRecord:
         internet = body.get("allow_internet_access")
+        snapshot = self._snapshots.get(body["templateID"])
+        template = body["templateID"] if snapshot is None else snapshot.template
         envs = body.get("envVars", {})
-        image = self.templates.image_of(body["templateID"])
+        image = self.templates.image_of(template)
         if image is not None:
             envs = image.config.env | envs
         rootfs = None if image is None else image.rootfs
-        sandbox = FakeSandbox(self.root, envs=envs, internet=internet is not False, rootfs=rootfs)
-        self._seed(sandbox, self._templates.get(body["templateID"], {}))
+        sandbox = FakeSandbox(
+            self.root,
+            envs=envs,
+            internet=internet is not False,
+            rootfs=rootfs,
+            start_from=None if snapshot is None else snapshot.directory,
+        )
+        if snapshot is None:
+            self._seed(sandbox, self._templates.get(template, {}))
         record = SandboxRecord(
             sandbox=sandbox,
             template=body["templateID"],
@@ -307,9 +325,16 @@ class FakeE2B:
         if self.refuse_snapshots:
             refused = {"code": 400, "message": "snapshots are not enabled for this team"}
             return await response.reply_json(400, refused)
+        self.snapshot_bodies.append(body)
         name = body.get("name") or f"snapshot-{uuid.uuid4().hex[:12]}"
         snapshot_id = f"{name}:default"
-        self._templates[snapshot_id] = await asyncio.to_thread(_files_of, record.sandbox)
+        source = self._snapshots.get(record.template)
+        snapshot = _Snapshot(
+            self.root / "snapshots" / uuid.uuid4().hex,
+            record.template if source is None else source.template,
+        )
+        await asyncio.to_thread(record.sandbox.copy_layers, snapshot.directory)
+        self._snapshots[snapshot_id] = snapshot
         self.snapshots.append(snapshot_id)
         await response.reply_json(201, self._snapshot_info(snapshot_id))
 
@@ -318,19 +343,22 @@ class FakeE2B:
         return {"snapshotID": snapshot_id, "names": [f"fake-team/{snapshot_id}"]}
 
     async def _list_snapshots(self, request: HttpRequest, response: HttpResponse) -> None:
-        snapshots = [self._snapshot_info(s) for s in self.snapshots if s in self._templates]
+        snapshots = [self._snapshot_info(s) for s in self._snapshots]
         await self._reply_page(request, response, snapshots, "snapshotID")
 
     async def _delete_template(self, template_id: str, response: HttpResponse) -> None:
         template_id = unquote(template_id)
-        if self._templates.pop(template_id, None) is None:
+        snapshot = self._snapshots.pop(template_id, None)
+        if snapshot is not None:
+            await asyncio.to_thread(shutil.rmtree, snapshot.directory)
+        elif self._templates.pop(template_id, None) is None:
             message = f"template '{template_id}' not found"
             return await response.reply_json(404, {"code": 404, "message": message})
         await response.reply_empty(204)
 
     def template_ids(self) -> set[str]:
         """Templates and snapshots not deleted."""
-        return set(self._templates)
+        return set(self._templates) | set(self._snapshots)
 
     async def _update_network(
         self, sandbox_id: str, body: dict[str, Any], response: HttpResponse
@@ -344,11 +372,9 @@ class FakeE2B:
         await response.reply_empty(204)
 
 
-def _files_of(sandbox: FakeSandbox) -> dict[str, tuple[bytes, int]]:
-    """The sandbox's regular files under its writable paths: sandbox path -> (data, mode)."""
-    files = {}
-    for path in sorted(sandbox.root.rglob("*")):
-        if path.is_file() and not path.is_symlink():
-            inside = "/" + str(path.relative_to(sandbox.root))
-            files[inside] = (path.read_bytes(), path.stat().st_mode & 0o7777)
-    return files
+@dataclass(frozen=True)
+class _Snapshot:
+    """A snapshot: a copy of what its sandbox wrote, over the template that sandbox ran on."""
+
+    directory: Path
+    template: str

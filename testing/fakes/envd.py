@@ -15,6 +15,9 @@ kills only the sandbox's. Like envd, a dropped stream leaves its process running
 `Connect-Timeout-Ms` kills it, and a signal reaches only the command's own process, not
 its children. Commands run as the host's user whatever `user` they ask for.
 
+A sandbox made from a snapshot starts from a copy of what the snapshotted one wrote
+(`copy_layers`, `start_from`), with no process of its.
+
 A sandbox of a built template (`rootfs`, `testing.fakes.e2b_templates`) runs on that image's
 root filesystem instead, all of it writable as a VM's disk is: an overlay over the image
 (upper layer under the sandbox's directory), mounted in a mount namespace of the sandbox's
@@ -124,6 +127,7 @@ class FakeSandbox:
         envs: dict[str, str],
         internet: bool,
         rootfs: Path | None = None,
+        start_from: Path | None = None,
     ) -> None:
         self.id = "i" + uuid.uuid4().hex[:19]
         self.access_token = uuid.uuid4().hex
@@ -143,6 +147,23 @@ class FakeSandbox:
         layers = _OVERLAY_DIRS if rootfs is not None else _WRITABLE_ROOTS
         for writable in layers:
             (self.root / writable.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        if start_from is not None:
+            for layer in self.layers():
+                source = f"{start_from / layer}/."
+                subprocess.run(["cp", "-a", source, str(self.root / layer)], check=True)
+
+    def layers(self) -> list[str]:
+        """Its directories holding what it wrote, relative to `root`: the overlay's upper
+        layer (whiteouts included), or its writable paths."""
+        if self.rootfs is not None:
+            return [_OVERLAY_DIRS[0]]
+        return [writable.lstrip("/") for writable in _WRITABLE_ROOTS]
+
+    def copy_layers(self, into: Path) -> None:
+        """Copy what it wrote into `into`, for a sandbox to start from (`start_from`)."""
+        for layer in self.layers():
+            (into / layer).mkdir(parents=True)
+            subprocess.run(["cp", "-a", f"{self.root / layer}/.", str(into / layer)], check=True)
 
     def resolve(self, path: str) -> tuple[Path, bool]:
         """Host path of a sandbox path, and whether the sandbox may write there."""

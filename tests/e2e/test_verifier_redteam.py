@@ -31,7 +31,7 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from testing.server_process import ServerProcess, running
-from tests.e2e.cheats import notices
+from tests.e2e.cheats import PIP_INSTALL, notices, pip_conf_cheat
 from tests.e2e.test_harbor_tasks import _HOST_CA, TASKS, pytestmark  # noqa: F401
 
 _SITE = "/usr/local/lib/python3.11/dist-packages"
@@ -42,28 +42,6 @@ _SWAP = "cp /tmp/ok.py /tests/test_wordcount.py"
 _TOOLS = "tools_task"
 """The copy whose tests also run apt-get, git and pip (whose configuration can run or
 install code) and call pytest by its script rather than `python3 -m`."""
-_WHEEL = (
-    "mkdir -p /srv/wheels && python3 - <<'PY'\n"
-    "import base64, hashlib, zipfile\n"
-    "files = {'zz_helper.pth': b'import os; os._exit(0)\\n',\n"
-    "         'zz_helper-1.0.dist-info/METADATA': b'Metadata-Version: 2.1\\nName: zz-helper\\n"
-    "Version: 1.0\\n',\n"
-    "         'zz_helper-1.0.dist-info/WHEEL': b'Wheel-Version: 1.0\\nGenerator: zz\\n"
-    "Root-Is-Purelib: true\\nTag: py3-none-any\\n'}\n"
-    "def digest(data):\n"
-    "    raw = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=')\n"
-    "    return 'sha256=' + raw.decode()\n"
-    "record = ''.join(f'{n},{digest(d)},{len(d)}\\n' for n, d in files.items())\n"
-    "record += 'zz_helper-1.0.dist-info/RECORD,,\\n'\n"
-    "with zipfile.ZipFile('/srv/wheels/zz_helper-1.0-py3-none-any.whl', 'w') as wheel:\n"
-    "    for name, data in {**files, 'zz_helper-1.0.dist-info/RECORD': record.encode()}.items():\n"
-    "        wheel.writestr(name, data)\n"
-    "PY\n"
-)
-"""A wheel of the agent's that installs a start-up hook: what a pip.conf points pip at."""
-_PIP_CONF = (
-    "[global]\\nno-index = true\\nfind-links = /srv/wheels\\nbreak-system-packages = true\\n"
-)
 _LIBRARY = "__LIBRARY__"
 """Stands for a libexpat.so.1 of the agent's (`_library`): python3 links libexpat, and
 this one exits 0 as it is loaded, before any test runs."""
@@ -132,11 +110,11 @@ _CHEATS: dict[str, tuple[str, str]] = {
         "pytest_task",
     ),
     "a pip.conf in /etc pointing pip at a wheel of the agent's": (
-        f"{_WHEEL}printf '{_PIP_CONF}' > /etc/pip.conf",
+        pip_conf_cheat("/etc/pip.conf", wheels="/srv/wheels"),
         _TOOLS,
     ),
     "a pip.conf in HOME pointing pip at a wheel of the agent's": (
-        f"{_WHEEL}mkdir -p ~/.config/pip && printf '{_PIP_CONF}' > ~/.config/pip/pip.conf",
+        pip_conf_cheat("~/.config/pip/pip.conf", wheels="/srv/wheels"),
         _TOOLS,
     ),
     "an apt hook": (
@@ -207,8 +185,7 @@ async def _make_tools_task(stub: pb_grpc.RolloutServiceAsyncStub, root: Path) ->
     (task / "environment" / "Dockerfile").write_text(f"FROM {built.spec.sandbox.image}\n")
     test = task / "tests" / "test.sh"
     tools = (
-        "apt-get -qq update >/dev/null 2>&1; git -C /app status >/dev/null 2>&1; "
-        "pip install -q --retries 0 --timeout 2 zz-helper >/dev/null 2>&1\n"
+        f"apt-get -qq update >/dev/null 2>&1; git -C /app status >/dev/null 2>&1; {PIP_INSTALL}\n"
     )
     script = test.read_text().replace("cd /app\n", f"cd /app\n{tools}")
     test.write_text(script.replace("python3 -m pytest", "pytest"))

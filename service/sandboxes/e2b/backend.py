@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -40,7 +41,8 @@ from e2b import (
 from service.config import Settings
 from service.errors import FieldViolation, RolloutFailure, SandboxError, SpecError
 from service.models import ErrorKind, NetworkPolicy, SandboxSpec
-from service.sandboxes.base import WORKDIR, Capabilities, Sandbox, SandboxRequest
+from service.sandboxes.base import WORKDIR, Capabilities, Sandbox, SandboxRequest, Snapshot
+from service.sandboxes.e2b.carry import E2BCarried, lay_carried, read_carried
 from service.sandboxes.e2b.guard import (
     CreateRateLimiter,
     RetryPolicy,
@@ -82,7 +84,7 @@ def _is_transient(exc: Exception) -> bool:
 
 
 class E2BBackend:
-    """Creates sandboxes in E2B (`SandboxBackend`)."""
+    """Creates sandboxes in E2B (`SandboxBackend`, `PathCarrier`)."""
 
     name = "e2b"
     capabilities = Capabilities(task_templates=True)
@@ -129,21 +131,39 @@ class E2BBackend:
 
     async def snapshot(self, sandbox: Sandbox) -> E2BSnapshot:
         """Snapshot one of this backend's sandboxes (`snapshot`); raises SandboxError."""
-        if self._live.get(sandbox.id) is not sandbox:
-            raise ValueError(f"sandbox {sandbox.id} is not one of this backend's")
         prefix = snapshot_prefix(self._settings.instance_id)
-        snapshot = await take_snapshot(sandbox.id, self._api_key, prefix, self._released)
+        snapshot_of = self._own(sandbox).id
+        snapshot = await take_snapshot(snapshot_of, self._api_key, prefix, self._released)
         self._snapshots.add(snapshot.snapshot_id)
         return snapshot
 
     def _released(self, snapshot: E2BSnapshot) -> None:
         self._snapshots.discard(snapshot.snapshot_id)
 
+    def can_carry(self, spec: SandboxSpec) -> bool:
+        """A FRESH verifier's sandbox is made from setup's snapshot (`carry`), beside the
+        agent's: yes, unless the cap on live sandboxes leaves no room for two."""
+        return self._settings.e2b_max_sandboxes >= 2
+
+    async def carry(
+        self, sandbox: Sandbox, paths: Sequence[str], *, over: Snapshot | None = None
+    ) -> E2BCarried:
+        """The agent's `paths` read out of its reclaimed sandbox, for
+        `SandboxRequest.carried` (`carry.read_carried`); they replace the snapshot's whole,
+        so `over` is not needed."""
+        return await read_carried(self._own(sandbox), paths)
+
+    def _own(self, sandbox: Sandbox) -> E2BSandbox:
+        if self._live.get(sandbox.id) is not sandbox:
+            raise ValueError(f"sandbox {sandbox.id} is not one of this backend's")
+        assert isinstance(sandbox, E2BSandbox)
+        return sandbox
+
     async def create(self, request: SandboxRequest) -> E2BSandbox:
         """Create a sandbox, waiting for a place under the cap and a turn under the rate limit."""
         if not self._api_key:
             raise RolloutFailure(_MISSING_KEY, kind=ErrorKind.INVALID_SPEC)
-        slot = await self._slots.take()
+        slot = await self._slots.take(keep_one=request.verifier_follows)
         try:
             sdk = await self._create_with_retries(request, slot)
         except BaseException:
@@ -152,6 +172,10 @@ class E2BBackend:
         sandbox = self._adopt(sdk, slot)
         try:
             await sandbox.make_dirs(WORKDIR)
+            if request.carried is not None:
+                if not isinstance(request.carried, E2BCarried):
+                    raise SandboxError("the carried paths are not the e2b backend's")
+                await lay_carried(sandbox, request.carried)
         except BaseException:
             await sandbox.kill()
             raise

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -20,33 +21,68 @@ T = TypeVar("T")
 class Slot:
     """One held place under the cap; `release` gives it back once, later calls do nothing."""
 
-    def __init__(self, semaphore: asyncio.Semaphore) -> None:
-        self._semaphore = semaphore
+    def __init__(self, give_back: Callable[[], None]) -> None:
+        self._give_back = give_back
         self._held = True
 
     def release(self) -> None:
         if self._held:
             self._held = False
-            self._semaphore.release()
+            self._give_back()
 
     def transfer(self) -> Slot:
         """Move the hold to a new owner: this handle stops releasing, the returned one will."""
         if not self._held:
             raise RuntimeError("transfer of a released slot")
         self._held = False
-        return Slot(self._semaphore)
+        return Slot(self._give_back)
 
 
 class SandboxSlots:
     """A hard cap on live sandboxes. A slot is taken before create and given back after the
-    kill, so waiters queue (first come, first served) until a sandbox is gone."""
+    kill, so waiters queue (first come, first served) until a sandbox is gone.
+
+    A rollout verified FRESH holds its sandbox while it asks for its verifier's: were every
+    place held by such rollouts, each would wait for another's to end, forever. So their
+    first sandboxes (`take(keep_one=True)`) never take the last place, and a waiter that
+    cannot have one yet lets later ones that can go first: the last place only ever goes to
+    a sandbox that asks for no other (a verifier's, one verified in place), which ends.
+    A cap of 1 leaves no room for a verifier's sandbox at all (`E2BBackend.can_carry`)."""
 
     def __init__(self, limit: int) -> None:
-        self._semaphore = asyncio.Semaphore(max(1, limit))
+        self._limit = max(1, limit)
+        self._taken = 0
+        self._waiting: deque[tuple[asyncio.Future[None], int]] = deque()
+        """Each waiter, in arrival order, with how many places it must leave free."""
 
-    async def take(self) -> Slot:
-        await self._semaphore.acquire()
-        return Slot(self._semaphore)
+    async def take(self, *, keep_one: bool = False) -> Slot:
+        waiter = asyncio.get_running_loop().create_future()
+        entry = (waiter, 1 if keep_one else 0)
+        self._waiting.append(entry)
+        self._grant()
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self._give_back()  # granted as its taker was cancelled
+            elif entry in self._waiting:
+                self._waiting.remove(entry)
+            raise
+        return Slot(self._give_back)
+
+    def _give_back(self) -> None:
+        self._taken -= 1
+        self._grant()
+
+    def _grant(self) -> None:
+        for entry in list(self._waiting):
+            waiter, keep = entry
+            if waiter.done():
+                self._waiting.remove(entry)
+            elif self._taken + keep < self._limit:
+                self._waiting.remove(entry)
+                self._taken += 1
+                waiter.set_result(None)
 
 
 class CreateRateLimiter:

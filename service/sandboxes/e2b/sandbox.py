@@ -6,9 +6,11 @@ Every SDK error met here becomes a `SandboxError` (kind SANDBOX).
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import shlex
 from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import IO
 
 import httpx
 from e2b import (
@@ -56,7 +58,9 @@ ENVD_DEADLINE_GRACE_S = 5.0
 """envd's own deadline for a foreground command lies this far past ours: a backstop for a
 lost stream, never the one that fires first."""
 RECLAIM_TIMEOUT_S = 120.0
-"""Budget of one run of the reclaim script (killing a fork bomb's worth, removing trees)."""
+"""Budget of one run of the reclaim script (killing a fork bomb's worth, removing trees),
+and of each of the service's own root commands (`as_root`)."""
+_OUTPUT_TAIL = 2000
 
 
 def _in_own_session(command: str) -> str:
@@ -124,23 +128,53 @@ class E2BSandbox:
             raise SandboxError(f"E2B sandbox {self.id}: could not write files: {exc}") from exc
 
     async def read_file(self, path: str, *, max_bytes: int) -> bytes | None:
+        data = io.BytesIO()
         try:
-            stream = await self._sdk.files.read(path, format="stream")
-        except (FileNotFoundException, InvalidArgumentException):
+            await self.download(path, data, max_bytes=max_bytes)
+        except FileNotFoundError:
             return None
+        return data.getvalue()
+
+    async def download(
+        self, path: str, into: IO[bytes], *, max_bytes: int, user: str | None = None
+    ) -> int:
+        """Copy up to `max_bytes` of a file into `into` through envd's files API; returns how
+        many. FileNotFoundError when there is none."""
+        try:
+            stream = await self._sdk.files.read(path, format="stream", user=user)
+        except (FileNotFoundException, InvalidArgumentException) as exc:
+            raise FileNotFoundError(path) from exc
         except SDK_ERRORS as exc:
             raise SandboxError(f"E2B sandbox {self.id}: could not read {path}: {exc}") from exc
-        data = bytearray()
+        size = 0
         try:
             async for chunk in stream:
-                data += chunk
-                if len(data) >= max_bytes:
+                size += into.write(chunk[: max_bytes - size])
+                if size >= max_bytes:
                     break
         except SDK_ERRORS as exc:
             raise SandboxError(f"E2B sandbox {self.id}: could not read {path}: {exc}") from exc
         finally:
             await stream.aclose()
-        return bytes(data[:max_bytes])
+        return size
+
+    async def upload(self, path: str, data: IO[bytes], *, user: str | None = None) -> None:
+        """Write a file from `data`, read as it is sent."""
+        try:
+            await self._sdk.files.write(path, data, user=user)
+        except SDK_ERRORS as exc:
+            raise SandboxError(f"E2B sandbox {self.id}: could not write {path}: {exc}") from exc
+
+    async def as_root(self, command: str) -> tuple[int, str]:
+        """Run a command of the service's own as root (after `reclaim`: none of the agent's
+        is left to meddle); its exit code and the tail of its output."""
+        try:
+            result = await self._sdk.commands.run(command, user="root", timeout=RECLAIM_TIMEOUT_S)
+        except CommandExitException as exc:
+            return exc.exit_code, (exc.stderr or exc.stdout)[-_OUTPUT_TAIL:]
+        except SDK_ERRORS as exc:
+            raise SandboxError(f"E2B sandbox {self.id}: could not run a command: {exc}") from exc
+        return result.exit_code, (result.stderr or result.stdout)[-_OUTPUT_TAIL:]
 
     async def list_files(
         self, directory: str, *, max_entries: int, exclude: Collection[str] = ()

@@ -1,14 +1,22 @@
-"""A group's set-up-once fork on E2B, with the SDK's own snapshots.
+"""Setup's state on E2B, with the SDK's own snapshots: a group's set-up-once fork, and
+the state a FRESH verifier's sandbox is made of (`carry`).
 
-    snapshot   `AsyncSandbox.create_snapshot` of the template sandbox once its commands
-               are reclaimed: E2B pauses it, saves it as a template of its own (the API's
-               default kind, memory and filesystem: everything setup did, sudo included)
-               and resumes it; the snapshot's id names that template. Its name carries the
-               service instance (`snapshot_prefix`), so a crashed run's can be found.
-    member     created from the snapshot's id in place of the spec's template: each is a
-               sandbox of its own, so what one member writes no other sees.
-    release    `AsyncSandbox.delete_snapshot` at the group's end; at start-up, the sweep
-               deletes the instance's snapshots nobody holds (`sweep_snapshots`).
+    snapshot   `AsyncSandbox.create_snapshot` of the sandbox setup ran in, filesystem
+               only (`mode="filesystem"`): E2B saves its disk as a template of its own
+               (everything setup did, sudo included) while it keeps running; the
+               snapshot's id names that template. Its name carries the service instance
+               (`snapshot_prefix`), so a crashed run's can be found.
+    sandbox    created from the snapshot's id in place of the spec's template: it
+               cold-boots from that disk, with none of the source's processes or memory
+               (a capture proxy holding a key, a daemon setup or the agent left); each is
+               a sandbox of its own, so what one writes no other sees.
+    release    `AsyncSandbox.delete_snapshot` at the group's (or rollout's) end; at
+               start-up, the sweep deletes the instance's snapshots nobody holds
+               (`sweep_snapshots`).
+
+A team where E2B refuses filesystem snapshots (400, or 409 on an older node) gets a
+SandboxError naming E2B's answer: its groups set up each member on its own, its AUTO
+rollouts verify in place (`engine.verification`).
 
 A snapshot cancelled mid-call is waited out and deleted, as sandbox creates are
 (`E2BBackend._reap_abandoned`): a snapshot is a template that would outlive the service.
@@ -63,7 +71,7 @@ async def take_snapshot(
     """Snapshot the sandbox under a name beginning with `prefix`; raises SandboxError."""
     name = prefix + uuid.uuid4().hex[:12]
     call = asyncio.ensure_future(
-        AsyncSandbox.create_snapshot(sandbox_id, name=name, api_key=api_key)
+        AsyncSandbox.create_snapshot(sandbox_id, name=name, mode="filesystem", api_key=api_key)
     )
     try:
         info = await asyncio.shield(call)

@@ -1,6 +1,7 @@
 """A group on the e2b backend (the fake E2B cloud): setup runs once, in a template sandbox
-E2B snapshots (`create_snapshot`); every member is created from the snapshot; the group
-completes, and neither a sandbox nor the snapshot is left."""
+E2B snapshots (`create_snapshot`); every member, and every member's FRESH verifier, is
+created from the snapshot; the group completes, and neither a sandbox nor the snapshot is
+left."""
 
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ async def test_a_group_on_e2b_sets_up_once_from_a_snapshot_and_leaves_nothing(
     assert all(f["after.txt"].startswith(prepared) for f in files)
     [snapshot] = cloud.snapshots
     templates = [record.template for record in cloud.records.values()]
-    assert sorted(templates) == sorted(["tmpl", *[snapshot] * 3])  # the template, then members
+    # the template, then the members and their FRESH verifiers, all from the one snapshot
+    assert sorted(templates) == sorted(["tmpl", *[snapshot] * 6])
     assert cloud.live_ids() == set()
     assert snapshot not in cloud.template_ids()  # deleted at the group's end
 

@@ -107,8 +107,11 @@ async def test_opencode_on_e2b_with_the_proxy_inside_sends_live_turns_and_scores
     by_ids = {tuple(s.completion_token_ids) for s in upstream.sent}
     assert all(tuple(t.completion_token_ids) in by_ids for t in turns)
     assert any(not t.trainable for t in turns)  # opencode's title call, on the small alias
-    # The sandbox was opened to the upstream's host only, and is gone.
-    (sandbox_id,) = cloud.records
+    # The sandbox was opened to the upstream's host only, and is gone; so is the verifier's,
+    # made from setup's snapshot (FRESH).
+    sandbox_id = rollout.result.sandbox_id
+    (verifier_id,) = set(cloud.records) - {sandbox_id}
+    assert cloud.records[verifier_id].template in cloud.snapshots
     assert cloud.network_updates == [
         (sandbox_id, {"allowOut": ["127.0.0.1"], "denyOut": ["0.0.0.0/0"]})
     ]
@@ -117,6 +120,8 @@ async def test_opencode_on_e2b_with_the_proxy_inside_sends_live_turns_and_scores
     # The key reached the upstream (through the proxy's environment, never argv), and nothing else.
     environments = [config.get("envs", {}) for config in cloud.records[sandbox_id].sandbox.started]
     assert len([env for env in environments if UPSTREAM_KEY in env.values()]) == 1
+    verifier_started = cloud.records[verifier_id].sandbox.started
+    assert not any(UPSTREAM_KEY in json.dumps(config) for config in verifier_started)
     assert not any(UPSTREAM_KEY in command for command in commands)
     assert all(r.headers["authorization"] == f"Bearer {UPSTREAM_KEY}" for r in upstream.requests)
     assert not any(UPSTREAM_KEY.encode() in e.SerializeToString() for e in events)

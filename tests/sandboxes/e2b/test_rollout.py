@@ -14,6 +14,7 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from testing.e2b_support import eventually
 from testing.fakes.e2b_cloud import FakeE2B
+from testing.fakes.envd import FakeSandbox
 from testing.server_process import ServerProcess
 from testing.specs import command_spec, terminal
 
@@ -77,11 +78,29 @@ async def test_cancel_kills_the_e2b_sandbox(
     await eventually(lambda: not cloud.live_ids())
 
 
+async def test_a_cancel_while_the_fresh_verifier_runs_leaves_no_sandbox_nor_snapshot(
+    stub: pb_grpc.RolloutServiceAsyncStub, cloud: FakeE2B
+) -> None:
+    spec = _e2b_spec("echo done > b.txt", setup=("true",), verify=("sleep 300",))
+    started = await stub.StartRollout(pb.StartRolloutRequest(spec=spec))
+    await eventually(lambda: _running(cloud, "sleep 300"), timeout_s=30)
+    [snapshot] = cloud.snapshots
+    verifying = [r for r in cloud.records.values() if _running_in(r.sandbox, "sleep 300")]
+    assert [record.template for record in verifying] == [snapshot]  # in the verifier's sandbox
+    await stub.CancelRollout(pb.CancelRolloutRequest(rollout_id=started.rollout.id))
+    rollout = await _until_terminal(stub, started.rollout.id)
+    assert rollout.status == pb.ROLLOUT_STATUS_CANCELLED
+    await eventually(lambda: not cloud.live_ids())
+    assert cloud.template_ids() == set()
+
+
 def _running(cloud: FakeE2B, text: str) -> bool:
+    return any(_running_in(record.sandbox, text) for record in cloud.records.values())
+
+
+def _running_in(sandbox: FakeSandbox, text: str) -> bool:
     return any(
-        text in " ".join(process.config.get("args", []))
-        for record in cloud.records.values()
-        for process in record.sandbox.processes.values()
+        text in " ".join(process.config.get("args", [])) for process in sandbox.processes.values()
     )
 
 
