@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 from service.engine.checks import SpecChecks
 from service.engine.events import EventHub
+from service.engine.verification import verifier_sandbox_label
 from service.errors import SandboxError, SpecError
 from service.models import ErrorKind, Phase, RolloutError, RolloutStatus
 from service.registry import BACKENDS
@@ -59,11 +60,14 @@ async def _sweep_sandboxes_of(
     interrupted: list[Interrupted], checks: SpecChecks, default_backend: str
 ) -> None:
     """Kill what the remote backends still run for these rollouts, found by their label
-    (the server that ran them is gone), before they are reported ended."""
+    (the server that ran them is gone), their FRESH verifiers' sandboxes too, before they
+    are reported ended."""
     by_backend: dict[str, set[str]] = {}
     for rollout, _ in interrupted:
         name = rollout.spec.sandbox.backend or default_backend
-        by_backend.setdefault(name, set()).add(rollout.id)
+        by_backend.setdefault(name, set()).update(
+            (rollout.id, verifier_sandbox_label(rollout.id))
+        )
     for name, rollout_ids in by_backend.items():
         if name not in BACKENDS:
             continue

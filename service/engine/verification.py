@@ -72,7 +72,13 @@ from service.verifier import (
     verifier_network_notice,
 )
 
-__all__ = ["Verification", "VerifyOutcome", "check_verify_mode", "verifier_dirs"]
+__all__ = [
+    "Verification",
+    "VerifyOutcome",
+    "check_verify_mode",
+    "verifier_dirs",
+    "verifier_sandbox_label",
+]
 
 _CREATE_TIMEOUT_S = 600.0
 _SHOWN_REASONS = 5
@@ -112,6 +118,11 @@ def verifier_dirs(spec: RolloutSpec) -> list[str]:
             top = relative.split("/", 1)[0]
             dirs.add(f"/{top}" if key.startswith("/") else staged_path(spec.task, top))
     return sorted(dirs)
+
+
+def verifier_sandbox_label(rollout_id: str) -> str:
+    """The rollout label of a FRESH verifier's sandbox: the sweeps find it by this."""
+    return f"{rollout_id}.verifier"
 
 
 def _can_carry(backend: SandboxBackend, spec: RolloutSpec) -> bool:
@@ -226,7 +237,7 @@ class Verification:
             update={"network": self._spec.sandbox.verifier_policy, "verifier_network": None}
         )
         request = SandboxRequest(
-            rollout_id=f"{self._rollout_id}.verifier",
+            rollout_id=verifier_sandbox_label(self._rollout_id),
             spec=sandbox_spec,
             lifetime_s=self._timeout_s * (len(self._spec.task.verify) + 1),
             snapshot=self._setup_state,

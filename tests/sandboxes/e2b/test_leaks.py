@@ -7,14 +7,30 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from service.engine.checks import SpecChecks
+from service.engine.events import EventHub
+from service.engine.model_access import ModelRouter
+from service.engine.recovery import end_interrupted
+from service.engine.verification import verifier_sandbox_label
 from service.errors import RolloutFailure, SandboxError, SpecError
-from service.models import ErrorKind
+from service.models import (
+    AgentSpec,
+    ErrorKind,
+    Rollout,
+    RolloutSpec,
+    RolloutStatus,
+    SandboxSpec,
+    TaskSpec,
+)
+from service.proxy.server import CaptureProxy
 from service.registry import load_backend
 from service.sandboxes.e2b.backend import ROLLOUT_LABEL, E2BBackend
+from service.store.sqlite import SqliteStore
 from testing.e2b_support import (
     FAST_RETRY,
     eventually,
@@ -204,3 +220,38 @@ async def test_a_rejected_api_key_fails_at_once_without_leaking_it(
         await backend.create(make_request())
     assert "e2b_wrong_key_0123456789" not in str(caught.value)
     assert cloud.create_bodies == []  # refused before the create handler: 401
+
+
+async def test_a_takeover_kills_an_interrupted_rollouts_verifier_sandbox_too(
+    cloud: FakeE2B, tmp_path: Path
+) -> None:
+    """A replica died mid-verify: its FRESH verifier's sandbox, labelled apart from the
+    agent's, goes with the rollout another server ends as interrupted."""
+    gone = make_backend(tmp_path, instance_id="gone")
+    await gone.create(make_request("r1"))
+    await gone.create(make_request(verifier_sandbox_label("r1")))
+    untouched = await gone.create(make_request("r2"))
+    spec = RolloutSpec(
+        task=TaskSpec(instruction="x", verify=("true",)),
+        agent=AgentSpec(name="command", command="true"),
+        sandbox=SandboxSpec(backend="e2b"),
+    )
+    settings = make_settings(tmp_path)
+    taking_over = make_backend(tmp_path)
+    async with SqliteStore(tmp_path / "rollouts.db") as store:
+        rollout = Rollout(id="r1", spec=spec, create_time=datetime.now(UTC))
+        rollout.status = RolloutStatus.RUNNING
+        await store.insert(rollout)
+        checks = SpecChecks(
+            settings, ModelRouter(CaptureProxy(settings), {}, settings), {"e2b": taking_over}
+        )
+        hub = EventHub(store)
+        await hub.start()
+        try:
+            ended = await end_interrupted(store, hub, checks, default_backend="local")
+        finally:
+            await hub.stop()
+    await taking_over.close()
+
+    assert ended == 1
+    assert cloud.live_ids() == {untouched.id}
