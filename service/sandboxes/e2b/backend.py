@@ -26,7 +26,7 @@ import math
 import os
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 from e2b import (
@@ -87,7 +87,7 @@ class E2BBackend:
     """Creates sandboxes in E2B (`SandboxBackend`, `PathCarrier`)."""
 
     name = "e2b"
-    capabilities = Capabilities(task_templates=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(task_templates=True)
 
     def __init__(
         self,

@@ -26,7 +26,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 
 from service.config import Settings
 from service.errors import FieldViolation, SandboxError, SpecError
@@ -107,7 +107,9 @@ class LocalBackend:
     """Creates bubblewrap sandboxes on this host; matches `SandboxBackend`."""
 
     name = "local"
-    capabilities = Capabilities(host_socket=True, host_cache=True, store_images=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        host_socket=True, host_cache=True, store_images=True
+    )
 
     def __init__(self, settings: Settings) -> None:
         self._bwrap = require_bwrap()
