@@ -187,6 +187,37 @@ def test_an_unknown_task_fails_the_trial_at_start_in_one_line(
     )
 
 
+def test_each_operation_does_what_harbor_asks_or_refuses_in_one_line(
+    server: ServerProcess, dataset: Path, tmp_path: Path
+) -> None:
+    """The environment's calls made directly, as a trial makes them (`environment_ops.py` in
+    Harbor's venv): exec's cwd, env, streams, exit code and timeout; uploads and downloads of
+    files and directories, modes kept; and what it cannot do refused, never ignored."""
+    driver = Path(__file__).with_name("environment_ops.py")
+    argv = [str(HARBOR_PYTHON), str(driver), server.target, str(dataset / "needs_root")]
+    done = subprocess.run(
+        [*argv, str(tmp_path)], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+
+    assert seen["compose"].startswith("SessionEnvironmentError: compose-task: docker-compose")
+    assert seen["capabilities"] == {"disable_internet": True, "gpus": False, "mounted": False}
+    assert seen["cwd"] == "/tmp"
+    assert seen["env"] == "hi there"
+    assert seen["streams"] == ["out\n", "err\n", 7]
+    assert seen["timeout"] == "TimeoutError: command timed out after 1 seconds: sleep 60"
+    assert seen["user"].startswith("SessionEnvironmentError: exec as user 'somebody-else':")
+    assert seen["uploaded"] == ["alpha\nalpha\nran\n", 0]
+    assert seen["downloaded_file"] == "alpha\n"
+    assert seen["downloaded_dir"] == {"deep/d.txt": ["deep\n", False]}
+    assert seen["missing"].startswith("FileNotFoundError: /tmp/no-such-file")
+    assert seen["after_stop"] == "SessionEnvironmentError: the environment is not started"
+    # --ek verify=true: the session verified by the service's own rules at stop.
+    assert seen["solved"] == 0
+    assert seen["verified"] == ["VERIFIED", 1.0]
+
+
 @dataclass(frozen=True)
 class InstalledAgent:
     """How one of Harbor's installed agents is driven here."""
