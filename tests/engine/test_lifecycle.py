@@ -28,6 +28,7 @@ from service.models import (
     CommandStage,
     ErrorKind,
     EventPayload,
+    ModelAccess,
     Phase,
     PhaseChanged,
     RewardSource,
@@ -35,7 +36,9 @@ from service.models import (
     RolloutSpec,
     RolloutStatus,
     TaskSpec,
+    Turn,
 )
+from service.proxy import CallTally
 from service.sandboxes.base import (
     REWARD_JSON,
     REWARD_TXT,
@@ -151,6 +154,7 @@ class _Rollout:
         *,
         hook: Hook | None = None,
         slot: _Slot | None = None,
+        attach_model: lifecycle.AttachModel | None = None,
     ) -> None:
         settings = Settings()
         self.backend = MemoryBackend(_script(replies or {}), hook)
@@ -165,7 +169,7 @@ class _Rollout:
             settings=settings,
             backend=self.backend,
             agent=self.agent,
-            attach_model=None,
+            attach_model=attach_model,
             publish=self._publish,
         )
         self.task: asyncio.Task[Rollout] | None = None
@@ -319,6 +323,65 @@ async def test_an_agent_past_its_timeout_is_killed_timed_out_and_still_verified(
     assert rollout.result.error.message == "agent killed at 0.05s"
     assert rollout.result.reward == 0.5, "its partial work is scored"
     assert run.sandbox.kills == 1
+
+
+def _counted_by(tally: CallTally) -> lifecycle.AttachModel:
+    """Model access whose captured calls `tally` counts, as the proxy's route would."""
+
+    @contextlib.asynccontextmanager
+    async def attach(
+        sandbox: Sandbox, on_turn: Callable[[Turn], None]
+    ) -> AsyncIterator[lifecycle.ModelAttachment]:
+        access = ModelAccess(
+            base_url="http://route.invalid/v1", api_key="route-token", model="m", small_model="m"
+        )
+        yield lifecycle.ModelAttachment(access=access, calls=tally)
+
+    return attach
+
+
+def _calls(tally: CallTally, *statuses: int, then: Reply = 0) -> Reply:
+    """The agent's step: model calls answered with `statuses`, then `then`."""
+
+    async def reply(sandbox: MemorySandbox) -> int:
+        for index, status in enumerate(statuses):
+            turn = Turn(index=index, upstream_status=status, upstream_error=f"HTTP {status}")
+            tally.add(turn, upstream_failed=status >= 400)
+        if callable(then):
+            return await then(sandbox)
+        assert isinstance(then, int)
+        return then
+
+    return reply
+
+
+async def test_an_endpoint_that_refuses_the_first_call_stops_the_agent_upstream_llm() -> None:
+    tally = CallTally()
+    replies = {"agent-step": _calls(tally, 401, then=_forever)}
+    run = _Rollout(_spec(agent_timeout_s=30), replies, attach_model=_counted_by(tally))
+    rollout = await run.result()  # at once, not at the agent's timeout
+    assert _error(rollout) == (RolloutStatus.FAILED, ErrorKind.UPSTREAM_LLM)
+    assert rollout.result.error is not None
+    assert "refused the agent's first call" in rollout.result.error.message
+    assert "HTTP 401" in rollout.result.error.message
+    assert "verify-step" not in run.sandbox.commands, "an infrastructure failure is not scored"
+
+
+async def test_every_trainable_call_failing_upstream_fails_upstream_llm_unscored() -> None:
+    tally = CallTally()
+    replies = {"agent-step": _calls(tally, 200, 500, 503)}
+    run = _Rollout(_spec(), replies, attach_model=_counted_by(tally))
+    rollout = await run.result()
+    assert _error(rollout) == (RolloutStatus.SUCCEEDED, None), "one call went through"
+
+    tally = CallTally()
+    replies = {"agent-step": _calls(tally, 500, 503)}
+    run = _Rollout(_spec(), replies, attach_model=_counted_by(tally))
+    rollout = await run.result()
+    assert _error(rollout) == (RolloutStatus.FAILED, ErrorKind.UPSTREAM_LLM)
+    assert rollout.result.reward is None
+    assert (rollout.result.trainable_calls, rollout.result.trainable_calls_failed) == (2, 2)
+    assert "verify-step" not in run.sandbox.commands
 
 
 async def test_an_agent_install_past_its_timeout_fails_agent_install(
