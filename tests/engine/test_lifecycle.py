@@ -38,7 +38,7 @@ from service.models import (
     TaskSpec,
     Turn,
 )
-from service.proxy import CallTally
+from service.proxy import CallGate, CallTally
 from service.sandboxes.base import (
     REWARD_JSON,
     REWARD_TXT,
@@ -325,8 +325,8 @@ async def test_an_agent_past_its_timeout_is_killed_timed_out_and_still_verified(
     assert run.sandbox.kills == 1
 
 
-def _counted_by(tally: CallTally) -> lifecycle.AttachModel:
-    """Model access whose captured calls `tally` counts, as the proxy's route would."""
+def _counted_by(tally: CallTally, gate: CallGate | None = None) -> lifecycle.AttachModel:
+    """Model access whose captured calls `tally` counts, behind `gate`, as a route's are."""
 
     @contextlib.asynccontextmanager
     async def attach(
@@ -335,7 +335,7 @@ def _counted_by(tally: CallTally) -> lifecycle.AttachModel:
         access = ModelAccess(
             base_url="http://route.invalid/v1", api_key="route-token", model="m", small_model="m"
         )
-        yield lifecycle.ModelAttachment(access=access, calls=tally)
+        yield lifecycle.ModelAttachment(access=access, calls=tally, gate=gate)
 
     return attach
 
@@ -382,6 +382,24 @@ async def test_every_trainable_call_failing_upstream_fails_upstream_llm_unscored
     assert rollout.result.reward is None
     assert (rollout.result.trainable_calls, rollout.result.trainable_calls_failed) == (2, 2)
     assert "verify-step" not in run.sandbox.commands
+
+
+async def test_a_call_beyond_the_policy_lag_stops_the_agent_policy_stale() -> None:
+    gate = CallGate(version=1, max_lag=1)
+
+    async def beyond_the_lag(sandbox: MemorySandbox) -> int:
+        gate.oldest, gate.version = 1, 3  # the trainer moved on twice since the first call
+        gate.stale.set()  # as the gate does when it refuses the next call (test_gate.py)
+        return await _forever()
+
+    replies = {"agent-step": beyond_the_lag}
+    run = _Rollout(_spec(agent_timeout_s=30), replies, attach_model=_counted_by(CallTally(), gate))
+    rollout = await run.result()  # at once, not at the agent's timeout
+    assert _error(rollout) == (RolloutStatus.FAILED, ErrorKind.POLICY_STALE)
+    assert rollout.result.error is not None
+    assert "3 against 1, max_policy_lag 1" in rollout.result.error.message
+    assert rollout.result.reward is None
+    assert "verify-step" not in run.sandbox.commands, "a stale rollout is not scored"
 
 
 async def test_an_agent_install_past_its_timeout_fails_agent_install(
