@@ -11,9 +11,9 @@ import asyncio
 import collections
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -39,6 +39,7 @@ from service.models import (
     Turn,
 )
 from service.proxy import CallGate, CallTally
+from service.sandboxes import SystemDiff, SystemSeal
 from service.sandboxes.base import (
     REWARD_JSON,
     REWARD_TXT,
@@ -46,6 +47,7 @@ from service.sandboxes.base import (
     Capabilities,
     ExecResult,
     Sandbox,
+    SandboxRequest,
 )
 from testing.fakes.memory_sandbox import Handler, Hook, MemoryBackend, MemorySandbox, exited
 
@@ -155,9 +157,10 @@ class _Rollout:
         hook: Hook | None = None,
         slot: _Slot | None = None,
         attach_model: lifecycle.AttachModel | None = None,
+        backend: MemoryBackend | None = None,
     ) -> None:
         settings = Settings()
-        self.backend = MemoryBackend(_script(replies or {}), hook)
+        self.backend = backend or MemoryBackend(_script(replies or {}), hook)
         self.agent = _Agent(settings)
         self.slot = slot or _Slot()
         self.events: list[EventPayload] = []
@@ -400,6 +403,56 @@ async def test_a_call_beyond_the_policy_lag_stops_the_agent_policy_stale() -> No
     assert "3 against 1, max_policy_lag 1" in rollout.result.error.message
     assert rollout.result.reward is None
     assert "verify-step" not in run.sandbox.commands, "a stale rollout is not scored"
+
+
+class _Sealing(MemorySandbox):
+    """A sandbox that seals its system trees (an image sandbox's integrity check): after the
+    agent it reports `diff`."""
+
+    def __init__(self, *args: Any, diff: SystemDiff) -> None:
+        super().__init__(*args)
+        self.sealed = False
+        self.diff = diff
+
+    async def seal_system(self, *, exempt: Sequence[str] = ()) -> None:
+        self.sealed = True
+
+    async def system_changes(self, *, path: str | None = None) -> SystemDiff:
+        assert self.sealed, "the system trees were never sealed"
+        return self.diff
+
+
+class _SealingBackend(MemoryBackend):
+    def __init__(self, handler: Handler, diff: SystemDiff) -> None:
+        super().__init__(handler)
+        self.diff = diff
+
+    async def create(self, request: SandboxRequest) -> MemorySandbox:
+        self.requests.append(request)
+        sandbox = _Sealing(
+            f"memory-{len(self.sandboxes)}", self._handler, self._hook, diff=self.diff
+        )
+        self.sandboxes.append(sandbox)
+        return sandbox
+
+
+async def test_an_agent_that_changed_what_the_verifier_runs_is_tampered_unverified() -> None:
+    replies = {"verify-step": _writes(REWARD_TXT, b"1")}
+    for diff, ends in [
+        (SystemDiff(changes=()), (RolloutStatus.SUCCEEDED, None)),
+        (SystemDiff(changes=(), complete=False), (RolloutStatus.FAILED, ErrorKind.TAMPERED)),
+    ]:
+        run = _Rollout(_spec(), backend=_SealingBackend(_script(replies), diff))
+        rollout = await run.result()
+        assert isinstance(run.sandbox, SystemSeal)
+        assert _error(rollout) == ends
+        if ends[1] is ErrorKind.TAMPERED:
+            assert rollout.result.reward == 0.0
+            assert "verify-step" not in run.sandbox.commands, "the verifier never ran"
+            assert rollout.result.error is not None
+            assert "more entries in the system trees" in rollout.result.error.message
+        else:
+            assert rollout.result.reward == 1.0
 
 
 async def test_an_agent_install_past_its_timeout_fails_agent_install(
