@@ -16,6 +16,8 @@ from typing import Any
 
 from harbor.models.task.task import Task
 from harbor.models.trial.paths import TrialPaths
+from rollout.v1 import rollout_pb2 as pb
+from rollout_client.aio import AsyncRolloutClient
 from rollout_client.harbor_env import RolloutEnvironment
 
 
@@ -88,6 +90,9 @@ async def _operations(target: str, task_dir: Path, work: Path) -> dict[str, Any]
     }
     await environment.start(force_build=False)
     try:
+        async with AsyncRolloutClient(target) as client:
+            session = await client.get(environment._session_id())
+        seen["network"] = pb.NetworkPolicy.Name(session.spec.sandbox.network)
         pwd = await environment.exec("pwd", cwd="/tmp")
         seen["cwd"] = pwd.stdout.strip()
         variable = await environment.exec('printf %s "$GREETING"', env={"GREETING": "hi there"})
@@ -114,6 +119,21 @@ async def _operations(target: str, task_dir: Path, work: Path) -> dict[str, Any]
     finally:
         await environment.stop(delete=True)
     seen["after_stop"] = await _async_refusal(lambda: environment.exec("true"))
+
+    # The task's resources and network policy, as Harbor reads them, are the session's.
+    bounded = work / "bounded-task"
+    shutil.copytree(task_dir, bounded)
+    with (bounded / "task.toml").open("a") as toml:
+        toml.write('\n[environment]\nmemory_mb = 1536\nnetwork_mode = "no-network"\n')
+    environment = _environment(target, bounded, work / "bounded-trial")
+    await environment.start(force_build=False)
+    try:
+        async with AsyncRolloutClient(target) as client:
+            session = await client.get(environment._session_id())
+        sandbox = session.spec.sandbox
+        seen["bounded"] = [pb.NetworkPolicy.Name(sandbox.network), sandbox.resources.memory_mb]
+    finally:
+        await environment.stop(delete=True)
 
     # verify=true: the service's own verification at stop, after the task's solution ran.
     verified = _environment(target, task_dir, work / "verified-trial", verify=True)

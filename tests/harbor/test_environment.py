@@ -213,6 +213,8 @@ def test_each_operation_does_what_harbor_asks_or_refuses_in_one_line(
     assert seen["downloaded_dir"] == {"deep/d.txt": ["deep\n", False]}
     assert seen["missing"].startswith("FileNotFoundError: /tmp/no-such-file")
     assert seen["after_stop"] == "SessionEnvironmentError: the environment is not started"
+    assert seen["network"] == "NETWORK_POLICY_FULL"  # Harbor's default, network_mode public
+    assert seen["bounded"] == ["NETWORK_POLICY_NONE", 1536]
     # --ek verify=true: the session verified by the service's own rules at stop.
     assert seen["solved"] == 0
     assert seen["verified"] == ["VERIFIED", 1.0]
