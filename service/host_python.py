@@ -13,6 +13,7 @@ failing that the server refuses to start, saying what to do.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import shutil
 import stat
@@ -25,6 +26,8 @@ from pathlib import Path
 from service.errors import MissingDependencyError
 
 __all__ = ["HostPython", "host_python"]
+
+log = logging.getLogger(__name__)
 
 _VERSION = f"python{sys.version_info.major}.{sys.version_info.minor}"
 _ASK_STDLIB = "import sysconfig; print(sysconfig.get_paths()['stdlib'])"
@@ -49,6 +52,16 @@ def host_python() -> HostPython:
         return host
     for candidate in (own, host):
         if candidate is not None and os.access(candidate.executable, os.X_OK):
+            log.warning(
+                "the sandbox helpers run on %s (%s), which other users cannot run, and no %s "
+                "on %s every user can: a helper started as a sandbox's uid, or by a server "
+                "that drops root, fails; make the venv from an interpreter every user can "
+                "reach (make install PYTHON=/usr/bin/python3)",
+                candidate.executable,
+                os.path.realpath(candidate.executable),
+                _VERSION,
+                os.defpath,
+            )
             return candidate
     raise MissingDependencyError(
         f"the server's interpreter {sys.executable} ({os.path.realpath(sys.executable)}) "

@@ -42,6 +42,7 @@ import pytest
 import rollout_client
 
 import service
+from service import registry
 
 ROOT = Path(service.__file__).parent.parent
 TREES = ("service", "testing", "bench", "scripts")
@@ -372,3 +373,64 @@ def test_the_batch_library_has_no_command_line_in_it() -> None:
         if imported == "typer" or imported.startswith(("typer.", "rollout_client.batch_"))
     )
     assert not reached
+
+
+BACKEND_NAMES = frozenset(registry.BACKENDS)
+NAMED_BY_NAME = {"service.registry", "service.config"}
+"""Where a backend may be known by its name: the registry maps names to backends, and the
+settings name the default one. Everywhere else asks the backend's `Capabilities`."""
+
+
+def _backend_name_matches(source: str) -> Iterator[tuple[int, str]]:
+    """(line, name) of each place `source` matches a backend by its name: compared
+    (`== "e2b"`, `in`), matched (`case "local":`) or listed in a set, list or tuple."""
+
+    def named(node: ast.expr) -> str | None:
+        value = node.value if isinstance(node, ast.Constant) else None
+        return value if isinstance(value, str) and value in BACKEND_NAMES else None
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands: list[ast.expr] = [node.left, *node.comparators]
+        elif isinstance(node, ast.MatchValue):
+            operands = [node.value]
+        elif isinstance(node, ast.Set | ast.List | ast.Tuple):
+            operands = list(node.elts)
+        else:
+            continue
+        for operand in operands:
+            if (name := named(operand)) is not None:
+                yield operand.lineno, name
+
+
+def test_no_module_matches_a_backend_by_its_name() -> None:
+    """What a backend can do is data it declares (`Capabilities`), never guessed from its
+    name, so a new backend needs no edit elsewhere (`_HOST_SOCKET_BACKENDS = {"local"}` and
+    `== "e2b"` in the engine and the Harbor tasks were such guesses)."""
+    assert {"local", "e2b"} <= BACKEND_NAMES
+    found = sorted(
+        f"{path.relative_to(ROOT)}:{line} matches {name!r}"
+        for module, path in MODULES.items()
+        if module.startswith("service.") and module not in NAMED_BY_NAME
+        for line, name in _backend_name_matches(path.read_text())
+    )
+    assert not found
+
+
+def test_the_name_check_sees_each_way_of_matching() -> None:
+    source = (
+        "HOST = {'local'}\n"
+        "def f(backend, name):\n"
+        "    if backend == 'e2b' or name in ('local',):\n"
+        "        return 1\n"
+        "    match name:\n"
+        "        case 'e2b':\n"
+        "            return 2\n"
+        "    return {'environment_class': 'local'}, g(default_type='local')\n"
+    )
+    assert sorted(_backend_name_matches(source)) == [
+        (1, "local"),
+        (3, "e2b"),
+        (3, "local"),
+        (6, "e2b"),
+    ]

@@ -111,7 +111,7 @@ def _metavar(name: str, field: Mapping[str, Any]) -> str:
     kind = field.get("type")
     if kind in ("array", "object"):
         return "JSON"
-    if name == "listen" or name.endswith("_listen"):
+    if kind == "string" and (name == "listen" or name.endswith("_listen")):
         return "HOST:PORT"
     if kind == "number" and name.endswith("_s"):
         return "SECONDS"

@@ -1,7 +1,7 @@
 """WatchRollout's writing side: each event serialized once for all its watchers, and a watcher
 that falls too far behind cut off with a status saying how to resume.
 
-A thousand watchers of one rollout used to cost a thousand proto conversions and
+A thousand watchers of one rollout would otherwise cost a thousand proto conversions and
 serializations per event. `EncodedEvents` keeps the wire bytes of recent events (a byte
 budget, oldest out first), so every watcher after the first writes bytes already made; the
 method is registered with an identity serializer for that (see `handlers`).

@@ -8,8 +8,8 @@ rollouts than it holds events of): a rollout that began and ended while a watche
 is found there, not lost.
 
 A watcher starts reading at the feed's end, so the feed keeps nothing while nobody reads it:
-it used to hold its whole budget of events (about 30 KB of objects per no-op rollout, far
-more than their JSON) whether or not any label-wide watcher existed.
+held events cost about 30 KB of objects per no-op rollout, far more than their JSON, and are
+worth it only while a label-wide watcher exists.
 """
 
 from __future__ import annotations

@@ -276,8 +276,8 @@ class RolloutManager:
         """Wait for the work however it ends; nothing cancels this task, so the place is freed.
 
         A cancel that lands while the work waits for its slot, before it ever ran, or after
-        its run (the old race: it escaped the store save and left the rollout holding its place
-        forever) ends here as a terminal rollout either way.
+        its run ends here as a terminal rollout either way: were it let through, it would skip
+        the store save and leave the rollout holding its place forever.
         """
         assert live.work is not None
         await asyncio.wait([live.work])

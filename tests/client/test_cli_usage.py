@@ -84,7 +84,8 @@ def test_serve_help_reads_like_the_other_commands() -> None:
         assert argparse_style not in text
     for flag_and_metavar in ("--listen HOST:PORT", "--state-dir PATH", "--auth-tokens JSON",
                              "--shutdown-grace-s SECONDS", "--max-running N",
-                             "--listen-reuse-port true|false"):  # fmt: skip
+                             "--listen-reuse-port true|false",
+                             "--allow-insecure-listen true|false"):  # fmt: skip
         assert flag_and_metavar in " ".join(text.split()), flag_and_metavar
     assert "─ Storage ─" in result.stdout
 

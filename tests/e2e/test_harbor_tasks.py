@@ -180,6 +180,8 @@ def test_rollout_run_shows_the_verify_step_as_the_task_wrote_it(
     assert lines, shown.stdout  # the live line, then the summary's
     assert all("verify[0] ok   bash /tests/test.sh  exit 0" in line for line in lines), lines
     assert "rm -rf /logs" not in shown.stdout
+    # test.sh exits 0 whatever it scored: what it printed says why, under its line.
+    assert "out | heading=0 mentions_done=0" in shown.stdout, shown.stdout
 
 
 async def test_an_uploaded_archive_runs_like_the_directory(

@@ -24,7 +24,7 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.config import Settings
 from service.images import ImageStore
-from testing.server_process import ServerProcess
+from testing.server_process import ServerProcess, running
 
 pytestmark = [
     pytest.mark.e2e,
@@ -83,9 +83,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, task_root: Path) -> Iterato
         "ROLLOUT_IMAGE_ALIASES": json.dumps(ALIASES),
     }
     process = ServerProcess(tmp_path_factory.mktemp("state"), env=env)
-    process.start()
-    yield process
-    assert process.stop() == 0, process.text()
+    with running(process):
+        yield process
 
 
 @pytest.fixture

@@ -432,3 +432,20 @@ async def test_a_pause_past_its_maximum_duration_lifts_itself(
     assert [n.topic for n in notices] == ["model_calls.paused", "model_calls.resumed"]
     assert "pause expired after 2s" in notices[1].message
     assert resumed.rollouts == 0  # nothing left to lift
+
+
+async def test_a_groups_statistics_carry_its_members_policy_versions(
+    stub: pb_grpc.RolloutServiceAsyncStub, upstream: FakeUpstream
+) -> None:
+    # GroupStats.policy_version_min/max were never set, though the proto says they are.
+    selector = by_endpoint(upstream)
+    await stub.SetPolicyVersion(pb.SetPolicyVersionRequest(selector=selector, version=4))
+    member = spec(upstream, 1)
+    ran = await stub.RunGroup(pb.RunGroupRequest(spec=pb.GroupSpec(spec=member, n=2)))
+    group = ran.group
+    assert group.status == pb.GROUP_STATUS_COMPLETED, group
+    assert [m.counted for m in group.members] == [True, True]
+    assert group.stats.HasField("policy_version_min"), group.stats
+    assert (group.stats.policy_version_min, group.stats.policy_version_max) == (4, 4)
+    got = (await stub.GetGroup(pb.GetGroupRequest(group_id=group.id))).group
+    assert (got.stats.policy_version_min, got.stats.policy_version_max) == (4, 4)

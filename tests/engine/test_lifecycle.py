@@ -11,9 +11,9 @@ import asyncio
 import collections
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -28,6 +28,7 @@ from service.models import (
     CommandStage,
     ErrorKind,
     EventPayload,
+    ModelAccess,
     Phase,
     PhaseChanged,
     RewardSource,
@@ -35,7 +36,10 @@ from service.models import (
     RolloutSpec,
     RolloutStatus,
     TaskSpec,
+    Turn,
 )
+from service.proxy import CallGate, CallTally
+from service.sandboxes import SystemDiff, SystemSeal
 from service.sandboxes.base import (
     REWARD_JSON,
     REWARD_TXT,
@@ -43,6 +47,7 @@ from service.sandboxes.base import (
     Capabilities,
     ExecResult,
     Sandbox,
+    SandboxRequest,
 )
 from testing.fakes.memory_sandbox import Handler, Hook, MemoryBackend, MemorySandbox, exited
 
@@ -151,9 +156,11 @@ class _Rollout:
         *,
         hook: Hook | None = None,
         slot: _Slot | None = None,
+        attach_model: lifecycle.AttachModel | None = None,
+        backend: MemoryBackend | None = None,
     ) -> None:
         settings = Settings()
-        self.backend = MemoryBackend(_script(replies or {}), hook)
+        self.backend = backend or MemoryBackend(_script(replies or {}), hook)
         self.agent = _Agent(settings)
         self.slot = slot or _Slot()
         self.events: list[EventPayload] = []
@@ -165,7 +172,7 @@ class _Rollout:
             settings=settings,
             backend=self.backend,
             agent=self.agent,
-            attach_model=None,
+            attach_model=attach_model,
             publish=self._publish,
         )
         self.task: asyncio.Task[Rollout] | None = None
@@ -319,6 +326,133 @@ async def test_an_agent_past_its_timeout_is_killed_timed_out_and_still_verified(
     assert rollout.result.error.message == "agent killed at 0.05s"
     assert rollout.result.reward == 0.5, "its partial work is scored"
     assert run.sandbox.kills == 1
+
+
+def _counted_by(tally: CallTally, gate: CallGate | None = None) -> lifecycle.AttachModel:
+    """Model access whose captured calls `tally` counts, behind `gate`, as a route's are."""
+
+    @contextlib.asynccontextmanager
+    async def attach(
+        sandbox: Sandbox, on_turn: Callable[[Turn], None]
+    ) -> AsyncIterator[lifecycle.ModelAttachment]:
+        access = ModelAccess(
+            base_url="http://route.invalid/v1", api_key="route-token", model="m", small_model="m"
+        )
+        yield lifecycle.ModelAttachment(access=access, calls=tally, gate=gate)
+
+    return attach
+
+
+def _calls(tally: CallTally, *statuses: int, then: Reply = 0) -> Reply:
+    """The agent's step: model calls answered with `statuses`, then `then`."""
+
+    async def reply(sandbox: MemorySandbox) -> int:
+        for index, status in enumerate(statuses):
+            turn = Turn(index=index, upstream_status=status, upstream_error=f"HTTP {status}")
+            tally.add(turn, upstream_failed=status >= 400)
+        if callable(then):
+            return await then(sandbox)
+        assert isinstance(then, int)
+        return then
+
+    return reply
+
+
+async def test_an_endpoint_that_refuses_the_first_call_stops_the_agent_upstream_llm() -> None:
+    tally = CallTally()
+    replies = {"agent-step": _calls(tally, 401, then=_forever)}
+    run = _Rollout(_spec(agent_timeout_s=30), replies, attach_model=_counted_by(tally))
+    rollout = await run.result()  # at once, not at the agent's timeout
+    assert _error(rollout) == (RolloutStatus.FAILED, ErrorKind.UPSTREAM_LLM)
+    assert rollout.result.error is not None
+    assert "refused the agent's first call" in rollout.result.error.message
+    assert "HTTP 401" in rollout.result.error.message
+    assert "verify-step" not in run.sandbox.commands, "an infrastructure failure is not scored"
+
+
+async def test_every_trainable_call_failing_upstream_fails_upstream_llm_unscored() -> None:
+    tally = CallTally()
+    replies = {"agent-step": _calls(tally, 200, 500, 503)}
+    run = _Rollout(_spec(), replies, attach_model=_counted_by(tally))
+    rollout = await run.result()
+    assert _error(rollout) == (RolloutStatus.SUCCEEDED, None), "one call went through"
+
+    tally = CallTally()
+    replies = {"agent-step": _calls(tally, 500, 503)}
+    run = _Rollout(_spec(), replies, attach_model=_counted_by(tally))
+    rollout = await run.result()
+    assert _error(rollout) == (RolloutStatus.FAILED, ErrorKind.UPSTREAM_LLM)
+    assert rollout.result.reward is None
+    assert (rollout.result.trainable_calls, rollout.result.trainable_calls_failed) == (2, 2)
+    assert "verify-step" not in run.sandbox.commands
+
+
+async def test_a_call_beyond_the_policy_lag_stops_the_agent_policy_stale() -> None:
+    gate = CallGate(version=1, max_lag=1)
+
+    async def beyond_the_lag(sandbox: MemorySandbox) -> int:
+        gate.oldest, gate.version = 1, 3  # the trainer moved on twice since the first call
+        gate.stale.set()  # as the gate does when it refuses the next call (test_gate.py)
+        return await _forever()
+
+    replies = {"agent-step": beyond_the_lag}
+    run = _Rollout(_spec(agent_timeout_s=30), replies, attach_model=_counted_by(CallTally(), gate))
+    rollout = await run.result()  # at once, not at the agent's timeout
+    assert _error(rollout) == (RolloutStatus.FAILED, ErrorKind.POLICY_STALE)
+    assert rollout.result.error is not None
+    assert "3 against 1, max_policy_lag 1" in rollout.result.error.message
+    assert rollout.result.reward is None
+    assert "verify-step" not in run.sandbox.commands, "a stale rollout is not scored"
+
+
+class _Sealing(MemorySandbox):
+    """A sandbox that seals its system trees (an image sandbox's integrity check): after the
+    agent it reports `diff`."""
+
+    def __init__(self, *args: Any, diff: SystemDiff) -> None:
+        super().__init__(*args)
+        self.sealed = False
+        self.diff = diff
+
+    async def seal_system(self, *, exempt: Sequence[str] = ()) -> None:
+        self.sealed = True
+
+    async def system_changes(self, *, path: str | None = None) -> SystemDiff:
+        assert self.sealed, "the system trees were never sealed"
+        return self.diff
+
+
+class _SealingBackend(MemoryBackend):
+    def __init__(self, handler: Handler, diff: SystemDiff) -> None:
+        super().__init__(handler)
+        self.diff = diff
+
+    async def create(self, request: SandboxRequest) -> MemorySandbox:
+        self.requests.append(request)
+        sandbox = _Sealing(
+            f"memory-{len(self.sandboxes)}", self._handler, self._hook, diff=self.diff
+        )
+        self.sandboxes.append(sandbox)
+        return sandbox
+
+
+async def test_an_agent_that_changed_what_the_verifier_runs_is_tampered_unverified() -> None:
+    replies = {"verify-step": _writes(REWARD_TXT, b"1")}
+    for diff, ends in [
+        (SystemDiff(changes=()), (RolloutStatus.SUCCEEDED, None)),
+        (SystemDiff(changes=(), complete=False), (RolloutStatus.FAILED, ErrorKind.TAMPERED)),
+    ]:
+        run = _Rollout(_spec(), backend=_SealingBackend(_script(replies), diff))
+        rollout = await run.result()
+        assert isinstance(run.sandbox, SystemSeal)
+        assert _error(rollout) == ends
+        if ends[1] is ErrorKind.TAMPERED:
+            assert rollout.result.reward == 0.0
+            assert "verify-step" not in run.sandbox.commands, "the verifier never ran"
+            assert rollout.result.error is not None
+            assert "more entries in the system trees" in rollout.result.error.message
+        else:
+            assert rollout.result.reward == 1.0
 
 
 async def test_an_agent_install_past_its_timeout_fails_agent_install(

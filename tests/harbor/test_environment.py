@@ -25,13 +25,14 @@ from rollout_client.aio import AsyncRolloutClient
 from service.proxy.access import host_socket_access
 from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
 from testing.harbor_offline import HARBOR_OFFLINE_ENV
-from testing.server_process import ServerProcess
+from testing.server_process import ServerProcess, running
 from tests.docs.pages import marked_blocks
 from tests.export.checks import (
     HARBOR_PYTHON,
     agent_steps,
     assert_exact_tokens,
     harbor_validation_error,
+    require_harbor,
     valid_atif,
 )
 
@@ -47,11 +48,12 @@ pytestmark = [
     pytest.mark.e2e,
     pytest.mark.timeout(1800),
     pytest.mark.skipif(os.geteuid() != 0, reason="image sandboxes need a root server"),
-    pytest.mark.skipif(
-        not HARBOR_PYTHON.exists(),
-        reason="no .harbor-venv: Harbor needs Python 3.12+ (make harbor-venv makes it)",
-    ),
 ]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _harbor_installed() -> None:
+    require_harbor()  # skipped without .harbor-venv, failed so under CI
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +62,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     # when the operator trusts uploads.
     env = {"ROLLOUT_HARBOR_UPLOAD_BUILDS": "true"}
     process = ServerProcess(tmp_path_factory.mktemp("harbor-env-state"), env=env)
-    process.start()
-    yield process
-    assert process.stop() == 0, process.text()
+    with running(process):
+        yield process
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +76,8 @@ def guarded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
         "ROLLOUT_TASK_ROOTS": json.dumps([str(root)]),
     }
     process = ServerProcess(tmp_path_factory.mktemp("harbor-env-guarded-state"), env=env)
-    process.start()
-    yield process
-    assert process.stop() == 0, process.text()
+    with running(process):
+        yield process
 
 
 def dataset_of(root: Path, task: str) -> Path:
@@ -185,6 +185,39 @@ def test_an_unknown_task_fails_the_trial_at_start_in_one_line(
         f"opening a session at {target}: INVALID_ARGUMENT: spec.harbor_task.path: "
         "no task directory 'srv-tasks/needs_root' under the task root 'srv-tasks'"
     )
+
+
+def test_each_operation_does_what_harbor_asks_or_refuses_in_one_line(
+    server: ServerProcess, dataset: Path, tmp_path: Path
+) -> None:
+    """The environment's calls made directly, as a trial makes them (`environment_ops.py` in
+    Harbor's venv): exec's cwd, env, streams, exit code and timeout; uploads and downloads of
+    files and directories, modes kept; and what it cannot do refused, never ignored."""
+    driver = Path(__file__).with_name("environment_ops.py")
+    argv = [str(HARBOR_PYTHON), str(driver), server.target, str(dataset / "needs_root")]
+    done = subprocess.run(
+        [*argv, str(tmp_path)], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+
+    assert seen["compose"].startswith("SessionEnvironmentError: compose-task: docker-compose")
+    assert seen["capabilities"] == {"disable_internet": True, "gpus": False, "mounted": False}
+    assert seen["cwd"] == "/tmp"
+    assert seen["env"] == "hi there"
+    assert seen["streams"] == ["out\n", "err\n", 7]
+    assert seen["timeout"] == "TimeoutError: command timed out after 1 seconds: sleep 60"
+    assert seen["user"].startswith("SessionEnvironmentError: exec as user 'somebody-else':")
+    assert seen["uploaded"] == ["alpha\nalpha\nran\n", 0]
+    assert seen["downloaded_file"] == "alpha\n"
+    assert seen["downloaded_dir"] == {"deep/d.txt": ["deep\n", False]}
+    assert seen["missing"].startswith("FileNotFoundError: /tmp/no-such-file")
+    assert seen["after_stop"] == "SessionEnvironmentError: the environment is not started"
+    assert seen["network"] == "NETWORK_POLICY_FULL"  # Harbor's default, network_mode public
+    assert seen["bounded"] == ["NETWORK_POLICY_NONE", 1536]
+    # --ek verify=true: the session verified by the service's own rules at stop.
+    assert seen["solved"] == 0
+    assert seen["verified"] == ["VERIFIED", 1.0]
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """Which of a backend's sandboxes still exist: one listing a round for all of them.
 
 A running command ends with its stream, but a sandbox can vanish (E2B's timeout, a lost host)
-without closing its streams, which would then wait forever. Each waiting command used to probe
-its own sandbox's envd every round: one request per live command per round, most of a replica's
-CPU at thousands of rollouts. Instead, while any command waits, one task lists the backend's
+without closing its streams, which would then wait forever. A probe of each waiting command's
+envd every round would be one request per live command per round, most of a replica's CPU at
+thousands of rollouts. So, while any command waits, one task lists the backend's
 sandboxes (E2B's list API, `PAGE` a page) every round and wakes the waiters of a sandbox missing
 from `GONE_AFTER_MISSES` consecutive listings that began after they started waiting. A listing
 that fails says nothing about any sandbox: it is logged, and the next round lists again.

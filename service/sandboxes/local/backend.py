@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from service.config import Settings
 from service.errors import FieldViolation, SandboxError, SpecError
+from service.host_python import host_python
 from service.images import BASE_NAMES, Image, ImageStore, qualify
 from service.models import NetworkPolicy, Resources, SandboxSpec
 from service.sandboxes.base import HOME, WORKDIR, Capabilities, Sandbox, SandboxRequest, Snapshot
@@ -113,6 +114,7 @@ class LocalBackend:
 
     def __init__(self, settings: Settings) -> None:
         self._bwrap = require_bwrap()
+        host_python()  # chosen now, so that none (or a closed one) is said at start
         self._settings = settings
         self._state_dir = Path(os.path.realpath(settings.state_dir))
         self._root = self._state_dir / "sandboxes"

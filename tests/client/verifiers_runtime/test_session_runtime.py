@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from testing.fakes.llm_upstream import FakeUpstream, Reply, ToolCallReply, has_tools
-from testing.server_process import ServerProcess
+from testing.server_process import ServerProcess, running
 from tests.docs.pages import claimed_output, marked_blocks
 from tests.e2e.auth_support import TENANT_A_TOKEN, write_token_file
 
@@ -51,9 +51,8 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     folder = tmp_path_factory.mktemp("verifiers-server")
     tokens = write_token_file(folder / "tokens")
     server = ServerProcess(folder / "state", env={"ROLLOUT_AUTH_TOKEN_FILE": str(tokens)})
-    server.start()
-    yield server.target
-    assert server.stop() == 0, server.text()
+    with running(server):
+        yield server.target
 
 
 @pytest.fixture
