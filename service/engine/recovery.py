@@ -65,9 +65,7 @@ async def _sweep_sandboxes_of(
     by_backend: dict[str, set[str]] = {}
     for rollout, _ in interrupted:
         name = rollout.spec.sandbox.backend or default_backend
-        by_backend.setdefault(name, set()).update(
-            (rollout.id, verifier_sandbox_label(rollout.id))
-        )
+        by_backend.setdefault(name, set()).update((rollout.id, verifier_sandbox_label(rollout.id)))
     for name, rollout_ids in by_backend.items():
         if name not in BACKENDS:
             continue
