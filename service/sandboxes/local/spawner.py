@@ -237,7 +237,7 @@ class Spawner:
             raise SandboxError(self._gone)
         self._serial += 1
         message["id"] = self._serial
-        message["release"], self._released = self._released, []
+        message["release"] = self._take_released()
         reply = self._future(self._replies, self._serial)
         try:
             send(self._socket, message, fds)
@@ -255,16 +255,19 @@ class Spawner:
         if self._releasing is None:
             self._releasing = self._loop.call_later(_RELEASE_DELAY_S, self._send_released)
 
-    def _send_released(self) -> None:
-        """Send the releases not sent yet, if the spawner is there to reap them."""
+    def _take_released(self) -> list[int]:
+        """The releases not sent yet, no longer waiting for their timer."""
         if self._releasing is not None:
             self._releasing.cancel()
             self._releasing = None
-        if self._released and self._gone is None:
-            message = {"op": "release", "id": 0, "release": self._released}
-            self._released = []
+        released, self._released = self._released, []
+        return released
+
+    def _send_released(self) -> None:
+        released = self._take_released()
+        if released and self._gone is None:
             with contextlib.suppress(OSError):
-                send(self._socket, message)
+                send(self._socket, {"op": "release", "id": 0, "release": released})
 
     def _on_readable(self) -> None:
         try:
@@ -298,7 +301,7 @@ class Spawner:
             return
         self._gone = reason
         self._loop.remove_reader(self._socket.fileno())
-        self._send_released()  # sends nothing now: stops its timer
+        self._take_released()  # the spawner is gone, and so are they
         for table in (self._replies, self._exits):
             for future in table.values():
                 if not future.done():
