@@ -92,7 +92,6 @@ class LiveSession:
         self._busy = 0
         self._begun = time.monotonic()
         self._last = self._begun
-        self._activity = asyncio.Event()
 
     @property
     def id(self) -> str:
@@ -131,7 +130,11 @@ class LiveSession:
 
     async def _expire_when_due(self) -> None:
         """Reap it at its idle timeout or lifetime; between calls, check its sandbox alive
-        every `session_probe_interval_s` (a command in flight finds a death itself)."""
+        every `session_probe_interval_s` (a command in flight finds a death itself).
+
+        Calls do not wake it (a command would cost two wake-ups): they only move its idle
+        deadline later, read again at each wake. While one runs it looks again an idle
+        timeout later, by when idle time counts from no earlier than that call's end."""
         record = self.record
         interval_s = self._settings.session_probe_interval_s
         probe_due = time.monotonic() + interval_s
@@ -150,10 +153,8 @@ class LiveSession:
                 if not self._busy and not await self._alive():
                     return
                 continue
-            wake = lifetime_due if self._busy else min(idle_due, lifetime_due, probe_due)
-            self._activity.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._activity.wait(), max(wake - now, 0.0))
+            idle_wake = now + record.idle_timeout_s if self._busy else idle_due
+            await asyncio.sleep(min(idle_wake, lifetime_due, probe_due) - now)
         await asyncio.shield(self.end(SessionEnding.EXPIRE, f"session expired: {why}"))
 
     async def _alive(self) -> bool:
@@ -193,7 +194,6 @@ class LiveSession:
     def _touch(self) -> None:
         self._last = time.monotonic()
         self.record.last_activity_time = datetime.now(UTC)
-        self._activity.set()
 
     def _sandbox(self) -> Sandbox:
         status = session_status(self.rollout)

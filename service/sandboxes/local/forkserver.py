@@ -29,6 +29,8 @@ Instead, per sandbox:
    `user_counts`), and execs bash in WORKDIR. The spawner reports the host pid
    and, later, how the command ended; it keeps the exited command unreaped (a zombie
    pins its pid) until the server is done with it, so a tree kill never hits a reused pid.
+   The server says so with its next command (reaped before that one is forked), or on its
+   own half a second later (`spawner.Spawner.release`).
 
 It runs as `python -S -E -s -m service.sandboxes.local.forkserver FD` from the project
 root, importing the standard library and its siblings `wire` (the messages),
@@ -40,6 +42,7 @@ sandbox (`holder_start.await_holder`); the fork server likewise.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import resource
@@ -241,12 +244,15 @@ class _Spawner:
                     self._reap(key)
 
     def _handle(self, message: dict[str, Any], fds: list[int]) -> None:
+        """A command to run (`op` run), after reaping the ended ones the server released,
+        which come with any message (`op` release alone when no command followed soon)."""
+        for pid in message["release"]:
+            with contextlib.suppress(ChildProcessError):  # nothing left to reap
+                os.waitpid(pid, 0)
         try:
             if message["op"] == "run":
                 pid = self._run(message, fds)
                 send(self._sock, {"id": message["id"], "pid": pid})
-            elif message["op"] == "release":
-                os.waitpid(message["pid"], 0)
         except OSError as exc:
             send(self._sock, {"id": message["id"], "error": str(exc), "errno": exc.errno})
         finally:

@@ -35,6 +35,8 @@ _EXIT_WAIT_S = 1.0
 _SETUP_WAIT_S = 10.0
 _SNDBUF_FORCE = 32
 """SO_SNDBUFFORCE: past the host's cap on SO_SNDBUF, for root."""
+_RELEASE_DELAY_S = 0.5
+"""How long a release may wait to go with the spawner's next message (`Spawner.release`)."""
 
 
 def fork_server_argv() -> list[str]:
@@ -150,7 +152,7 @@ class Command:
 
     def release(self) -> None:
         """Let the spawner reap the ended command: its pid may be reused from then on."""
-        self.spawner.send_quietly({"op": "release", "id": 0, "pid": self.pid})
+        self.spawner.release(self.pid)
 
 
 class Spawner:
@@ -169,6 +171,9 @@ class Spawner:
         self._pidfd = -1
         """Of the spawner process, sent with its first message; readable once it exited."""
         self._gone: str | None = None
+        self._released: list[int] = []
+        """Pids of ended commands the server is done with, for the spawner to reap."""
+        self._releasing: asyncio.TimerHandle | None = None
         self._loop.add_reader(sock.fileno(), self._on_readable)
 
     @property
@@ -232,6 +237,7 @@ class Spawner:
             raise SandboxError(self._gone)
         self._serial += 1
         message["id"] = self._serial
+        message["release"] = self._take_released()
         reply = self._future(self._replies, self._serial)
         try:
             send(self._socket, message, fds)
@@ -240,11 +246,28 @@ class Spawner:
             raise SandboxError(f"could not reach the sandbox's spawner: {exc}") from exc
         return reply, self._serial
 
-    def send_quietly(self, message: dict[str, Any]) -> None:
-        """A message that needs no reply; lost if the spawner is gone (so is all it holds)."""
-        if self._gone is None:
+    def release(self, pid: int) -> None:
+        """Let the spawner reap ended command `pid`: the next command sent to it says so
+        (reaped before that one is forked), or a message of its own once no command came
+        for `_RELEASE_DELAY_S`. A session's next command mostly comes sooner: one message
+        per command, not two. Lost if the spawner is gone (so is all it holds)."""
+        self._released.append(pid)
+        if self._releasing is None:
+            self._releasing = self._loop.call_later(_RELEASE_DELAY_S, self._send_released)
+
+    def _take_released(self) -> list[int]:
+        """The releases not sent yet, no longer waiting for their timer."""
+        if self._releasing is not None:
+            self._releasing.cancel()
+            self._releasing = None
+        released, self._released = self._released, []
+        return released
+
+    def _send_released(self) -> None:
+        released = self._take_released()
+        if released and self._gone is None:
             with contextlib.suppress(OSError):
-                send(self._socket, message)
+                send(self._socket, {"op": "release", "id": 0, "release": released})
 
     def _on_readable(self) -> None:
         try:
@@ -278,6 +301,7 @@ class Spawner:
             return
         self._gone = reason
         self._loop.remove_reader(self._socket.fileno())
+        self._take_released()  # the spawner is gone, and so are they
         for table in (self._replies, self._exits):
             for future in table.values():
                 if not future.done():
@@ -298,6 +322,7 @@ class Spawner:
         if not self._taken and self._ready.done() and self._ready.exception() is None:
             for fd in self._ready.result().get("fds", []):
                 os.close(fd)  # the sandbox's init, which nobody took
+        self._send_released()  # reaped by the spawner, not left to whoever inherits them
         self._fail("the sandbox was killed")
         self._socket.close()
         if self._pidfd >= 0:  # its cgroup's removal kills it, should it linger

@@ -31,6 +31,19 @@ def _fork_server() -> int:
     return servers[0]
 
 
+def _zombies_of(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            except OSError:
+                continue  # exited while we looked
+            if state == "Z" and int(ppid) == parent:
+                found.append(int(entry.name))
+    return found
+
+
 def test_messages_carry_descriptors() -> None:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     read, write = os.pipe()
@@ -110,6 +123,21 @@ async def test_a_path_without_bash_fails_the_command(local_sandbox: LocalSandbox
     result = await process.wait()
     assert result.exit_code == 127
     assert "cannot start bash" in result.stderr
+
+
+async def test_an_ended_command_is_reaped_with_the_next_one_or_soon_after(
+    local_sandbox: LocalSandbox,
+) -> None:
+    """Its release waits for the next message to the spawner (one message per command),
+    which reaps it before forking the next: that one never sees it; the last one's goes
+    on its own."""
+    [spawner] = _spawners_of(_fork_server())
+    await local_sandbox.exec("true", timeout_s=30)
+    [ended] = _zombies_of(spawner)  # released, not reaped yet: nothing told the spawner
+    listing = await local_sandbox.exec("grep -l '^State:.Z' /proc/[0-9]*/status", timeout_s=30)
+    assert listing.stdout == ""  # reaped before this one was forked
+    assert ended not in _zombies_of(spawner)
+    await eventually(lambda: not _zombies_of(spawner))
 
 
 async def test_a_dead_spawner_fails_its_commands_with_a_sandbox_error(
