@@ -21,6 +21,11 @@ and runs cold. A sandbox claimed for another agent (or none: a group's template)
 and what it wrote removed (the plan's `cleanup`) as it is claimed: nobody would take it. A
 process belongs to the sandbox it was started in, is taken once, and dies with it; nothing is
 shared between sandboxes.
+
+While rollouts of the backend's run, what is started ahead and not claimed yet runs at the
+lowest CPU weight (`autogroup`): the pool's work never slows them (one claiming a sandbox
+before its agent settled, or handing its instruction over while the next one starts). With
+none running (the pool filling up between groups), or claimed, it has every command's.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from service.errors import SandboxError
+from service.sandboxes.local.autogroup import BACKGROUND, FOREGROUND, weigh, weigh_once_leading
+from service.sandboxes.local.process import SandboxedProcess
 from service.sandboxes.local.sandbox import LocalSandbox
 from service.sandboxes.local.warm import WarmKey
 from service.sandboxes.prestart import SETTLE_TIMEOUT_S, AgentPlan, PrestartedAgent, seat
@@ -133,11 +140,25 @@ class WarmAgents:
         self._running[sandbox] = key
         demand = self._demand.setdefault(key, Demand(self._decay_s))
         demand.add(1, self._clock())
+        if len(self._running) == 1:
+            self._reweigh()
 
     def ended(self, sandbox: LocalSandbox) -> None:
         key = self._running.pop(sandbox, None)
         if key is not None:
             self._demand[key].add(-1, self._clock())
+            if not self._running:
+                self._reweigh()
+
+    def _weight(self) -> int:
+        """The nice of the agents started ahead and not claimed (see the module)."""
+        return BACKGROUND if self._running else FOREGROUND
+
+    def _reweigh(self) -> None:
+        for sandbox, slot in list(_SLOTS.items()):
+            if slot.agents is self and slot.agent is not None and sandbox not in self._running:
+                for process in _processes(slot.agent):
+                    weigh(process.pid, self._weight())
 
     def wanted(self, key: WarmKey) -> int:
         """Ready sandboxes to keep with `key.agent` started ahead (see the module)."""
@@ -168,6 +189,9 @@ class WarmAgents:
             return
         try:
             slot.agent = await _start(sandbox, plan)
+            if slot.agent is not None:
+                for process in _processes(slot.agent):
+                    await weigh_once_leading(process.pid, self._weight)
         except (SandboxError, OSError, ValueError) as exc:  # the sandbox is good without it
             _log.warning("could not start an agent ahead in %s: %s", sandbox.id, exc)
 
@@ -199,8 +223,11 @@ class WarmAgents:
             result = await sandbox.exec(started.plan.cleanup, timeout_s=_CLEANUP_TIMEOUT_S)
             if result.exit_code != 0:
                 raise SandboxError(f"could not remove what was started ahead in {sandbox.id}")
-        elif dict(rlimits) != self._rlimits:
-            slot.agent.limits_kept = False
+        else:
+            for process in _processes(slot.agent):
+                weigh(process.pid, FOREGROUND)
+            if dict(rlimits) != self._rlimits:
+                slot.agent.limits_kept = False
 
 
 async def _start(sandbox: LocalSandbox, plan: AgentPlan) -> PrestartedAgent | None:
@@ -224,3 +251,9 @@ async def _start(sandbox: LocalSandbox, plan: AgentPlan) -> PrestartedAgent | No
         raise
     finally:
         exited.cancel()
+
+
+def _processes(agent: PrestartedAgent) -> list[SandboxedProcess]:
+    """`agent`'s holder and command, while they run (their pids are still their own)."""
+    processes = (agent.holder, agent.process)
+    return [p for p in processes if isinstance(p, SandboxedProcess) and not p.done]

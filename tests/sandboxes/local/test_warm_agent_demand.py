@@ -1,7 +1,8 @@
 """How many agents warm local sandboxes start ahead: as many as a kind's rollouts were alive at
 once, decaying to none when idle, within the settings' maximum and the host's available memory
-(`warm_agent.Demand`, `LocalBackend._warm_size`). Real bwrap sandboxes; the agent is a `sleep`
-with a marker, counted among the host's processes."""
+(`warm_agent.Demand`, `LocalBackend._warm_size`), and at the lowest CPU weight until claimed
+(`autogroup`). Real bwrap sandboxes; the agent is a `sleep` with a marker, counted among the
+host's processes."""
 
 from __future__ import annotations
 
@@ -53,16 +54,26 @@ def test_available_memory_is_read_from_meminfo(tmp_path: Path) -> None:
     assert available_memory_mb() > 0  # this host's
 
 
-def _sleepers(marker: str) -> int:
+def _sleeper_pids(marker: str) -> list[int]:
     """Host processes running the plan's agent (`sleep <marker>`)."""
-    count = 0
+    pids = []
     for entry in Path("/proc").iterdir():
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        count += argv[:2] == [b"sleep", marker.encode()]
-    return count
+        if argv[:2] == [b"sleep", marker.encode()]:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _sleepers(marker: str) -> int:
+    return len(_sleeper_pids(marker))
+
+
+def _session_nice(pid: int) -> int:
+    """The nice value of the autogroup (session) of host process `pid`."""
+    return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
 
 
 def _plan(marker: str) -> prestart.AgentPlan:
@@ -177,3 +188,28 @@ async def test_none_is_started_ahead_while_memory_is_short(
     sandbox = await backend.create(_request())
     assert prestart.take(sandbox) is None
     await sandbox.kill()
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no autogroups")
+async def test_an_agent_started_ahead_yields_the_cpu_to_rollouts_until_one_claims_it(
+    backends: Backends,
+) -> None:
+    marker = f"36{uuid.uuid4().int % 10**6}"
+    backend = await backends(local_warm_agents_decay_s=600.0)
+    running = await _alive(backend, 1, marker)
+    await eventually(lambda: _sleepers(marker) == 1, timeout_s=60)
+    (ahead,) = _sleeper_pids(marker)
+    await eventually(lambda: _session_nice(ahead) == 19, timeout_s=10)
+
+    claimed = await backend.create(_request())
+    started = prestart.take(claimed)
+    assert started is not None
+    assert _session_nice(ahead) == 0
+    await started.kill()
+    await asyncio.gather(*(sandbox.kill() for sandbox in [claimed, *running]))
+
+    await eventually(lambda: len(_sleeper_pids(marker)) == 1, timeout_s=60)
+    (idle,) = _sleeper_pids(marker)
+    assert idle != ahead
+    await asyncio.sleep(0.5)  # no rollout runs: nothing to yield to
+    assert _session_nice(idle) == 0
