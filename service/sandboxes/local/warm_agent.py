@@ -22,7 +22,7 @@ and what it wrote removed (the plan's `cleanup`) as it is claimed: nobody would 
 process belongs to the sandbox it was started in, is taken once, and dies with it; nothing is
 shared between sandboxes.
 
-While rollouts of the backend's run, what is started ahead and not claimed yet runs at the
+While the backend's rollouts run, what is started ahead and not claimed yet runs at the
 lowest CPU weight (`autogroup`): the pool's work never slows them (one claiming a sandbox
 before its agent settled, or handing its instruction over while the next one starts). With
 none running (the pool filling up between groups), or claimed, it has every command's.
@@ -132,6 +132,9 @@ class WarmAgents:
         self._learnt = learnt
         """Called with the kind (agent included) of each plan learnt: the pool makes one."""
         self._clock = clock
+        self._idle = asyncio.Event()
+        """Set while no rollout runs (`_running` is empty)."""
+        self._idle.set()
 
     def started(self, sandbox: LocalSandbox, key: WarmKey) -> None:
         """A rollout of `key.agent` has `sandbox` (until `ended`): demand for its kind."""
@@ -141,6 +144,7 @@ class WarmAgents:
         demand = self._demand.setdefault(key, Demand(self._decay_s))
         demand.add(1, self._clock())
         if len(self._running) == 1:
+            self._idle.clear()
             self._reweigh()
 
     def ended(self, sandbox: LocalSandbox) -> None:
@@ -148,11 +152,12 @@ class WarmAgents:
         if key is not None:
             self._demand[key].add(-1, self._clock())
             if not self._running:
+                self._idle.set()
                 self._reweigh()
 
     def _weight(self) -> int:
         """The nice of the agents started ahead and not claimed (see the module)."""
-        return BACKGROUND if self._running else FOREGROUND
+        return FOREGROUND if self._idle.is_set() else BACKGROUND
 
     def _reweigh(self) -> None:
         for sandbox, slot in list(_SLOTS.items()):
@@ -196,12 +201,31 @@ class WarmAgents:
             _log.warning("could not start an agent ahead in %s: %s", sandbox.id, exc)
 
     async def settling(self, sandbox: LocalSandbox) -> None:
-        """Until the agent started ahead in `sandbox`, if any and not taken, has settled (or
-        ended, or `SETTLE_TIMEOUT_S` passed): the pool makes the next only then, so agents
-        start ahead one at a time and never crowd the CPU of the rollouts that run."""
+        """While rollouts run, until the agent started ahead in `sandbox`, if any and not
+        taken, has settled (or ended, or `SETTLE_TIMEOUT_S` passed): the pool makes the next
+        only then, so agents start ahead one at a time and never crowd the CPU of the
+        rollouts that run. With none running there is nobody to crowd: the next is made at
+        once, so the agents a group wants are ready sooner for the next group."""
         slot = _SLOTS.get(sandbox)
-        if slot is not None and slot.agent is not None:
-            await slot.agent.until_settled(SETTLE_TIMEOUT_S)
+        if slot is None or slot.agent is None or self._idle.is_set():
+            return
+        waits = [slot.agent.until_settled(SETTLE_TIMEOUT_S), self._idle.wait()]
+        tasks = [asyncio.ensure_future(wait) for wait in waits]
+        try:
+            await asyncio.wait(tasks, return_when="FIRST_COMPLETED")
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    async def all_settled(self) -> None:
+        """Until every agent started ahead and not taken has settled (or ended, or
+        `SETTLE_TIMEOUT_S` passed), however the pool made them."""
+        waits = [
+            slot.agent.until_settled(SETTLE_TIMEOUT_S)
+            for slot in list(_SLOTS.values())
+            if slot.agents is self and slot.agent is not None
+        ]
+        await asyncio.gather(*waits)
 
     async def claim(self, sandbox: LocalSandbox, rlimits: Mapping[str, int], agent: str) -> None:
         """A warm sandbox was claimed by a rollout of `agent` with these limits (rlimits are

@@ -1,8 +1,8 @@
 """How many agents warm local sandboxes start ahead: as many as a kind's rollouts were alive at
 once, decaying to none when idle, within the settings' maximum and the host's available memory
-(`warm_agent.Demand`, `LocalBackend._warm_size`), and at the lowest CPU weight until claimed
-(`autogroup`). Real bwrap sandboxes; the agent is a `sleep` with a marker, counted among the
-host's processes."""
+(`warm_agent.Demand`, `LocalBackend._warm_size`), one at a time and at the lowest CPU weight
+while rollouts run (`autogroup`). Real bwrap sandboxes; the agent is a `sleep` with a marker,
+counted among the host's processes."""
 
 from __future__ import annotations
 
@@ -76,8 +76,8 @@ def _session_nice(pid: int) -> int:
     return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
 
 
-def _plan(marker: str) -> prestart.AgentPlan:
-    holder = 'echo "ready $$"; echo settled; exec sleep 3600'
+def _plan(marker: str, *, settles: bool = True) -> prestart.AgentPlan:
+    holder = f'echo "ready $$"; {"echo settled; " if settles else ""}exec sleep 3600'
     return prestart.AgentPlan.of({}, holder, f"exec sleep {marker}", {}, agent=AGENT)
 
 
@@ -109,18 +109,20 @@ async def backends(
         await backend.close()
 
 
-async def _alive(backend: LocalBackend, n: int, marker: str) -> list[LocalSandbox]:
+async def _alive(
+    backend: LocalBackend, n: int, marker: str, *, settles: bool = True
+) -> list[LocalSandbox]:
     """n rollouts of the agent alive at once, the first teaching the plan."""
     sandboxes: list[LocalSandbox] = list(
         await asyncio.gather(*(backend.create(_request()) for _ in range(n)))
     )
-    prestart.learn(sandboxes[0], _plan(marker))
+    prestart.learn(sandboxes[0], _plan(marker, settles=settles))
     return sandboxes
 
 
-async def _burst(backend: LocalBackend, n: int, marker: str) -> None:
+async def _burst(backend: LocalBackend, n: int, marker: str, *, settles: bool = True) -> None:
     """n rollouts of the agent alive at once, then ended."""
-    sandboxes = await _alive(backend, n, marker)
+    sandboxes = await _alive(backend, n, marker, settles=settles)
     await asyncio.gather(*(sandbox.kill() for sandbox in sandboxes))
 
 
@@ -213,3 +215,16 @@ async def test_an_agent_started_ahead_yields_the_cpu_to_rollouts_until_one_claim
     assert idle != ahead
     await asyncio.sleep(0.5)  # no rollout runs: nothing to yield to
     assert _session_nice(idle) == 0
+
+
+async def test_agents_start_ahead_one_at_a_time_only_while_rollouts_run(
+    backends: Backends,
+) -> None:
+    marker = f"36{uuid.uuid4().int % 10**6}"
+    backend = await backends(local_warm_agents_decay_s=600.0)
+    running = await _alive(backend, 3, marker, settles=False)  # 3 wanted, none ever settles
+    await eventually(lambda: _sleepers(marker) == 1, timeout_s=60)
+    await asyncio.sleep(1.0)
+    assert _sleepers(marker) == 1  # the next waits for the one before to settle
+    await asyncio.gather(*(sandbox.kill() for sandbox in running))
+    await eventually(lambda: _sleepers(marker) == 3, timeout_s=10)  # idle: no waiting
