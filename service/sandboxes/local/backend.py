@@ -450,6 +450,8 @@ class LocalBackend:
         key = WarmKey(network, disk_bytes, "" if image is None else image.id)
         self._warm.refill(key)
         await self._warm.wait()
+        if self._agents is not None:
+            await self._agents.all_settled()
 
     def _forget(self, sandbox: LocalSandbox) -> None:
         if self._sandboxes.get(sandbox.name) is sandbox:

@@ -158,6 +158,11 @@ class SandboxedProcess:
     def done(self) -> bool:
         return self._result.done()
 
+    @property
+    def pid(self) -> int:
+        """Its host pid, the leader of its session (not reaped before it ended)."""
+        return self._command.pid
+
     async def wait(self) -> ExecResult:
         """Wait for the command to end. Cancelling the wait does not kill it."""
         return await asyncio.shield(self._result)

@@ -21,6 +21,11 @@ and runs cold. A sandbox claimed for another agent (or none: a group's template)
 and what it wrote removed (the plan's `cleanup`) as it is claimed: nobody would take it. A
 process belongs to the sandbox it was started in, is taken once, and dies with it; nothing is
 shared between sandboxes.
+
+While the backend's rollouts run, what is started ahead and not claimed yet runs at the
+lowest CPU weight (`autogroup`): the pool's work never slows them (one claiming a sandbox
+before its agent settled, or handing its instruction over while the next one starts). With
+none running (the pool filling up between groups), or claimed, it has every command's.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from service.errors import SandboxError
+from service.sandboxes.local.autogroup import BACKGROUND, FOREGROUND, weigh, weigh_once_leading
+from service.sandboxes.local.process import SandboxedProcess
 from service.sandboxes.local.sandbox import LocalSandbox
 from service.sandboxes.local.warm import WarmKey
 from service.sandboxes.prestart import SETTLE_TIMEOUT_S, AgentPlan, PrestartedAgent, seat
@@ -125,6 +132,9 @@ class WarmAgents:
         self._learnt = learnt
         """Called with the kind (agent included) of each plan learnt: the pool makes one."""
         self._clock = clock
+        self._idle = asyncio.Event()
+        """Set while no rollout runs (`_running` is empty)."""
+        self._idle.set()
 
     def started(self, sandbox: LocalSandbox, key: WarmKey) -> None:
         """A rollout of `key.agent` has `sandbox` (until `ended`): demand for its kind."""
@@ -133,11 +143,27 @@ class WarmAgents:
         self._running[sandbox] = key
         demand = self._demand.setdefault(key, Demand(self._decay_s))
         demand.add(1, self._clock())
+        if len(self._running) == 1:
+            self._idle.clear()
+            self._reweigh()
 
     def ended(self, sandbox: LocalSandbox) -> None:
         key = self._running.pop(sandbox, None)
         if key is not None:
             self._demand[key].add(-1, self._clock())
+            if not self._running:
+                self._idle.set()
+                self._reweigh()
+
+    def _weight(self) -> int:
+        """The nice of the agents started ahead and not claimed (see the module)."""
+        return FOREGROUND if self._idle.is_set() else BACKGROUND
+
+    def _reweigh(self) -> None:
+        for sandbox, slot in list(_SLOTS.items()):
+            if slot.agents is self and slot.agent is not None and sandbox not in self._running:
+                for process in _processes(slot.agent):
+                    weigh(process.pid, self._weight())
 
     def wanted(self, key: WarmKey) -> int:
         """Ready sandboxes to keep with `key.agent` started ahead (see the module)."""
@@ -168,16 +194,38 @@ class WarmAgents:
             return
         try:
             slot.agent = await _start(sandbox, plan)
+            if slot.agent is not None:
+                for process in _processes(slot.agent):
+                    await weigh_once_leading(process.pid, self._weight)
         except (SandboxError, OSError, ValueError) as exc:  # the sandbox is good without it
             _log.warning("could not start an agent ahead in %s: %s", sandbox.id, exc)
 
     async def settling(self, sandbox: LocalSandbox) -> None:
-        """Until the agent started ahead in `sandbox`, if any and not taken, has settled (or
-        ended, or `SETTLE_TIMEOUT_S` passed): the pool makes the next only then, so agents
-        start ahead one at a time and never crowd the CPU of the rollouts that run."""
+        """While rollouts run, until the agent started ahead in `sandbox`, if any and not
+        taken, has settled (or ended, or `SETTLE_TIMEOUT_S` passed): the pool makes the next
+        only then, so agents start ahead one at a time and never crowd the CPU of the
+        rollouts that run. With none running there is nobody to crowd: the next is made at
+        once, so the agents a group wants are ready sooner for the next group."""
         slot = _SLOTS.get(sandbox)
-        if slot is not None and slot.agent is not None:
-            await slot.agent.until_settled(SETTLE_TIMEOUT_S)
+        if slot is None or slot.agent is None or self._idle.is_set():
+            return
+        waits = [slot.agent.until_settled(SETTLE_TIMEOUT_S), self._idle.wait()]
+        tasks = [asyncio.ensure_future(wait) for wait in waits]
+        try:
+            await asyncio.wait(tasks, return_when="FIRST_COMPLETED")
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    async def all_settled(self) -> None:
+        """Until every agent started ahead and not taken has settled (or ended, or
+        `SETTLE_TIMEOUT_S` passed), however the pool made them."""
+        waits = [
+            slot.agent.until_settled(SETTLE_TIMEOUT_S)
+            for slot in list(_SLOTS.values())
+            if slot.agents is self and slot.agent is not None
+        ]
+        await asyncio.gather(*waits)
 
     async def claim(self, sandbox: LocalSandbox, rlimits: Mapping[str, int], agent: str) -> None:
         """A warm sandbox was claimed by a rollout of `agent` with these limits (rlimits are
@@ -199,8 +247,11 @@ class WarmAgents:
             result = await sandbox.exec(started.plan.cleanup, timeout_s=_CLEANUP_TIMEOUT_S)
             if result.exit_code != 0:
                 raise SandboxError(f"could not remove what was started ahead in {sandbox.id}")
-        elif dict(rlimits) != self._rlimits:
-            slot.agent.limits_kept = False
+        else:
+            for process in _processes(slot.agent):
+                weigh(process.pid, FOREGROUND)
+            if dict(rlimits) != self._rlimits:
+                slot.agent.limits_kept = False
 
 
 async def _start(sandbox: LocalSandbox, plan: AgentPlan) -> PrestartedAgent | None:
@@ -224,3 +275,9 @@ async def _start(sandbox: LocalSandbox, plan: AgentPlan) -> PrestartedAgent | No
         raise
     finally:
         exited.cancel()
+
+
+def _processes(agent: PrestartedAgent) -> list[SandboxedProcess]:
+    """`agent`'s holder and command, while they run (their pids are still their own)."""
+    processes = (agent.holder, agent.process)
+    return [p for p in processes if isinstance(p, SandboxedProcess) and not p.done]

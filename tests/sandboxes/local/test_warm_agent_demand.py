@@ -1,7 +1,8 @@
 """How many agents warm local sandboxes start ahead: as many as a kind's rollouts were alive at
 once, decaying to none when idle, within the settings' maximum and the host's available memory
-(`warm_agent.Demand`, `LocalBackend._warm_size`). Real bwrap sandboxes; the agent is a `sleep`
-with a marker, counted among the host's processes."""
+(`warm_agent.Demand`, `LocalBackend._warm_size`), one at a time and at the lowest CPU weight
+while rollouts run (`autogroup`). Real bwrap sandboxes; the agent is a `sleep` with a marker,
+counted among the host's processes."""
 
 from __future__ import annotations
 
@@ -53,20 +54,30 @@ def test_available_memory_is_read_from_meminfo(tmp_path: Path) -> None:
     assert available_memory_mb() > 0  # this host's
 
 
-def _sleepers(marker: str) -> int:
+def _sleeper_pids(marker: str) -> list[int]:
     """Host processes running the plan's agent (`sleep <marker>`)."""
-    count = 0
+    pids = []
     for entry in Path("/proc").iterdir():
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        count += argv[:2] == [b"sleep", marker.encode()]
-    return count
+        if argv[:2] == [b"sleep", marker.encode()]:
+            pids.append(int(entry.name))
+    return pids
 
 
-def _plan(marker: str) -> prestart.AgentPlan:
-    holder = 'echo "ready $$"; echo settled; exec sleep 3600'
+def _sleepers(marker: str) -> int:
+    return len(_sleeper_pids(marker))
+
+
+def _session_nice(pid: int) -> int:
+    """The nice value of the autogroup (session) of host process `pid`."""
+    return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+
+
+def _plan(marker: str, *, settles: bool = True) -> prestart.AgentPlan:
+    holder = f'echo "ready $$"; {"echo settled; " if settles else ""}exec sleep 3600'
     return prestart.AgentPlan.of({}, holder, f"exec sleep {marker}", {}, agent=AGENT)
 
 
@@ -98,18 +109,20 @@ async def backends(
         await backend.close()
 
 
-async def _alive(backend: LocalBackend, n: int, marker: str) -> list[LocalSandbox]:
+async def _alive(
+    backend: LocalBackend, n: int, marker: str, *, settles: bool = True
+) -> list[LocalSandbox]:
     """n rollouts of the agent alive at once, the first teaching the plan."""
     sandboxes: list[LocalSandbox] = list(
         await asyncio.gather(*(backend.create(_request()) for _ in range(n)))
     )
-    prestart.learn(sandboxes[0], _plan(marker))
+    prestart.learn(sandboxes[0], _plan(marker, settles=settles))
     return sandboxes
 
 
-async def _burst(backend: LocalBackend, n: int, marker: str) -> None:
+async def _burst(backend: LocalBackend, n: int, marker: str, *, settles: bool = True) -> None:
     """n rollouts of the agent alive at once, then ended."""
-    sandboxes = await _alive(backend, n, marker)
+    sandboxes = await _alive(backend, n, marker, settles=settles)
     await asyncio.gather(*(sandbox.kill() for sandbox in sandboxes))
 
 
@@ -177,3 +190,41 @@ async def test_none_is_started_ahead_while_memory_is_short(
     sandbox = await backend.create(_request())
     assert prestart.take(sandbox) is None
     await sandbox.kill()
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no autogroups")
+async def test_an_agent_started_ahead_yields_the_cpu_to_rollouts_until_one_claims_it(
+    backends: Backends,
+) -> None:
+    marker = f"36{uuid.uuid4().int % 10**6}"
+    backend = await backends(local_warm_agents_decay_s=600.0)
+    running = await _alive(backend, 1, marker)
+    await eventually(lambda: _sleepers(marker) == 1, timeout_s=60)
+    (ahead,) = _sleeper_pids(marker)
+    await eventually(lambda: _session_nice(ahead) == 19, timeout_s=10)
+
+    claimed = await backend.create(_request())
+    started = prestart.take(claimed)
+    assert started is not None
+    assert _session_nice(ahead) == 0
+    await started.kill()
+    await asyncio.gather(*(sandbox.kill() for sandbox in [claimed, *running]))
+
+    await eventually(lambda: len(_sleeper_pids(marker)) == 1, timeout_s=60)
+    (idle,) = _sleeper_pids(marker)
+    assert idle != ahead
+    await asyncio.sleep(0.5)  # no rollout runs: nothing to yield to
+    assert _session_nice(idle) == 0
+
+
+async def test_agents_start_ahead_one_at_a_time_only_while_rollouts_run(
+    backends: Backends,
+) -> None:
+    marker = f"36{uuid.uuid4().int % 10**6}"
+    backend = await backends(local_warm_agents_decay_s=600.0)
+    running = await _alive(backend, 3, marker, settles=False)  # 3 wanted, none ever settles
+    await eventually(lambda: _sleepers(marker) == 1, timeout_s=60)
+    await asyncio.sleep(1.0)
+    assert _sleepers(marker) == 1  # the next waits for the one before to settle
+    await asyncio.gather(*(sandbox.kill() for sandbox in running))
+    await eventually(lambda: _sleepers(marker) == 3, timeout_s=10)  # idle: no waiting
