@@ -54,7 +54,7 @@ from bench.bench_proxy import (  # noqa: E402
     summary,
     unary_call,
 )
-from service.proxy.transport.upstream import UpstreamPool, UpstreamTarget  # noqa: E402
+from service.proxy import UpstreamPool, UpstreamTarget  # noqa: E402
 
 MARKERS = {"messages": b'"text_delta"', "responses": b'"response.output_text.delta"'}
 """What the first generated text looks like in each dialect's stream."""

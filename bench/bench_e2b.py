@@ -40,12 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
-from service.agents.base import AgentContext
-from service.agents.opencode import OpencodeAgent
+from service import registry
+from service.agents import AgentContext
 from service.config import Settings
 from service.models import NetworkPolicy, SandboxSpec
-from service.sandboxes.base import SandboxRequest
-from service.sandboxes.e2b.backend import E2BBackend
+from service.sandboxes import E2BBackend, SandboxRequest
 from testing.e2b_support import opencode_template
 from testing.fakes.e2b_cloud import FakeE2B
 from testing.fakes.llm_upstream import FakeUpstream, Reply
@@ -156,7 +155,7 @@ async def opencode_prepare_s(root: Path) -> dict[str, float]:
     opencode-ai from the real registry, against a template that has it."""
     settings = Settings(state_dir=root / "npm-state", cache_dir=root / "npm-cache")
     backend = E2BBackend(settings.model_copy(update={"e2b_creates_per_s": 0.0}))
-    agent = OpencodeAgent(settings)
+    agent = registry.load_agent("opencode", settings)
     timings: dict[str, float] = {}
     try:
         for label, template in (("npm_install_s", "base"), ("template_s", "opencode")):

@@ -33,7 +33,7 @@ async def _worst_age(url: str, writers: int, statement_s: float, window_s: float
     """The worst heartbeat age seen while `writers` tasks keep the store's pool busy."""
     import psycopg
 
-    from service.store.postgres import PostgresStore
+    from service.store import PostgresStore
 
     async with PostgresStore(url, server="bench", lease_s=LEASE_S) as store:
         stop = asyncio.Event()

@@ -21,9 +21,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.models.group import Group, GroupMember, GroupSpec, GroupStatus
-from service.store.postgres import PostgresStore, migrate
-from service.store.sqlite import SqliteStore
+from service.models import Group, GroupMember, GroupSpec, GroupStatus
+from service.store import PostgresStore, SqliteStore
 from testing.postgres_server import PostgresServer, postgres_bin_dir
 from testing.samples import BASE_TIME, rollout
 
@@ -104,7 +103,6 @@ async def main() -> None:
     server.start()
     try:
         url = server.create_database()
-        migrate(url)
         async with PostgresStore(url, server="bench") as store:
             await _measure(store, "PostgreSQL", count)
     finally:

@@ -32,10 +32,9 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.agents.opencode_config import XDG_ROOT, opencode_env, seed_files
-from service.agents.opencode_install import OpencodeInstaller
+from service.agents import XDG_ROOT, OpencodeInstaller, opencode_env, seed_files
 from service.config import Settings
-from service.models.model_access import ModelAccess
+from service.models import ModelAccess
 from testing.fakes.llm_upstream import FakeUpstream
 
 RESULTS = Path(__file__).parent / "results"

@@ -29,7 +29,7 @@ from openenv.core.generic_client import GenericEnvClient
 from openenv.core.mcp_client import MCPToolClient
 from rollout_client import AsyncRolloutClient
 
-from service.openenv.opencode_task import RolloutArguments, spec_of
+from service.openenv import RolloutArguments, spec_of
 from testing.front_door import front_door
 from testing.server_process import ServerProcess
 

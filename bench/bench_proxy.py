@@ -43,7 +43,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from service.proxy.transport.upstream import UpstreamPool, UpstreamTarget  # noqa: E402
+from service.proxy import UpstreamPool, UpstreamTarget  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 API_KEY = "bench-upstream-key"

@@ -55,7 +55,7 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 from bench.bench_rollouts import TreeCpu, _descendants, noop_spec, run_batch
 from bench.bench_sandbox import sandbox_life
 from service.config import Settings
-from service.sandboxes.local.backend import LocalBackend
+from service.sandboxes import LocalBackend
 from testing.server_process import ServerProcess
 
 RESULTS = Path(__file__).parent / "results"

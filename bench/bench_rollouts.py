@@ -35,9 +35,7 @@ from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 from rollout_client.batch.results import PHASES
 
-from service.sandboxes.local.bwrap import SandboxLayout
-from service.sandboxes.local.disk_pool import DiskPool
-from service.sandboxes.local.removal import remove_tree
+from service.sandboxes import DiskPool, SandboxLayout, remove_tree
 from testing.server_process import ServerProcess
 
 RESULTS = Path(__file__).parent / "results"

@@ -26,8 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.config import Settings
 from service.models import NetworkPolicy, SandboxSpec
-from service.sandboxes.base import SandboxRequest
-from service.sandboxes.local.backend import LocalBackend, LocalSandbox
+from service.sandboxes import LocalBackend, LocalSandbox, SandboxRequest
 
 RESULTS = Path(__file__).parent / "results"
 Case = Callable[[], Awaitable[None]]

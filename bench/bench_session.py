@@ -31,8 +31,7 @@ from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
 from service.config import Settings
 from service.models import SandboxSpec
-from service.sandboxes.base import SandboxRequest
-from service.sandboxes.local.backend import LocalBackend
+from service.sandboxes import LocalBackend, SandboxRequest
 from testing.server_process import ServerProcess
 
 RESULTS = Path(__file__).parent / "results"

@@ -34,10 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from e2b import Template, default_build_logger
 from e2b.template.main import TemplateBuilder
 
-from service.agents.opencode_install import install_script
+from service.agents import install_script
 from service.config import Settings
-from service.proxy.remote.bundle import requirements, sources_tarball
-from service.proxy.remote.placement import TEMPLATE_DIR
+from service.proxy import TEMPLATE_DIR, requirements, sources_tarball
 
 OPENCODE_PREFIX = "/opt/opencode"
 PROXY_CONTEXT = "rollout-proxy"

@@ -11,12 +11,10 @@ from typing import Any
 
 import pytest
 
-from service.agents.opencode_install import OpencodeInstaller
+from service.agents import OpencodeInstaller
 from service.config import Settings
 from service.models import NetworkPolicy, SandboxSpec
-from service.sandboxes.base import SandboxRequest
-from service.sandboxes.e2b.backend import E2BBackend
-from service.sandboxes.e2b.guard import RetryPolicy
+from service.sandboxes import E2BBackend, RetryPolicy, SandboxRequest
 from testing.fakes.e2b_cloud import FakeE2B
 
 __all__ = [

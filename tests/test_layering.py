@@ -18,17 +18,18 @@ Levels: a room of `service/` imports only rooms on lower levels.
     1      errors                                       the one exception hierarchy
     0      models, door                                 the pydantic domain; lazy doors
 
-Rooms on one level never import each other: what two of them share lives below both (a
-model type in `models`, like `ModelAccess`, which the proxy makes and the harnesses read;
-the local sandbox's forwarder in `sandboxes.local`). Floors: inside `engine`, `proxy` and
+Rooms on one level never import each other: what two of them share lives below both (a model
+type in `models`, like `ModelAccess`, which the proxy makes and the harnesses read; the
+local sandbox's forwarder in `sandboxes.local`). Floors: inside `engine`, `proxy` and
 `sandboxes` the same rule holds between their parts (FLOORS). Doors: a module of another
-room takes from a room only what the room's `__init__` exports in `__all__` (a subpackage
-is reached through its parent's door, so it must be exported there too); what a room keeps
-to itself can change without its users noticing. `testing/`, `bench/` and `scripts/`
-import nothing of `tests/`: what tests and benchmarks both need lives in `testing/`. Read
-from the source, so a lazy import inside a function, or one only for type checking,
-counts. No module may import, through any chain, a module that imports it back (a cycle
-hides which way a dependency points).
+room, or of `testing/`, `bench/` or `scripts/`, takes from a room only what the room's
+`__init__` exports in `__all__` (a subpackage is reached through its parent's door, so it
+must be exported there too); what a room keeps to itself can change without its users
+noticing. The same holds for the service's use of the client: only what `rollout_client`
+exports. `testing/`, `bench/` and `scripts/` import nothing of `tests/`: what tests and
+benchmarks both need lives in `testing/`. Read from the source, so a lazy import inside a
+function, or one only for type checking, counts. No module may import, through any chain, a
+module that imports it back (a cycle hides which way a dependency points).
 """
 
 from __future__ import annotations
@@ -112,11 +113,12 @@ MODULES = _modules()
 PACKAGES = {name for name, path in MODULES.items() if path.name == "__init__.py"}
 
 
-def _imports(name: str, path: Path) -> Iterator[tuple[str, str]]:
+def _imports(name: str, path: Path, source: str | None = None) -> Iterator[tuple[str, str]]:
     """(module, name) of each name `name` imports: `import a.b` is ("a", "b"), `from a import
-    b` is ("a", "b") and `from a.b import *` is ("a.b", "*")."""
+    b` is ("a", "b") and `from a.b import *` is ("a.b", "*"). Read from `path`, or `source`."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    text = path.read_text() if source is None else source
+    for node in ast.walk(ast.parse(text, str(path))):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 parent, _, last = alias.name.rpartition(".")
@@ -222,9 +224,9 @@ def test_the_openenv_front_door_imports_no_other_room() -> None:
     assert not reached
 
 
-def _exports(package: str) -> frozenset[str]:
+def _exports(package: str, modules: Mapping[str, Path] = MODULES) -> frozenset[str]:
     """What `package`'s `__init__` lists in `__all__` (read from the source)."""
-    for node in ast.parse(MODULES[package].read_text()).body:
+    for node in ast.parse(modules[package].read_text()).body:
         if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
         ):
@@ -246,17 +248,44 @@ def _through_doors(importer: str, module: str, name: str) -> Iterator[str]:
             return
 
 
-@pytest.mark.parametrize("tree", ["service"])
+@pytest.mark.parametrize("tree", TREES)
 def test_a_package_is_entered_by_its_door(tree: str) -> None:
+    """The service's own rooms, and the support package, the benchmarks and the scripts that
+    use them (a module of none of its rooms) alike."""
+    pairs_of_tree = {name: pairs for name, pairs in IMPORTS.items() if name.startswith(tree + ".")}
+    assert any(m.startswith("service.") for pairs in pairs_of_tree.values() for m, _ in pairs)
     past_doors = sorted(
         problem
-        for importer, pairs in IMPORTS.items()
-        if importer.startswith(tree + ".")
+        for importer, pairs in pairs_of_tree.items()
         for module, name in pairs
         if module.startswith("service.")
         for problem in _through_doors(importer, module, name)
     )
     assert not past_doors
+
+
+def test_the_door_check_sees_each_way_past_a_door() -> None:
+    """A module of no room (a benchmark, say) is held like one of another room; inside its
+    own room a module reaches any part (FLOORS keep those apart)."""
+
+    def past(importer: str, source: str) -> list[str]:
+        imported = _imports(importer, Path("module.py"), source)
+        return sorted(p for m, n in imported for p in _through_doors(importer, m, n))
+
+    assert past("bench.b", "from service.sandboxes import Sandbox") == []
+    assert past("bench.b", "from service.sandboxes.local.backend import LocalBackend") == [
+        "bench.b takes local from service.sandboxes, which does not export it"
+    ]
+    assert past("bench.b", "import service.sandboxes.base") == [
+        "bench.b takes base from service.sandboxes, which does not export it"
+    ]
+    assert past("testing.t", "from service.proxy.transport.upstream import UpstreamPool") == [
+        "testing.t takes transport from service.proxy, which does not export it"
+    ]
+    assert past("service.sandboxes.x", "from service.sandboxes.local.backend import A") == []
+    assert past("service.engine.x", "from service.sandboxes.base import Sandbox") == [
+        "service.engine.x takes base from service.sandboxes, which does not export it"
+    ]
 
 
 DOORS = sorted(p for p in PACKAGES if p.startswith("service.") and _exports(p))
@@ -349,6 +378,26 @@ def test_the_client_never_imports_the_server() -> None:
         if imported == "service" or imported.startswith("service.")
     )
     assert not reached
+
+
+def test_the_service_takes_from_the_client_only_what_it_exports() -> None:
+    """The OpenEnv front door is one more caller: it uses what `rollout_client` exports,
+    never a module of the client, which can change without its callers noticing."""
+    offered = _exports("rollout_client", CLIENT_MODULES)
+    taken = {
+        (name, module, imported)
+        for name, pairs in IMPORTS.items()
+        if name.startswith("service.")
+        for module, imported in pairs
+        if module == "rollout_client" or module.startswith("rollout_client.")
+    }
+    assert taken  # the front door's imports were found
+    past_door = sorted(
+        f"{name} takes {imported} from {module}"
+        for name, module, imported in taken
+        if module != "rollout_client" or imported not in offered
+    )
+    assert not past_door
 
 
 def test_no_client_module_imports_itself_through_others() -> None:

@@ -12,4 +12,10 @@ Why a process of its own that speaks gRPC, rather than a room the server hosts: 
 is then one more client, so authentication, tenants, admission and errors are the API's own,
 and its dependency (openenv, with FastAPI and gradio) stays out of the server, in the
 `openenv` extra. No module here imports the engine or the API room (tests/test_layering.py).
+What others use (the benchmarks) is exported here: the seed tool's arguments and the spec
+they make, light enough (protobuf only) to import with the package, so no lazy door here.
 """
+
+from service.openenv.opencode_task import RolloutArguments, spec_of
+
+__all__ = ["RolloutArguments", "spec_of"]

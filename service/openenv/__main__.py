@@ -18,8 +18,7 @@ import socket
 import sys
 from pathlib import Path
 
-from rollout_client import default_target
-from rollout_client.connection import read_token_file
+from rollout_client import default_target, read_token_file
 
 from service.openenv.upstream import FrontDoorError, RolloutTarget, check_reachable
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rollout_client import RolloutClient, UnauthenticatedError, UnavailableError
-from rollout_client.unreachable import why_unreachable
+from rollout_client import (
+    RolloutClient,
+    UnauthenticatedError,
+    UnavailableError,
+    why_unreachable,
+)
 
 __all__ = ["FrontDoorError", "RolloutTarget", "check_reachable"]
 

@@ -39,17 +39,21 @@ if TYPE_CHECKING:
         normalized_base_url,
         resolve_endpoint,
     )
+    from service.proxy.remote.bundle import requirements, sources_tarball
     from service.proxy.remote.in_sandbox import InSandboxProxy
+    from service.proxy.remote.placement import TEMPLATE_DIR
     from service.proxy.server import CaptureProxy
     from service.proxy.transport.addresses import url_problem
     from service.proxy.transport.connections import ConnectionLimit
     from service.proxy.transport.httpserver import HttpRequest, HttpServerProtocol, Responder
+    from service.proxy.transport.upstream import UpstreamPool, UpstreamTarget
 
 __all__ = [
     "AUX_MODEL_ALIAS",
     "ENDPOINT_KINDS",
     "MAIN_MODEL_ALIAS",
     "REDACTED",
+    "TEMPLATE_DIR",
     "CallGate",
     "CallTally",
     "CaptureProxy",
@@ -62,11 +66,15 @@ __all__ = [
     "Responder",
     "Route",
     "SlotLease",
+    "UpstreamPool",
+    "UpstreamTarget",
     "direct_access",
     "host_socket_access",
     "normalized_base_url",
+    "requirements",
     "resolve_endpoint",
     "scrub_text",
+    "sources_tarball",
     "split_listen",
     "start_forwarder",
     "stop_forwarder",

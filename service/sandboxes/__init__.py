@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         FileEntry,
         OutputCallback,
         OutputStream,
+        Reclaimed,
         Sandbox,
         SandboxBackend,
         SandboxRequest,
@@ -33,8 +34,14 @@ if TYPE_CHECKING:
     )
     from service.sandboxes.carry import PathCarrier
     from service.sandboxes.deadline import wait_or_kill
+    from service.sandboxes.e2b.backend import E2BBackend
+    from service.sandboxes.e2b.guard import RetryPolicy
     from service.sandboxes.e2b.template import TemplateBuilds
     from service.sandboxes.internet import InternetAccess
+    from service.sandboxes.local.backend import LocalBackend, LocalSandbox
+    from service.sandboxes.local.bwrap import SandboxLayout
+    from service.sandboxes.local.disk_pool import DiskPool
+    from service.sandboxes.local.removal import remove_tree
     from service.sandboxes.output import HeadTailBuffer
     from service.sandboxes.prestart import (
         SETTLE_TIMEOUT_S,
@@ -59,18 +66,25 @@ __all__ = [
     "AgentPlan",
     "BackgroundProcess",
     "Capabilities",
+    "DiskPool",
+    "E2BBackend",
     "EntryKind",
     "ExecResult",
     "FileEntry",
     "HeadTailBuffer",
     "InternetAccess",
+    "LocalBackend",
+    "LocalSandbox",
     "OutputCallback",
     "OutputStream",
     "PathCarrier",
     "PathState",
     "PrestartedAgent",
+    "Reclaimed",
+    "RetryPolicy",
     "Sandbox",
     "SandboxBackend",
+    "SandboxLayout",
     "SandboxRequest",
     "Snapshot",
     "SystemDiff",
@@ -79,6 +93,7 @@ __all__ = [
     "has_warm_agents",
     "in_workdir",
     "learn",
+    "remove_tree",
     "take",
     "wait_or_kill",
 ]

@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from service.errors import SandboxError
 from service.models import SandboxSpec
-from service.sandboxes.base import (
+from service.sandboxes import (
     Capabilities,
     ExecResult,
     FileEntry,
