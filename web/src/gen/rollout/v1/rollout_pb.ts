@@ -3835,8 +3835,9 @@ export enum VerifyMode {
   UNSPECIFIED = 0,
 
   /**
-   * FRESH where the sandbox's backend can make one (a local server running as root),
-   * else IN_PLACE; the rollout's notices say which ran.
+   * FRESH where the sandbox's backend can make one (E2B, a local server running as root),
+   * else IN_PLACE (also where E2B refuses filesystem snapshots); the rollout's notices say
+   * which ran, and why.
    *
    * @generated from enum value: VERIFY_MODE_AUTO = 1;
    */
@@ -3853,8 +3854,9 @@ export enum VerifyMode {
 
   /**
    * The agent's own sandbox, once its processes are dead, refused (TAMPERED) when the
-   * integrity check finds a change to what the verifier executes: for tests that check
-   * what the agent installed at system paths. Weaker: see the security page.
+   * integrity check (the local backend's; E2B has none) finds a change to what the
+   * verifier executes: for tests that check what the agent installed at system paths.
+   * Weaker: see the security page.
    *
    * @generated from enum value: VERIFY_MODE_IN_PLACE = 3;
    */
