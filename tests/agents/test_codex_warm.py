@@ -47,6 +47,8 @@ _OWN = (
     (r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", "<u>"),
     (r"\b(toolu|call|msg)_[A-Za-z0-9_-]+", "<id>"),
     (r"\b[0-9]+\.(json|sock)\b", "<pid>"),
+    # codex counts the output's tokens, and so what the patterns blank (names, times).
+    (r"Original token count: [0-9]+", "Original token count: <n>"),
 )
 """codex's own, which `same` does not blank: threads, calls, uuids, its output chunks' random
 ids, and the wall time it reports of a command."""
