@@ -7,6 +7,7 @@ read from /proc: its peak resident size (VmHWM), reset just before a request.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.client
 import json
@@ -87,7 +88,10 @@ def _post_part(
         for name, value in headers.items():
             connection.putheader(name, value)
         connection.endheaders()
-        connection.send(sent)
+        # A server that answers before it has read all of `sent` may close first: the answer
+        # is still there to read.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            connection.send(sent)
         response = connection.getresponse()
         return response.status, json.loads(response.read())
     finally:
