@@ -20,7 +20,12 @@ checked with `--strict-config`):
 - asking before acting, and its own sandbox (bubblewrap/landlock, which cannot nest in
   ours): `approval_policy = "never"`, `sandbox_mode = "danger-full-access"`;
 - retrying a failed call on its own: `request_max_retries = 0`, `stream_max_retries = 0`
-  (every call is a turn; the trainer sees failures as they are).
+  (every call is a turn; the trainer sees failures as they are);
+- a shell snapshot: at its start codex captures a login shell's environment in the
+  background and, once that is written, runs commands as `bash -c` sourcing it instead of
+  `bash -lc`. Which one a command gets depends on how soon it comes (a warm codex's almost
+  always has the snapshot, a cold one's under load may not), so the same policy would see
+  different tool calls run: `features.shell_snapshot = false`, every command `bash -lc`.
 
 Observed with 0.169.0 against a recording endpoint and an HTTPS proxy that logs every
 CONNECT: a run makes `POST /v1/responses` calls and no other connection.
@@ -135,6 +140,9 @@ enabled = false
 
 [otel]
 exporter = "none"
+
+[features]
+shell_snapshot = false
 """
 
 

@@ -84,6 +84,7 @@ async def test_a_warm_codex_sends_and_prints_what_a_cold_one_does(
     assert "CODEX_HOME=" in look
     assert " exec --json " in look
     assert "warm-go" not in look
+    assert "\n/bin/bash -lc " in look  # never a shell snapshot, whose commands run as -c
 
 
 async def test_a_rollout_sees_nothing_of_the_one_before(

@@ -132,6 +132,7 @@ def test_codex_has_the_route_as_its_only_responses_provider_and_is_offline() -> 
     assert config["feedback"] == {"enabled": False}
     assert config["otel"] == {"exporter": "none"}
     assert config["history"] == {"persistence": "none"}
+    assert config["features"] == {"shell_snapshot": False}
     assert (config["approval_policy"], config["sandbox_mode"]) == ("never", "danger-full-access")
     env = CodexHarness().env(ACCESS, {})
     assert env == {"CODEX_HOME": codex.CODEX_HOME, codex.KEY_VARIABLE: "sandbox-route"}
