@@ -5,13 +5,20 @@
 #
 # PyPI has no Linux wheel of llama-cpp-python: it compiles llama.cpp (~7 minutes on 2 cores).
 # The wheel is built once into $CACHE/wheels/<cpu key>/ and reused by every later run; the key
-# is a hash of the CPU's flags, because the build targets the CPU it ran on.
+# is a hash of the CPU's flags and the build's, because the build targets the CPU it ran on.
+# Not -march=native: a CPU may list AMX (amx_tile) where its first tile instruction faults (a
+# general protection fault in ldtilecfg, seen here on a VM), and a native build uses AMX. The
+# build names the CPU's AVX2 level instead, where it has one.
 # Prints the path of the server's python interpreter on its last line.
 set -euo pipefail
 VERSION=0.3.36
 CACHE=${ROLLOUT_BUILD_CACHE:-$HOME/.cache/rollout-service-build}
 PYTHON=${PYTHON:-python3}
-cpu_key=$(grep -m1 '^flags' /proc/cpuinfo | sha256sum | cut -c1-12)
+cmake_args="-DGGML_NATIVE=OFF"
+if grep -m1 '^flags' /proc/cpuinfo | grep -qw avx2; then
+  cmake_args+=" -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+fi
+cpu_key=$({ grep -m1 '^flags' /proc/cpuinfo; echo "$cmake_args"; } | sha256sum | cut -c1-12)
 wheels=$CACHE/wheels/$cpu_key
 venv=$CACHE/llama-server-$VERSION-$cpu_key
 mkdir -p "$wheels"
@@ -29,7 +36,7 @@ pip=("$venv/bin/pip" --quiet --disable-pip-version-check)
 if ! compgen -G "$wheels/llama_cpp_python-$VERSION-*.whl" >/dev/null; then
   echo "building llama-cpp-python $VERSION into $wheels (once; ~7 minutes on 2 cores)" >&2
   rm -rf "$wheels.partial"
-  CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
+  CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
     "${pip[@]}" wheel --no-deps "llama-cpp-python==$VERSION" -w "$wheels.partial" >&2
   mv "$wheels.partial"/llama_cpp_python-*.whl "$wheels/"
   rm -rf "$wheels.partial"
