@@ -1,13 +1,18 @@
 """A session's command through gRPC against the sandbox's own exec (the floor that
-bench/bench_sandbox.py measures), in one run.
+bench/bench_sandbox.py measures), and the command launcher against the forked Python it
+replaces, in one run.
 
 The floor: N `LocalSandbox.exec("true")` on a sandbox of this process's own backend. A
 session: N `Exec("true")` through a real server on loopback (a stream: the result message),
-one at a time (c1: p50 and p99), then 64 sessions with one caller each (c64: commands/s).
-Both use the host-root sandbox (ROLLOUT_SANDBOX_IMAGE=host). Prints a markdown table and
-writes bench/results/session.json.
+one at a time (c1: p50 and p99), then 64 sessions with one caller each (c64: commands/s,
+and the CPU each command costs: the server and everything it started, in a cpuacct cgroup
+(`bench_rollouts.TreeCpu`), plus this client's own). Each server runs twice, interleaved
+(`--repeats`): on the compiled launcher (`local/launcher.c`, the default) and with no
+compiler (`CC` pointing nowhere, an empty cache), so its spawners fork their Python per
+command. Both use the host-root sandbox (ROLLOUT_SANDBOX_IMAGE=host). Prints a markdown
+table of medians (min-max) with the ratios, and writes bench/results/session.json.
 
-    python bench/bench_session.py [-n 300] [--concurrency 64]
+    python bench/bench_session.py [-n 300] [--concurrency 64] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import argparse
 import asyncio
 import json
 import os
+import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -29,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "client"))
 from rollout.v1 import rollout_pb2 as pb
 from rollout.v1 import rollout_pb2_grpc as pb_grpc
 
+from bench.bench_rollouts import TreeCpu
 from service.config import Settings
 from service.models import SandboxSpec
 from service.sandboxes import LocalBackend, SandboxRequest
@@ -74,8 +82,25 @@ async def sessions(stub: pb_grpc.RolloutServiceAsyncStub, copies: int) -> list[s
     return [s.id for s in response.sessions]
 
 
-async def through_grpc(target: str, n: int, concurrency: int) -> tuple[list[float], float]:
-    """(milliseconds of each c1 Exec, commands per second at c`concurrency`)."""
+Figures = dict[str, float]
+"""One server's figures in one run."""
+
+
+LAUNCHES = {
+    "launcher": {},
+    "forked Python": {"CC": "/nonexistent/cc"},
+}
+"""How the server's spawners start commands; the first is the default, the second the
+fallback on a host without a C compiler (`launcher_build`)."""
+
+
+def client_cpu_ms() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return (usage.ru_utime + usage.ru_stime) * 1000
+
+
+async def through_grpc(target: str, pid: int, n: int, concurrency: int) -> Figures:
+    """c1 p50/p99 of Exec, then commands/s and CPU per command at c`concurrency`."""
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.RolloutServiceStub(channel)
         (one,) = await sessions(stub, 1)
@@ -90,45 +115,105 @@ async def through_grpc(target: str, n: int, concurrency: int) -> tuple[list[floa
             for _ in range(per_session):
                 await exec_true(stub, session_id)
 
-        began = time.perf_counter()
-        await asyncio.gather(*(caller(session_id) for session_id in many))
-        rate = per_session * concurrency / (time.perf_counter() - began)
+        tree = TreeCpu()
+        tree.follow(pid)
+        try:
+            server_before, client_before = tree.ms(), client_cpu_ms()
+            began = time.perf_counter()
+            await asyncio.gather(*(caller(session_id) for session_id in many))
+            elapsed = time.perf_counter() - began
+            server_after, client_after = tree.ms(), client_cpu_ms()
+        finally:
+            tree.close()
         for session_id in many:
             await stub.CloseSession(pb.CloseSessionRequest(session_id=session_id))
-        return c1, rate
+    commands = per_session * concurrency
+    figures = {
+        "exec_p50_ms": percentile(c1, 0.5),
+        "exec_p99_ms": percentile(c1, 0.99),
+        "commands_per_s": commands / elapsed,
+        "client_cpu_ms_per_command": (client_after - client_before) / commands,
+    }
+    if server_before is not None and server_after is not None:
+        figures["server_cpu_ms_per_command"] = (server_after - server_before) / commands
+    return figures
 
 
-async def main() -> None:
+def run_server(root: Path, launch: str, n: int, concurrency: int) -> Figures:
+    env = {
+        "ROLLOUT_SANDBOX_IMAGE": "host",
+        "ROLLOUT_MAX_RUNNING": str(concurrency),
+        "ROLLOUT_CACHE_DIR": str(root / "cache"),
+        **LAUNCHES[launch],
+    }
+    server = ServerProcess(root / "server", env=env)
+    server.start()
+    try:
+        return asyncio.run(through_grpc(server.target, server.pid, n, concurrency))
+    finally:
+        server.stop()
+
+
+def _cell(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def report(floor_ms: list[float], runs: dict[str, list[Figures]]) -> tuple[str, dict[str, float]]:
+    """The markdown table, and the headline figures for session.json."""
+    base, other = LAUNCHES
+    median = {
+        launch: {key: statistics.median(run[key] for run in each) for key in each[0]}
+        for launch, each in runs.items()
+    }
+    rows = ["| figure | " + " | ".join(LAUNCHES) + f" | {base} / {other} |", "|---|---|---|---|"]
+    for key in median[base]:
+        cells = [_cell([run[key] for run in runs[launch]]) for launch in LAUNCHES]
+        ratio = median[base][key] / median[other][key] if median[other][key] else 0.0
+        rows.append(f"| {key} | " + " | ".join(cells) + f" | {ratio:.2f}x |")
+    floor_p50, floor_p99 = percentile(floor_ms, 0.5), percentile(floor_ms, 0.99)
+    rows.append(
+        f"| sandbox's own exec p50 / p99 ms (the floor) | {floor_p50:.2f} / {floor_p99:.2f} | | |"
+    )
+    headline = {
+        "sandbox_exec_p50_ms": floor_p50,
+        "sandbox_exec_p99_ms": floor_p99,
+        "session_exec_p50_ms": median[base]["exec_p50_ms"],
+        "session_exec_p99_ms": median[base]["exec_p99_ms"],
+        "p50_ratio": median[base]["exec_p50_ms"] / floor_p50,
+        "p99_ratio": median[base]["exec_p99_ms"] / floor_p99,
+        "commands_per_s": median[base]["commands_per_s"],
+        "forked_python_commands_per_s": median[other]["commands_per_s"],
+        "cpus": os.cpu_count() or 0,
+    }
+    for key in ("server_cpu_ms_per_command", "client_cpu_ms_per_command"):
+        if key in median[base]:
+            headline[key] = median[base][key]
+            headline[f"forked_python_{key}"] = median[other][key]
+    return "\n".join(rows), headline
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-n", type=int, default=300)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    runs: dict[str, list[Figures]] = {launch: [] for launch in LAUNCHES}
     with tempfile.TemporaryDirectory(prefix="bench-session-") as scratch:
         root = Path(scratch)
-        base = await floor(args.n, root)
-        env = {"ROLLOUT_SANDBOX_IMAGE": "host", "ROLLOUT_MAX_RUNNING": str(args.concurrency)}
-        server = ServerProcess(root / "server", env=env)
-        server.start()
-        try:
-            c1, rate = await through_grpc(server.target, args.n, args.concurrency)
-        finally:
-            server.stop()
-    figures = {
-        "sandbox_exec_p50_ms": percentile(base, 0.5),
-        "sandbox_exec_p99_ms": percentile(base, 0.99),
-        "session_exec_p50_ms": percentile(c1, 0.5),
-        "session_exec_p99_ms": percentile(c1, 0.99),
-        "p50_ratio": percentile(c1, 0.5) / percentile(base, 0.5),
-        "p99_ratio": percentile(c1, 0.99) / percentile(base, 0.99),
-        f"commands_per_s_c{args.concurrency}": rate,
-        "cpus": os.cpu_count() or 0,
-    }
-    print("| figure | value |\n|---|---|")
-    for name, value in figures.items():
-        print(f"| {name} | {value:.2f} |")
+        floor_ms = asyncio.run(floor(args.n, root))
+        for repeat in range(args.repeats):
+            for launch in LAUNCHES:
+                where = root / f"{launch.replace(' ', '-')}-{repeat}"
+                runs[launch].append(run_server(where, launch, args.n, args.concurrency))
+    table, headline = report(floor_ms, runs)
+    print(f"c{args.concurrency}, {args.repeats} runs each, medians (min-max):\n")
+    print(table)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "session.json").write_text(json.dumps(figures, indent=2) + "\n")
+    (RESULTS / "session.json").write_text(json.dumps(headline, indent=2) + "\n")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

@@ -127,7 +127,7 @@ class LocalBackend:
         key = hashlib.sha256(str(self._state_dir).encode()).hexdigest()[:12]
         self._cgroups = MemoryCgroups(key)
         self._sandboxes: dict[str, LocalSandbox] = {}
-        self._forks = ForkServer()
+        self._forks = ForkServer(settings.cache_dir)
         pooled = settings.local_disk_pool if self._privileged else 0
         default_limits = Limits.resolve(Resources(), settings)
         default_disk = default_limits.disk_bytes

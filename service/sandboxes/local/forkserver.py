@@ -23,7 +23,9 @@ Instead, per sandbox:
    server, whose commands share the holder's host uid, no signal to the holder or init
    (`seccomp`) and no write to their OOM scores (`holder_start.pin_oom_scores`). It stays
    root, outside the sandbox's pid namespace: no sandboxed process can name it.
-3. Each command is one fork of the spawner: the child leads a session of its own, sets
+3. Each command is one child of the spawner, started by the compiled launcher
+   (`launcher.c`: no copy of the spawner's Python) or, on a host without a C compiler,
+   by a fork of the spawner: the child leads a session of its own, sets
    the sandbox's rlimits, takes the command's supplementary group (`bwrap.command_tag`)
    and the sandbox uid (or root of the sandbox's user namespace, without CAP_SYS_RESOURCE:
    `user_counts`), and execs bash in WORKDIR. The spawner reports the host pid
@@ -32,8 +34,9 @@ Instead, per sandbox:
    The server says so with its next command (reaped before that one is forked), or on its
    own half a second later (`spawner.Spawner.release`).
 
-It runs as `python -S -E -s -m service.sandboxes.local.forkserver FD` from the project
-root, importing the standard library and its siblings `wire` (the messages),
+It runs as `python -S -E -s -m service.sandboxes.local.forkserver FD [LAUNCHER]` from the
+project root, importing the standard library and its siblings `wire` (the messages),
+`launcher`,
 `holder_start`, `network_start`, `overlay_start`, `mounts`, `seccomp` and `user_counts`, and
 `service.user_namespace` (standard library only too), nothing else.
 The spawner exits when the server closes its socket, even while bwrap builds the
@@ -64,6 +67,7 @@ from service.sandboxes.local.holder_start import (
     pin_oom_scores,
     start_holder,
 )
+from service.sandboxes.local.launcher import Launcher
 from service.sandboxes.local.network_start import connect_network
 from service.sandboxes.local.overlay_start import (
     ID_SPAN,
@@ -139,9 +143,10 @@ def _give_up_privileges(last_cap: int) -> None:
 class _Spawner:
     """One sandbox's spawner: starts its holder, enters it, then forks its commands."""
 
-    def __init__(self, sock: socket.socket, last_cap: int) -> None:
+    def __init__(self, sock: socket.socket, last_cap: int, launcher: Launcher | None) -> None:
         self._sock = sock
         self._last_cap = last_cap
+        self._launcher = launcher
         self._selector = selectors.DefaultSelector()
         self._selector.register(sock, selectors.EVENT_READ)
         self._uid: int | None = None
@@ -264,11 +269,26 @@ class _Spawner:
         program = _find_program(argv[0], env.get("PATH", os.defpath))
         groups = message["groups"]
         limits = [(_RLIMITS[name], value) for name, value in message["rlimits"].items()]
-        pid = os.fork()
-        if pid == 0:
-            stdio = (self._stdin, *fds)
-            identity = _Identity(self._uid, groups, self._user_namespace, self._namespace_filter)
-            _become_command(program, argv, env, cwd, stdio, limits, identity)
+        stdio = (self._stdin, *fds)
+        identity = _Identity(self._uid, groups, self._user_namespace, self._namespace_filter)
+        if self._launcher is not None:
+            installed = identity.namespace_filter
+            pid = self._launcher.launch(
+                program,
+                argv,
+                env,
+                cwd,
+                stdio,
+                limits,
+                uid=identity.uid,
+                groups=groups,
+                user_namespace=identity.user_namespace,
+                seccomp_program=None if installed is None else installed.address,
+            )
+        else:
+            pid = os.fork()
+            if pid == 0:
+                _become_command(program, argv, env, cwd, stdio, limits, identity)
         self._selector.register(os.pidfd_open(pid), selectors.EVENT_READ, (message["id"], pid))
         return pid
 
@@ -347,7 +367,7 @@ def _become_command(
         os._exit(127)
 
 
-def _serve_forks(sock: socket.socket) -> None:
+def _serve_forks(sock: socket.socket, launcher: Launcher | None) -> None:
     """The fork server: a spawner per request, until the server closes the socket."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # spawners reap themselves
     last_cap = _last_capability()
@@ -359,7 +379,7 @@ def _serve_forks(sock: socket.socket) -> None:
             try:
                 sock.close()
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # a spawner waits for children
-                spawner = _Spawner(socket.socket(fileno=fds[0]), last_cap)
+                spawner = _Spawner(socket.socket(fileno=fds[0]), last_cap, launcher)
                 spawner.set_up(setup)
                 spawner.serve()
             finally:
@@ -370,4 +390,7 @@ def _serve_forks(sock: socket.socket) -> None:
 
 if __name__ == "__main__":
     default_dispositions()
-    _serve_forks(socket.socket(fileno=int(sys.argv[1])))
+    _serve_forks(
+        socket.socket(fileno=int(sys.argv[1])),
+        Launcher(sys.argv[2]) if len(sys.argv) > 2 else None,
+    )

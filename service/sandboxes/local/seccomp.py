@@ -276,6 +276,11 @@ class Filter:
         self._pointer = ctypes.byref(self._program)
         self._prctl = ctypes.CDLL(None, use_errno=True).prctl
 
+    @property
+    def address(self) -> int:
+        """Of its `struct sock_fprog`, for a launcher that installs it (`launcher`)."""
+        return ctypes.addressof(self._program)
+
     def install(self) -> None:
         """On the calling thread (no_new_privs must be set already, or CAP_SYS_ADMIN held)."""
         if self._prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, self._pointer, 0, 0) != 0:

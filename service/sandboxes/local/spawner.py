@@ -20,6 +20,7 @@ from typing import Any
 
 from service.errors import SandboxError
 from service.host_python import host_python
+from service.sandboxes.local.launcher_build import build_launcher
 from service.sandboxes.local.tree import await_exits
 from service.sandboxes.local.wire import MAX_MESSAGE_BYTES, receive, send
 
@@ -54,9 +55,14 @@ def _socket_pair() -> tuple[socket.socket, socket.socket]:
 
 
 class ForkServer:
-    """One backend's fork server, started on first use and again if it died."""
+    """One backend's fork server, started on first use and again if it died. Its
+    spawners start commands through the launcher compiled into `cache_dir`
+    (`launcher_build`), or by forking themselves when there is none."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache_dir: Path) -> None:
+        self._cache_dir = cache_dir
+        self._launcher: list[str] | None = None
+        """The launcher's path as the fork server's last argument, once looked for."""
         self._process: subprocess.Popen[bytes] | None = None
         self._socket: socket.socket | None = None
         self._lock = asyncio.Lock()
@@ -79,10 +85,13 @@ class ForkServer:
 
     def _start(self) -> None:
         self.close()
+        if self._launcher is None:
+            launcher = build_launcher(self._cache_dir)
+            self._launcher = [] if launcher is None else [launcher]
         ours, theirs = _socket_pair()
         try:
             self._process = subprocess.Popen(
-                [*fork_server_argv(), str(theirs.fileno())],
+                [*fork_server_argv(), str(theirs.fileno()), *self._launcher],
                 cwd=_PROJECT_ROOT,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

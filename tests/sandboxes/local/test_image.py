@@ -20,19 +20,13 @@ import pytest
 
 from service.config import Settings
 from service.errors import SpecError
-from service.images import Image, ImageStore
+from service.images import Image
 from service.models import Resources, SandboxSpec
 from service.sandboxes.base import SandboxRequest
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
 from service.sandboxes.local.mounts import DISK_POOL, mount_points_below
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="image sandboxes need a root server")
-
-
-@pytest.fixture(scope="module")
-def base_image() -> Image:
-    """The Debian base of the server's shared cache (a hit once built on this machine)."""
-    return asyncio.run(ImageStore(Settings().cache_dir).base())
 
 
 @pytest.fixture
