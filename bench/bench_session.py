@@ -9,8 +9,11 @@ and the CPU each command costs: the server and everything it started, in a cpuac
 (`bench_rollouts.TreeCpu`), plus this client's own). Each server runs twice, interleaved
 (`--repeats`): on the compiled launcher (`local/launcher.c`, the default) and with no
 compiler (`CC` pointing nowhere, an empty cache), so its spawners fork their Python per
-command. Both use the host-root sandbox (ROLLOUT_SANDBOX_IMAGE=host). Prints a markdown
-table of medians (min-max) with the ratios, and writes bench/results/session.json.
+command. Both use the host-root sandbox (ROLLOUT_SANDBOX_IMAGE=host). A third process,
+`gRPC alone`, answers the same calls (OpenSession, Exec, CloseSession) at once with nothing
+behind them (`--serve-grpc-alone`): the part of each figure that is Python gRPC's own.
+Prints a markdown table of medians (min-max) with the ratios, and writes
+bench/results/session.json.
 
     python bench/bench_session.py [-n 300] [--concurrency 64] [--repeats 3]
 """
@@ -23,10 +26,13 @@ import json
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -92,6 +98,7 @@ LAUNCHES = {
 }
 """How the server's spawners start commands; the first is the default, the second the
 fallback on a host without a C compiler (`launcher_build`)."""
+_ALONE = "gRPC alone"
 
 
 def client_cpu_ms() -> float:
@@ -139,6 +146,58 @@ async def through_grpc(target: str, pid: int, n: int, concurrency: int) -> Figur
     return figures
 
 
+async def _open(request: pb.OpenSessionRequest, context: object) -> pb.OpenSessionResponse:
+    ready = [
+        pb.Session(id=f"s{index}", status=pb.SESSION_STATUS_READY)
+        for index in range(max(1, request.copies))
+    ]
+    return pb.OpenSessionResponse(sessions=ready)
+
+
+async def _exec(request: pb.ExecRequest, context: object) -> AsyncIterator[pb.ExecResponse]:
+    yield pb.ExecResponse(result=pb.ExecResult(exit_code=0))
+
+
+async def _close(request: pb.CloseSessionRequest, context: object) -> pb.CloseSessionResponse:
+    return pb.CloseSessionResponse()
+
+
+async def serve_grpc_alone() -> None:
+    """Answer the session calls the bench makes at once, with no sandbox and no engine, on
+    a loopback port printed on stdout, until killed."""
+    service = pb.DESCRIPTOR.services_by_name["RolloutService"].full_name
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+        "OpenSession": grpc.unary_unary_rpc_method_handler(
+            _open, pb.OpenSessionRequest.FromString, pb.OpenSessionResponse.SerializeToString
+        ),
+        "Exec": grpc.unary_stream_rpc_method_handler(
+            _exec, pb.ExecRequest.FromString, pb.ExecResponse.SerializeToString
+        ),
+        "CloseSession": grpc.unary_unary_rpc_method_handler(
+            _close, pb.CloseSessionRequest.FromString, pb.CloseSessionResponse.SerializeToString
+        ),
+    }
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(service, handlers)])
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(port, flush=True)
+    await server.wait_for_termination()
+
+
+def run_grpc_alone(n: int, concurrency: int) -> Figures:
+    process = subprocess.Popen(
+        [sys.executable, __file__, "--serve-grpc-alone"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        port = int(process.stdout.readline())
+        return asyncio.run(through_grpc(f"127.0.0.1:{port}", process.pid, n, concurrency))
+    finally:
+        process.kill()
+        process.wait()
+
+
 def run_server(root: Path, launch: str, n: int, concurrency: int) -> Figures:
     env = {
         "ROLLOUT_SANDBOX_IMAGE": "host",
@@ -164,17 +223,21 @@ def report(floor_ms: list[float], runs: dict[str, list[Figures]]) -> tuple[str, 
     """The markdown table, and the headline figures for session.json."""
     base, other = LAUNCHES
     median = {
-        launch: {key: statistics.median(run[key] for run in each) for key in each[0]}
-        for launch, each in runs.items()
+        name: {key: statistics.median(run[key] for run in each) for key in each[0]}
+        for name, each in runs.items()
     }
-    rows = ["| figure | " + " | ".join(LAUNCHES) + f" | {base} / {other} |", "|---|---|---|---|"]
+    rows = [
+        "| figure | " + " | ".join(runs) + f" | {base} / {other} |",
+        "|---|" + "---|" * (len(runs) + 1),
+    ]
     for key in median[base]:
-        cells = [_cell([run[key] for run in runs[launch]]) for launch in LAUNCHES]
+        cells = [_cell([run[key] for run in each]) for each in runs.values()]
         ratio = median[base][key] / median[other][key] if median[other][key] else 0.0
         rows.append(f"| {key} | " + " | ".join(cells) + f" | {ratio:.2f}x |")
     floor_p50, floor_p99 = percentile(floor_ms, 0.5), percentile(floor_ms, 0.99)
     rows.append(
-        f"| sandbox's own exec p50 / p99 ms (the floor) | {floor_p50:.2f} / {floor_p99:.2f} | | |"
+        f"| sandbox's own exec p50 / p99 ms (the floor) | {floor_p50:.2f} / {floor_p99:.2f} |"
+        + " |" * len(runs)
     )
     headline = {
         "sandbox_exec_p50_ms": floor_p50,
@@ -185,6 +248,7 @@ def report(floor_ms: list[float], runs: dict[str, list[Figures]]) -> tuple[str, 
         "p99_ratio": median[base]["exec_p99_ms"] / floor_p99,
         "commands_per_s": median[base]["commands_per_s"],
         "forked_python_commands_per_s": median[other]["commands_per_s"],
+        "grpc_alone_calls_per_s": median[_ALONE]["commands_per_s"],
         "cpus": os.cpu_count() or 0,
     }
     for key in ("server_cpu_ms_per_command", "client_cpu_ms_per_command"):
@@ -199,8 +263,12 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=300)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--serve-grpc-alone", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    runs: dict[str, list[Figures]] = {launch: [] for launch in LAUNCHES}
+    if args.serve_grpc_alone:
+        asyncio.run(serve_grpc_alone())
+        return
+    runs: dict[str, list[Figures]] = {name: [] for name in (*LAUNCHES, _ALONE)}
     with tempfile.TemporaryDirectory(prefix="bench-session-") as scratch:
         root = Path(scratch)
         floor_ms = asyncio.run(floor(args.n, root))
@@ -208,6 +276,7 @@ def main() -> None:
             for launch in LAUNCHES:
                 where = root / f"{launch.replace(' ', '-')}-{repeat}"
                 runs[launch].append(run_server(where, launch, args.n, args.concurrency))
+            runs[_ALONE].append(run_grpc_alone(args.n, args.concurrency))
     table, headline = report(floor_ms, runs)
     print(f"c{args.concurrency}, {args.repeats} runs each, medians (min-max):\n")
     print(table)
