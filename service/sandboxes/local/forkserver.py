@@ -301,6 +301,8 @@ class _Spawner:
         if run_id == 0:
             os.waitpid(pid, 0)
             return
+        if self._launcher is not None:
+            self._launcher.exited(pid)
         status = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
         if status is None:
             raise ChildProcessError(pid)

@@ -35,17 +35,25 @@ class _Launch(ctypes.Structure):
     ]
 
 
-def _strings(values: Sequence[str]) -> ctypes.Array[ctypes.c_char_p]:
-    return (ctypes.c_char_p * (len(values) + 1))(*(os.fsencode(value) for value in values), None)
+_STACK_BYTES = 32 * 1024
+"""The child's stack until it execs: a few frames of system calls and a message line."""
+
+
+def _strings(values: Sequence[bytes]) -> ctypes.Array[ctypes.c_char_p]:
+    return (ctypes.c_char_p * (len(values) + 1))(*values, None)
 
 
 class Launcher:
-    """`rollout_launch` of the compiled launcher at `path`."""
+    """`rollout_launch` of the compiled launcher at `path`.
+
+    The launcher does not wait for a command's exec, so what its child reads (the spec, its
+    strings, its stack) is kept here until the command has exited (`exited`)."""
 
     def __init__(self, path: str) -> None:
         self._launch = ctypes.CDLL(path).rollout_launch
-        self._launch.argtypes = [ctypes.POINTER(_Launch)]
+        self._launch.argtypes = [ctypes.POINTER(_Launch), ctypes.c_void_p, ctypes.c_size_t]
         self._launch.restype = ctypes.c_long
+        self._alive: dict[int, tuple[object, ...]] = {}
 
     def launch(
         self,
@@ -63,11 +71,14 @@ class Launcher:
     ) -> int:
         """Start the command; its host pid. A failure before exec is the command's own
         (exit 127, saying why on its stderr); one to create it at all is OSError."""
+        strings = [os.fsencode(value) for value in (program, cwd, *argv)]
+        variables = [os.fsencode(f"{name}={value}") for name, value in env.items()]
+        arguments, environment = _strings(strings[2:]), _strings(variables)
         spec = _Launch(
-            os.fsencode(program),
-            _strings(argv),
-            _strings([f"{name}={value}" for name, value in env.items()]),
-            os.fsencode(cwd),
+            strings[0],
+            arguments,
+            environment,
+            strings[1],
             (ctypes.c_int * len(stdio))(*stdio),
             len(stdio),
             (ctypes.c_int * len(limits))(*(limit for limit, _ in limits)),
@@ -79,7 +90,13 @@ class Launcher:
             user_namespace,
             seccomp_program,
         )
-        pid = int(self._launch(ctypes.byref(spec)))
+        stack = ctypes.create_string_buffer(_STACK_BYTES)
+        pid = int(self._launch(ctypes.byref(spec), stack, _STACK_BYTES))
         if pid < 0:
             raise OSError(-pid, f"starting {argv[0]}: {os.strerror(-pid)}")
+        self._alive[pid] = (spec, stack, strings, variables, arguments, environment)
         return pid
+
+    def exited(self, pid: int) -> None:
+        """Command `pid` has exited: what its child read may go."""
+        self._alive.pop(pid, None)

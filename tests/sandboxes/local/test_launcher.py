@@ -8,9 +8,11 @@ a user namespace with a seccomp filter of their own.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from service.models import SandboxSpec
 from service.sandboxes.base import WORKDIR, SandboxRequest
 from service.sandboxes.local import spawner
 from service.sandboxes.local.backend import LocalBackend, LocalSandbox
+from service.sandboxes.local.launcher import Launcher
 from service.sandboxes.local.launcher_build import build_launcher
 from service.sandboxes.local.limits import Limits
 from tests.sandboxes.conftest import fork_processes
@@ -178,3 +181,45 @@ def test_a_built_launcher_is_reused_and_a_failed_build_leaves_nothing(
     assert built is not None
     monkeypatch.setenv("CC", str(broken))  # a cached build needs no compiler
     assert build_launcher(tmp_path / "cache") == built
+
+
+def test_the_launcher_does_not_wait_for_a_childs_exec(tmp_path: Path) -> None:
+    """A child held before its exec (here: writing its error to a full pipe; in a sandbox,
+    SIGSTOPped by a process of the same uid) must not hold the spawner that launched it."""
+    path = build_launcher(tmp_path / "cache")
+    assert path is not None
+    launcher = Launcher(path)
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(write_end, b"x" * 4096)
+    os.set_blocking(write_end, True)  # the child's error line now blocks, before its exec
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    with ThreadPoolExecutor(1) as pool:
+        launching = pool.submit(
+            launcher.launch,
+            "/bin/true",
+            ["true"],
+            {},
+            str(tmp_path / "missing"),
+            (devnull, devnull, write_end),
+            [],
+            uid=None,
+            groups=[],
+            user_namespace=-1,
+            seccomp_program=None,
+        )
+        try:
+            pid = launching.result(timeout=10)  # a launcher waiting for the exec: never
+        finally:
+            os.close(write_end)
+            os.close(devnull)
+            drained = b""  # lets the child go on (and a waiting launcher return)
+            while chunk := os.read(read_end, 65536):
+                drained += chunk
+            os.close(read_end)
+    _, status = os.waitpid(pid, 0)
+    launcher.exited(pid)
+    assert os.waitstatus_to_exitcode(status) == 127
+    assert drained.lstrip(b"x").startswith(b"rollout sandbox: cannot start true: ")
