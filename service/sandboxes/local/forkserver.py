@@ -390,9 +390,20 @@ def _serve_forks(sock: socket.socket, launcher: Launcher | None) -> None:
             os.close(fd)
 
 
+def _load_launcher(path: str | None) -> Launcher | None:
+    """The compiled launcher, or None (commands fork this Python) if it cannot be loaded."""
+    if path is None:
+        return None
+    try:
+        return Launcher(path)
+    except OSError as exc:
+        print(f"rollout fork server: commands fork instead of {path}: {exc}", file=sys.stderr)
+        return None
+
+
 if __name__ == "__main__":
     default_dispositions()
     _serve_forks(
         socket.socket(fileno=int(sys.argv[1])),
-        Launcher(sys.argv[2]) if len(sys.argv) > 2 else None,
+        _load_launcher(sys.argv[2] if len(sys.argv) > 2 else None),
     )

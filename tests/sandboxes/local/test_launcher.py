@@ -86,6 +86,26 @@ async def test_the_fork_server_is_handed_the_launcher_only_when_one_was_built(
     await sandbox.kill()
 
 
+async def test_a_launcher_that_cannot_be_loaded_leaves_commands_to_the_fork(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    built = build_launcher(tmp_path / "cache")
+    assert built is not None
+    Path(built).write_bytes(b"not a shared library")
+    settings = Settings(
+        state_dir=tmp_path / "state", cache_dir=tmp_path / "cache", local_warm_sandboxes=0
+    )
+    backend = LocalBackend(settings)
+    try:
+        sandbox = await _sandbox(backend)
+        assert _fork_server_argv()[-1] == built
+        assert (await sandbox.exec("echo forked", timeout_s=30)).stdout == "forked\n"
+        await sandbox.kill()
+    finally:
+        await backend.close()
+    assert f"commands fork instead of {built}" in capfd.readouterr().err
+
+
 async def test_a_command_has_the_sandbox_limits_and_default_signals(
     backend: LocalBackend,
 ) -> None:
