@@ -38,7 +38,7 @@ def build_launcher(cache_dir: Path) -> str | None:
     if shutil.which(compiler) is None:
         log.warning(
             "no C compiler (%s) to build the sandbox command launcher: each command forks "
-            "its spawner's Python instead, about 65%% more CPU each; install one "
+            "its spawner's Python instead, up to 65%% more CPU each; install one "
             "(Debian/Ubuntu: sudo apt-get install gcc)",
             compiler,
         )
