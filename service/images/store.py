@@ -137,7 +137,7 @@ class ImageStore:
             return await self.base(on_progress)
 
         async def work(report: ProgressCallback) -> Image:
-            async with self._building():
+            async with self.building():
                 return await self._ready(name, image_id, report)
 
         # Concurrent first uses of an image not unpacked yet unpack it once.
@@ -218,7 +218,7 @@ class ImageStore:
         qualify(name)
 
         async def work(report: ProgressCallback) -> Image:
-            async with self._building():
+            async with self.building():
                 image_id = await import_oci(self.storage, source, name, report, select=select)
                 self._record(name, f"import:{source}", "built", image_id)
                 return await self._ready(name, image_id, report)
@@ -330,7 +330,7 @@ class ImageStore:
         shutil.rmtree(self._dockerfiles, ignore_errors=True)
 
     @contextlib.asynccontextmanager
-    async def _building(self) -> AsyncIterator[None]:
+    async def building(self) -> AsyncIterator[None]:
         """The builds lock, shared, for a build or unpack; this process's first sweeps."""
         if not self._swept:
             await self.sweep()
@@ -378,7 +378,7 @@ class ImageStore:
         """The image of `key`: from the record if the storage still holds it, else produced."""
 
         async def work(report: ProgressCallback) -> Image:
-            async with self._building(), file_lock(self.directory / "locks" / f"{key}.lock"):
+            async with self.building(), file_lock(self.directory / "locks" / f"{key}.lock"):
                 image_id = await self._recorded(key, name)
                 if image_id is not None:
                     self._record(name, key, "hit", image_id)

@@ -308,9 +308,10 @@ async def test_an_unprivileged_server_builds_a_harbor_tasks_dockerfile(
     assert _mounts_under(containers) == []  # each in a namespace now gone
 
 
-def _archive_of_several_owners(directory: Path) -> Path:
-    """An oci-archive of the base with a file of uid 42 on top, made in root's store."""
-    shared = ImageStore(Path(Settings().cache_dir)).storage
+def _archive_of_several_owners(store: ImageStore, directory: Path) -> Path:
+    """An oci-archive of the base with a file of uid 42 on top, made in root's store (the
+    caller holds its builds lock: a server starting meanwhile sweeps working containers)."""
+    shared = store.storage
     (directory / "owned.txt").write_text("of uid 42\n")
     archive = directory / "several-owners.tar"
 
@@ -334,7 +335,9 @@ async def test_an_unprivileged_server_runs_an_image_it_imported(
     store an image with a file of another owner (uid 42, which has no id there: root's now)."""
     scratch = Path(tempfile.mkdtemp(dir=home))
     os.chown(scratch, user.pw_uid, user.pw_gid)
-    archive = await asyncio.to_thread(_archive_of_several_owners, scratch)
+    store = ImageStore(Path(Settings().cache_dir))
+    async with store.building():
+        archive = await asyncio.to_thread(_archive_of_several_owners, store, scratch)
     env = {
         "ROLLOUT_STATE_DIR": str(home / "state"),
         "ROLLOUT_CACHE_DIR": str(home / "cache"),

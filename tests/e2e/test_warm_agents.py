@@ -58,7 +58,13 @@ async def _run(stub: pb_grpc.RolloutServiceAsyncStub, upstream: FakeUpstream, ag
         event = MessageToDict(response.event)
         if "phase" in event or "output" in event:
             events.append(event)
+    # opencode sends its title call and its answer's call at once: which the proxy numbers
+    # first is a race, warm or cold: turns are compared by model (a stable sort: in order
+    # within one).
     turns = [MessageToDict(turn) for turn in rollout.result.turns]
+    for turn in turns:
+        turn.pop("index", None)
+    turns.sort(key=lambda turn: str(turn.get("requestedModel", "")))
     return _same({"events": events, "turns": turns})
 
 

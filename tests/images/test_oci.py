@@ -96,7 +96,7 @@ async def test_remove_waits_for_the_builds_under_way(tmp_path: Path, oci_layout:
     store = ImageStore(tmp_path / "cache")
     await store.import_oci(f"oci:{oci_layout}:tiny", "tests/tiny")
     other_process = ImageStore(tmp_path / "cache")
-    async with other_process._building():
+    async with other_process.building():
         removing = asyncio.create_task(store.remove("tests/tiny"))
         await asyncio.sleep(1.0)
         assert not removing.done()
