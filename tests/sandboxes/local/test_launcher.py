@@ -243,3 +243,36 @@ def test_the_launcher_does_not_wait_for_a_childs_exec(tmp_path: Path) -> None:
     launcher.exited(pid)
     assert os.waitstatus_to_exitcode(status) == 127
     assert drained.lstrip(b"x").startswith(b"rollout sandbox: cannot start true: ")
+
+
+async def _cannot_replace(sandbox: LocalSandbox, built: str) -> None:
+    """Neither overwriting nor removing the library, nor putting another beside it."""
+    before = Path(built).read_bytes()
+    planted = Path(built).with_name("planted.so")
+    result = await sandbox.exec(
+        f"echo x > {built}; echo $?; echo x > {planted}; echo $?; rm -f {built}; echo $?",
+        timeout_s=30,
+    )
+    await sandbox.kill()
+    assert "0" not in result.stdout.split(), result.stdout
+    assert Path(built).read_bytes() == before
+    assert not planted.exists()
+
+
+async def test_no_sandbox_can_replace_the_launcher_its_spawner_loads(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    """The library a root fork server loads lies in the cache, which sandboxes see, bound
+    read-only: the sandbox uid cannot change it."""
+    built = build_launcher(tmp_path / "cache")
+    assert built is not None
+    await _cannot_replace(await _sandbox(backend), built)
+
+
+@_needs_root
+async def test_root_of_an_image_sandbox_cannot_replace_the_launcher(
+    image_backend: LocalBackend,
+) -> None:
+    built = build_launcher(Settings().cache_dir)
+    assert built is not None
+    await _cannot_replace(await _sandbox(image_backend, "image"), built)
