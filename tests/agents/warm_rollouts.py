@@ -8,6 +8,7 @@ warm path is proven taken by the agent's count of hand-overs, never by timing.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -81,11 +82,14 @@ def same(value: Any, patterns: Patterns = ()) -> Any:
 
 
 def captured(run: Run, patterns: Patterns = ()) -> tuple[list[Any], list[Any]]:
-    """What the model was sent and what the agent printed, as `same` leaves them."""
-    turns = [
-        same(turn.model_dump(mode="json", exclude=_VARYING | _TOKENS | {"top_logprobs"}), patterns)
-        for turn in run.turns
-    ]
+    """What the model was sent and what the agent printed, as `same` leaves them. The turns
+    are sorted, their `index` dropped: an agent's calls may race (opencode's title and its
+    first answer), and arrival order is not what a warm start must keep."""
+    exclude = _VARYING | _TOKENS | {"top_logprobs", "index"}
+    turns = sorted(
+        (same(turn.model_dump(mode="json", exclude=exclude), patterns) for turn in run.turns),
+        key=lambda turn: json.dumps(turn, sort_keys=True),
+    )
     outputs = [(o.kind, o.tool_name, same(o.text, patterns)) for o in run.outputs]
     return turns, outputs
 
