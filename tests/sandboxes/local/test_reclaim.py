@@ -119,9 +119,11 @@ async def test_reclaim_ends_a_fork_bomb(make_local_sandbox: MakeSandbox) -> None
         # It has forked once the first `sleep` runs (under load, not yet when exec returns).
         bomb = "(while :; do sleep 60 & done) >/dev/null 2>&1 &"
         forked = "until grep -qsx sleep /proc/[0-9]*/comm; do sleep 0.01; done"
-        await sandbox.exec(f"{bomb} {forked}", timeout_s=30)
+        seen = "ps -e --no-headers -o pid=,ppid=,stat=,args= | head -8"
+        started = await sandbox.exec(f"{bomb} {forked}; {seen}", timeout_s=30)
         reclaimed = await sandbox.reclaim()
-        assert reclaimed.processes > 1  # the loop and at least one of its children
+        # The loop and at least one of its children (what the sandbox listed just before).
+        assert reclaimed.processes > 1, started.stdout
         # A killed process is waited for until it exits, not until init reaps it: on a
         # loaded host its zombie may still be listed (it runs nothing), so they are left out.
         running = "ps -e --no-headers -o stat= | grep -vc '^Z'"
