@@ -25,7 +25,6 @@ from service.sandboxes.local.bwrap import SandboxLayout
 from service.sandboxes.local.network import resolv_conf
 from service.sandboxes.local.snapshot import LocalSnapshot
 from service.sandboxes.local.warm import WarmKey
-from tests.e2e.processes import eventually
 from tests.sandboxes.conftest import MakeSandbox, SleepMarker, fork_processes
 
 
@@ -186,7 +185,8 @@ async def test_spawn_runs_in_background_until_killed(
     local_sandbox: LocalSandbox, sleep_marker: SleepMarker
 ) -> None:
     process = await local_sandbox.spawn(f"{sleep_marker.command} & {sleep_marker.command}")
-    await eventually(lambda: len(sleep_marker.pids()) == 2)  # the first may be alone a while
+    await sleep_marker.wait_running(2)  # the first may be alone a while
+    assert len(sleep_marker.pids()) == 2
     await process.kill()
     await process.kill()  # idempotent
     assert (await process.wait()).exit_code == -1
