@@ -8,7 +8,6 @@ warm path is proven taken by the agent's count of hand-overs, never by timing.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -83,13 +82,12 @@ def same(value: Any, patterns: Patterns = ()) -> Any:
 
 def captured(run: Run, patterns: Patterns = ()) -> tuple[list[Any], list[Any]]:
     """What the model was sent and what the agent printed, as `same` leaves them. The turns
-    are sorted, their `index` dropped: an agent's calls may race (opencode's title and its
-    first answer), and arrival order is not what a warm start must keep."""
+    are in order within a lane (a requested model, as the capture's history keeps them),
+    their `index` dropped: calls of two lanes may race (opencode's title and its first
+    answer), and arrival order across lanes is not what a warm start must keep."""
     exclude = _VARYING | _TOKENS | {"top_logprobs", "index"}
-    turns = sorted(
-        (same(turn.model_dump(mode="json", exclude=exclude), patterns) for turn in run.turns),
-        key=lambda turn: json.dumps(turn, sort_keys=True),
-    )
+    turns = [same(turn.model_dump(mode="json", exclude=exclude), patterns) for turn in run.turns]
+    turns.sort(key=lambda turn: str(turn["requested_model"]))  # stable: a lane keeps its order
     outputs = [(o.kind, o.tool_name, same(o.text, patterns)) for o in run.outputs]
     return turns, outputs
 
